@@ -1,0 +1,102 @@
+/*
+ * idemctl - operate idemd: schema migrations and inspection.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idem_cfg.h"
+#include "idem_migrate.h"
+#include "idem_pg.h"
+
+#define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: idemctl [-c FILE] COMMAND\n"
+		"\n"
+		"  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
+		"  -h, --help         print this help and exit\n"
+		"  -V, --version      print the version and exit\n"
+		"\n"
+		"Commands:\n"
+		"  migrate   create or upgrade the idem schema to this version's (the SQL is built\n"
+		"            into idemctl); safe to re-run, and to run concurrently\n"
+		"\n"
+		"Exit status: 0 success; 1 failure; 2 usage error; 78 configuration error.\n");
+}
+
+static int cmd_migrate(const struct idem_cfg *cfg)
+{
+	idem_error err = { 0 };
+	PGconn *conn = NULL;
+	int from = 0, to = 0;
+
+	if (idem_pg_conn_open(cfg, "idemctl", &conn, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		return 1;
+	}
+	if (idem_migrate_apply(conn, &from, &to, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: migrate failed: %s\n", err.msg);
+		PQfinish(conn);
+		return 1;
+	}
+	if (from == to)
+		printf("schema is up to date (version %d)\n", to);
+	else
+		printf("schema migrated from version %d to %d\n", from, to);
+	PQfinish(conn);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *path = DEFAULT_CONFIG;
+	struct idem_cfg *cfg = NULL;
+	char *errors = NULL;
+	const char *cmd;
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "+c:Vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			path = optarg;
+			break;
+		case 'V':
+			printf("idemctl %s\n", IDEM_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	cmd = argv[optind];
+	if (strcmp(cmd, "migrate") != 0) {
+		fprintf(stderr, "idemctl: unknown command '%s'\n", cmd);
+		usage(stderr);
+		return 2;
+	}
+	if (idem_cfg_load(path, &cfg, &errors) != IDEM_OK) {
+		fprintf(stderr, "%s", errors ? errors : "idemctl: out of memory\n");
+		free(errors);
+		return IDEM_EXIT_CONFIG;
+	}
+	rc = cmd_migrate(cfg);
+	idem_cfg_free(cfg);
+	return rc;
+}

@@ -1,0 +1,220 @@
+/*
+ * idemd - consume Kafka topics and apply every message exactly once in effect, in Postgres.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "idem_cfg.h"
+#include "idem_daemon.h"
+#include "idem_log.h"
+#include "idem_pg.h"
+
+#define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
+
+static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t reload_requested;
+
+static void on_stop_signal(int sig)
+{
+	/* The second signal means "now": skip the drain. Whatever was not committed is
+	 * redelivered and the claims make that harmless. _exit is async-signal-safe. */
+	if (stop_requested)
+		_exit(128 + sig);
+	stop_requested = 1;
+}
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	reload_requested = 1;
+}
+
+static bool should_stop(void)
+{
+	return stop_requested != 0;
+}
+
+static void install_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sa.sa_handler = on_stop_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sa.sa_handler = on_hup;
+	sigaction(SIGHUP, &sa, NULL);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: idemd [-c FILE] [--check-config] [FILE]\n"
+		"\n"
+		"Consume the Kafka topics of the configuration and apply each message exactly once\n"
+		"in effect: its business key is claimed in Postgres in the same transaction as its\n"
+		"side effect, and its offset is committed only after that transaction.\n"
+		"\n"
+		"  -c, --config FILE   configuration file (default " DEFAULT_CONFIG ");\n"
+		"                      a FILE argument means the same\n"
+		"  -n, --check-config  validate the configuration without connecting, print\n"
+		"                      'configuration OK' or every error, and exit\n"
+		"  -V, --version       print the version and exit\n"
+		"  -h, --help          print this help and exit\n"
+		"\n"
+		"Signals: SIGTERM/SIGINT drain the open batches, commit offsets, leave the consumer\n"
+		"group and exit 0; a second one exits at once. SIGHUP reloads log.level.\n"
+		"\n"
+		"Exit status: 0 stopped cleanly; 1 runtime failure; 2 usage error;\n"
+		"78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
+		"not prepare, database refused the login): restarting will not help.\n");
+}
+
+/* Errors that a restart cannot cure: the configuration or the database must change first. */
+static bool is_config_error(const idem_error *err)
+{
+	if (err->code == IDEM_ERR_CONFIG)
+		return true;
+	if (err->code != IDEM_ERR_PG)
+		return false;
+	return strncmp(err->sqlstate, "42", 2) == 0 || strncmp(err->sqlstate, "28", 2) == 0 ||
+	       strncmp(err->sqlstate, "3D", 2) == 0;
+}
+
+static void reload(const char *path)
+{
+	struct idem_cfg *ncfg = NULL;
+	char *errors = NULL;
+
+	reload_requested = 0;
+	if (idem_cfg_load(path, &ncfg, &errors) != IDEM_OK) {
+		idem_log_error("config", "reload failed, keeping the running configuration: %s", errors ? errors : "out of memory");
+		free(errors);
+		return;
+	}
+	idem_log_set_level(ncfg->log_level);
+	idem_log_info("config", "reloaded log.level=%s from '%s' (other settings apply at restart)", ncfg->log_level == IDEM_LOG_DEBUG ? "debug" : ncfg->log_level == IDEM_LOG_INFO ? "info" : ncfg->log_level == IDEM_LOG_WARN ? "warn" : "error", path);
+	idem_cfg_free(ncfg);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check-config", no_argument, NULL, 'n' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *path = DEFAULT_CONFIG;
+	struct idem_daemon_stats st;
+	struct idem_cfg *cfg = NULL;
+	bool check_only = false;
+	idem_daemon *d = NULL;
+	char *errors = NULL;
+	idem_error err = { 0 };
+	int c, rc = 1;
+
+	while ((c = getopt_long(argc, argv, "c:nVh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			path = optarg;
+			break;
+		case 'n':
+			check_only = true;
+			break;
+		case 'V':
+			printf("idemd %s\n", IDEM_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc)
+		path = argv[optind++];
+	if (optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+
+	if (idem_cfg_load(path, &cfg, &errors) != IDEM_OK) {
+		fprintf(stderr, "%s", errors ? errors : "idemd: out of memory\n");
+		if (errors != NULL && errors[0] != '\0' && errors[strlen(errors) - 1] != '\n')
+			fputc('\n', stderr);
+		free(errors);
+		return IDEM_EXIT_CONFIG;
+	}
+	if (check_only) {
+		printf("configuration OK\n");
+		idem_cfg_free(cfg);
+		return 0;
+	}
+
+	idem_log_auto_journal();
+	idem_log_set_level(cfg->log_level);
+	install_signals();
+	idem_log_info("main", "starting idemd %s config=%s group=%s routes=%zu", IDEM_VERSION, path, cfg->group_id, cfg->n_routes);
+
+	/* Postgres may still be starting: wait for it, but not for a mistake in the setup. */
+	for (int attempt = 1; !should_stop(); attempt++) {
+		int wait;
+
+		if (idem_daemon_new(cfg, should_stop, &d, &err) == IDEM_OK)
+			break;
+		if (is_config_error(&err)) {
+			idem_log_error("main", "%s", err.msg);
+			rc = IDEM_EXIT_CONFIG;
+			goto out_free_cfg;
+		}
+		wait = cfg->retry_initial_ms << (attempt < 10 ? attempt : 10);
+		if (wait > cfg->retry_max_ms)
+			wait = cfg->retry_max_ms;
+		idem_log_warn("main", "cannot start: %s, retrying in %dms", err.msg, wait);
+		for (int slept = 0; slept < wait && !should_stop(); slept += 100) {
+			struct timespec ts = { 0, 100 * 1000000L };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (d == NULL) {
+		rc = 0;
+		goto out_free_cfg;
+	}
+	idem_log_info("main", "ready: consuming topics of group '%s'", cfg->group_id);
+
+	while (!should_stop()) {
+		if (reload_requested)
+			reload(path);
+		if (idem_daemon_tick(d, &err) != IDEM_OK) {
+			idem_log_error("main", "%s", err.msg);
+			goto out_free_daemon;
+		}
+	}
+	idem_log_info("main", "stopping: draining open batches");
+	if (idem_daemon_shutdown(d, &err) != IDEM_OK) {
+		idem_log_error("main", "shutdown: %s", err.msg);
+		goto out_free_daemon;
+	}
+	idem_daemon_stats(d, &st);
+	idem_log_info("main", "stopped consumed=%llu applied=%llu duplicates=%llu quarantined=%llu", (unsigned long long)st.consumed, (unsigned long long)st.applied, (unsigned long long)st.duplicates, (unsigned long long)st.quarantined);
+	rc = 0;
+out_free_daemon:
+	idem_daemon_free(d);
+out_free_cfg:
+	idem_cfg_free(cfg);
+	return rc;
+}

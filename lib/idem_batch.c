@@ -1,0 +1,296 @@
+/*
+ * idem_batch.c - decoding messages into a partition batch, and in-batch duplicate collapse.
+ */
+#include "idem_batch.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static idem_status grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	size_t ncap;
+	void *np;
+
+	if (need <= *cap)
+		return IDEM_OK;
+	ncap = *cap ? *cap : 64;
+	while (ncap < need)
+		ncap *= 2;
+	np = realloc(*p, ncap * elem);
+	if (np == NULL)
+		return IDEM_ERR_NOMEM;
+	*p = np;
+	*cap = ncap;
+	return IDEM_OK;
+}
+
+#define GROW(arr, capv, need) grow((void **)&(arr), &(capv), (need), sizeof(*(arr)))
+
+/* Append bytes (plus a NUL, not counted) to the arena and describe them as a span. */
+static idem_status arena_put(struct idem_batch *b, const void *p, size_t n, struct idem_span *ret)
+{
+	size_t off = b->arena.len;
+
+	if (p == NULL) {
+		*ret = (struct idem_span){ 0, 0, true };
+		return IDEM_OK;
+	}
+	if (idem_buf_append(&b->arena, p, n) != IDEM_OK || idem_buf_append(&b->arena, "", 1))
+		return IDEM_ERR_NOMEM;
+	*ret = (struct idem_span){ off, n, false };
+	return IDEM_OK;
+}
+
+idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
+			    const char *topic, int32_t partition)
+{
+	memset(b, 0, sizeof(*b));
+	b->route = route;
+	b->partition = partition;
+	b->topic = strdup(topic);
+	if (b->topic == NULL)
+		return IDEM_ERR_NOMEM;
+	idem_jsondoc_init(&b->doc);
+	return IDEM_OK;
+}
+
+void idem_batch_done(struct idem_batch *b)
+{
+	if (b == NULL)
+		return;
+	free(b->topic);
+	free(b->msgs);
+	free(b->hdrs);
+	free(b->params);
+	free(b->order);
+	idem_buf_done(&b->arena);
+	idem_buf_done(&b->scratch);
+	idem_jsondoc_done(&b->doc);
+	memset(b, 0, sizeof(*b));
+}
+
+void idem_batch_reset(struct idem_batch *b)
+{
+	b->n_msgs = 0;
+	b->n_hdrs = 0;
+	b->n_params = 0;
+	b->n_order = 0;
+	b->opened_ms = 0;
+	idem_buf_reset(&b->arena);
+}
+
+idem_status idem_batch_set_reason(struct idem_batch *b, size_t i, const char *reason,
+				  const char *sqlstate)
+{
+	struct idem_batch_msg *msg = &b->msgs[i];
+
+	snprintf(msg->sqlstate, sizeof(msg->sqlstate), "%s", sqlstate ? sqlstate : "");
+	return arena_put(b, reason, strlen(reason), &msg->reason);
+}
+
+idem_status idem_batch_set_result(struct idem_batch *b, size_t i, const char *res, size_t len,
+				  bool null)
+{
+	return arena_put(b, null ? NULL : res, len, &b->msgs[i].result);
+}
+
+static idem_status put_hash(struct idem_batch *b, struct idem_batch_msg *msg, const void *p,
+			    size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	char text[2 * EVP_MAX_MD_SIZE];
+
+	if (p == NULL) {
+		msg->hash = (struct idem_span){ 0, 0, true };
+		return IDEM_OK;
+	}
+	if (EVP_Digest(p, n, md, &mdlen, EVP_sha256(), NULL) != 1)
+		return IDEM_ERR_NOMEM;
+	for (unsigned int k = 0; k < mdlen; k++) {
+		text[2 * k] = hex[md[k] >> 4];
+		text[2 * k + 1] = hex[md[k] & 15];
+	}
+	return arena_put(b, text, 2 * mdlen, &msg->hash);
+}
+
+/* Decode key and parameters; on a message-specific failure set the reason and state BAD. */
+static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgview *m,
+			  const struct idem_cfg *cfg)
+{
+	const struct idem_route *route = b->route;
+	struct idem_batch_msg *msg = &b->msgs[i];
+	idem_error err = { 0 };
+	idem_status r;
+
+	idem_jsondoc_reset(&b->doc);
+	if (m->key_len + m->value_len > cfg->max_message_bytes) {
+		char why[160];
+
+		snprintf(why, sizeof(why), "message is %zu bytes, larger than limits.max_message_bytes %zu",
+			 m->key_len + m->value_len, cfg->max_message_bytes);
+		msg->state = IDEM_MSG_BAD;
+		return idem_batch_set_reason(b, i, why, NULL);
+	}
+	r = idem_key_build(&route->key, m, &b->doc, cfg->max_key_bytes, &b->scratch, &err);
+	if (r == IDEM_ERR_NOMEM)
+		return r;
+	if (r != IDEM_OK) {
+		char why[sizeof(err.msg) + 64];
+
+		snprintf(why, sizeof(why), "business key: %s", err.msg);
+		msg->state = IDEM_MSG_BAD;
+		return idem_batch_set_reason(b, i, why, NULL);
+	}
+	r = arena_put(b, b->scratch.data, b->scratch.len, &msg->bkey);
+	if (r != IDEM_OK)
+		return r;
+
+	if (GROW(b->params, b->cap_params, b->n_params + route->n_params) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	msg->param_first = b->n_params;
+	for (size_t p = 0; p < route->n_params; p++) {
+		bool is_null = false;
+
+		/* The business key lives in the arena, which may move as parameters are added:
+		 * pass a pointer taken after every append. */
+		r = idem_field_get(&route->params[p], m, &b->doc, b->arena.data + msg->bkey.off,
+				   &b->scratch, &is_null, &err);
+		if (r == IDEM_ERR_NOMEM)
+			return r;
+		if (r != IDEM_OK) {
+			char why[sizeof(err.msg) + 64];
+
+			snprintf(why, sizeof(why), "parameter $%zu: %s", p + 1, err.msg);
+			msg->state = IDEM_MSG_BAD;
+			return idem_batch_set_reason(b, i, why, NULL);
+		}
+		/* Text parameters are NUL-terminated on the wire: a NUL inside would cut the
+		 * value short without an error, so such a message is refused instead. */
+		if (!is_null && memchr(b->scratch.data, 0, b->scratch.len) != NULL) {
+			char why[64];
+
+			snprintf(why, sizeof(why), "parameter $%zu contains a NUL byte", p + 1);
+			msg->state = IDEM_MSG_BAD;
+			return idem_batch_set_reason(b, i, why, NULL);
+		}
+		r = arena_put(b, is_null ? NULL : b->scratch.data, b->scratch.len,
+			      &b->params[b->n_params + p]);
+		if (r != IDEM_OK)
+			return r;
+	}
+	b->n_params += route->n_params;
+	return put_hash(b, msg, m->value, m->value_len);
+}
+
+idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
+			   const struct idem_cfg *cfg, int64_t now_ms)
+{
+	struct idem_batch_msg *msg;
+	size_t i;
+	idem_status r;
+
+	if (GROW(b->msgs, b->cap_msgs, b->n_msgs + 1) != IDEM_OK ||
+	    GROW(b->hdrs, b->cap_hdrs, b->n_hdrs + m->n_headers) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (b->n_msgs == 0)
+		b->opened_ms = now_ms;
+	i = b->n_msgs;
+	msg = &b->msgs[i];
+	memset(msg, 0, sizeof(*msg));
+	msg->offset = m->offset;
+	msg->timestamp_ms = m->timestamp_ms;
+	msg->state = IDEM_MSG_PENDING;
+	msg->bkey.null = msg->hash.null = msg->reason.null = msg->result.null = true;
+	if ((r = arena_put(b, m->key, m->key_len, &msg->key)) != IDEM_OK ||
+	    (r = arena_put(b, m->value, m->value_len, &msg->value)) != IDEM_OK)
+		return r;
+	msg->hdr_first = b->n_hdrs;
+	msg->n_hdrs = m->n_headers;
+	for (size_t h = 0; h < m->n_headers; h++) {
+		struct idem_batch_hdr *hd = &b->hdrs[b->n_hdrs + h];
+
+		if ((r = arena_put(b, m->headers[h].name, strlen(m->headers[h].name), &hd->name)) !=
+			    IDEM_OK ||
+		    (r = arena_put(b, m->headers[h].value, m->headers[h].len, &hd->value)) != IDEM_OK)
+			return r;
+	}
+	b->n_hdrs += m->n_headers;
+	b->n_msgs++;
+	return decode(b, i, m, cfg);
+}
+
+/* qsort has no context argument in C11: the batch being sorted is passed through this. */
+static _Thread_local const struct idem_batch *sort_batch;
+
+static int key_cmp(const struct idem_batch *b, size_t x, size_t y)
+{
+	const struct idem_batch_msg *mx = &b->msgs[x], *my = &b->msgs[y];
+	size_t n = mx->bkey.len < my->bkey.len ? mx->bkey.len : my->bkey.len;
+	int c = memcmp(b->arena.data + mx->bkey.off, b->arena.data + my->bkey.off, n);
+
+	if (c != 0)
+		return c;
+	return (mx->bkey.len > my->bkey.len) - (mx->bkey.len < my->bkey.len);
+}
+
+static int order_cmp(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	int c = key_cmp(sort_batch, x, y);
+
+	if (c != 0)
+		return c;
+	/* Same key: lowest offset first, so it wins. */
+	return (sort_batch->msgs[x].offset > sort_batch->msgs[y].offset) -
+	       (sort_batch->msgs[x].offset < sort_batch->msgs[y].offset);
+}
+
+idem_status idem_batch_collapse(struct idem_batch *b)
+{
+	size_t n = 0, w = 0;
+
+	if (GROW(b->order, b->cap_order, b->n_msgs + 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state == IDEM_MSG_PENDING)
+			b->order[n++] = i;
+	}
+	sort_batch = b;
+	qsort(b->order, n, sizeof(*b->order), order_cmp);
+	sort_batch = NULL;
+	for (size_t k = 0; k < n; k++) {
+		if (w > 0 && key_cmp(b, b->order[w - 1], b->order[k]) == 0) {
+			b->msgs[b->order[k]].state = IDEM_MSG_DUP_IN_BATCH;
+			continue;
+		}
+		b->order[w++] = b->order[k];
+	}
+	b->n_order = w;
+	return IDEM_OK;
+}
+
+ssize_t idem_batch_find_key(const struct idem_batch *b, const char *k, size_t klen)
+{
+	size_t lo = 0, hi = b->n_order;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct idem_batch_msg *m = &b->msgs[b->order[mid]];
+		size_t n = m->bkey.len < klen ? m->bkey.len : klen;
+		int c = memcmp(b->arena.data + m->bkey.off, k, n);
+
+		if (c == 0)
+			c = (m->bkey.len > klen) - (m->bkey.len < klen);
+		if (c == 0)
+			return (ssize_t)b->order[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}

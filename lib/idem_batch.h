@@ -1,0 +1,114 @@
+/*
+ * idem_batch.h - one partition's batch of decoded messages.
+ *
+ * Messages are copied into one arena per batch at add time (librdkafka's message is released
+ * at once, and the arena is reused from batch to batch, so the hot path does not allocate per
+ * message once warmed up). Business key and handler parameters are extracted at add time; a
+ * message whose key cannot be extracted is kept with its reason, for quarantine.
+ */
+#ifndef IDEM_BATCH_H
+#define IDEM_BATCH_H
+
+#include <sys/types.h>
+
+#include "idem_cfg.h"
+#include "idem_common.h"
+#include "idem_field.h"
+
+enum idem_msg_state {
+	IDEM_MSG_PENDING = 0, /* decoded, not yet claimed */
+	IDEM_MSG_DUP_IN_BATCH, /* same key as a lower offset in this batch */
+	IDEM_MSG_BAD,          /* cannot be processed (reason set): to quarantine */
+	IDEM_MSG_APPLIED,      /* claimed and handler ran */
+	IDEM_MSG_DUPLICATE,    /* claim existed already */
+	IDEM_MSG_QUARANTINED,  /* written to idem.quarantine */
+};
+
+/* A span of the batch arena; off/len in bytes. */
+struct idem_span {
+	size_t off;
+	size_t len;
+	bool null;
+};
+
+struct idem_batch_msg {
+	int64_t offset;
+	int64_t timestamp_ms;
+	struct idem_span key;
+	struct idem_span value;
+	size_t hdr_first; /* index into batch->hdrs */
+	size_t n_hdrs;
+	struct idem_span bkey;    /* the business key (text, NUL-terminated in the arena) */
+	size_t param_first;       /* index into batch->params; route->n_params of them */
+	struct idem_span hash;    /* SHA-256 of the value, hex, NUL-terminated */
+	struct idem_span reason;  /* why it is BAD or failed; NUL-terminated */
+	struct idem_span result;  /* the handler's result, if any */
+	char sqlstate[6];
+	int attempts;
+	enum idem_msg_state state;
+};
+
+struct idem_batch_hdr {
+	struct idem_span name;
+	struct idem_span value;
+};
+
+struct idem_batch {
+	const struct idem_route *route;
+	char *topic; /* owned */
+	int32_t partition;
+	int64_t opened_ms; /* monotonic time of the first add */
+
+	struct idem_batch_msg *msgs;
+	size_t n_msgs, cap_msgs;
+	struct idem_batch_hdr *hdrs;
+	size_t n_hdrs, cap_hdrs;
+	struct idem_span *params;
+	size_t n_params, cap_params;
+	size_t *order; /* after collapse: indices of unique PENDING keys, sorted by key bytes */
+	size_t n_order, cap_order;
+	struct idem_buf arena;
+
+	/* scratch, reused */
+	struct idem_jsondoc doc;
+	struct idem_buf scratch;
+};
+
+/* @brief Initialise an empty batch for @topic/@partition served by @route. */
+IDEM_NODISCARD idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
+					   const char *topic, int32_t partition);
+void idem_batch_done(struct idem_batch *b);
+/* @brief Forget every message, keep the memory. */
+void idem_batch_reset(struct idem_batch *b);
+
+/*
+ * @brief Copy @m into the batch and decode it (business key, parameters, payload hash).
+ * A message that cannot be decoded is added as IDEM_MSG_BAD with its reason; only memory
+ * exhaustion fails.
+ */
+IDEM_NODISCARD idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
+					  const struct idem_cfg *cfg, int64_t now_ms);
+
+/*
+ * @brief Mark in-batch duplicates (the lowest offset of a key wins) and fill b->order with
+ * the winners sorted by key bytes, the order claims are made in (so that concurrent claimants
+ * lock keys in one global order and cannot deadlock).
+ */
+IDEM_NODISCARD idem_status idem_batch_collapse(struct idem_batch *b);
+
+/* @brief Index in b->msgs of the PENDING message with business key @k (in b->order), or -1. */
+ssize_t idem_batch_find_key(const struct idem_batch *b, const char *k, size_t klen);
+
+/* @brief Pointer to span @s in the arena (valid until the next add). */
+static inline const char *idem_batch_ptr(const struct idem_batch *b, struct idem_span s)
+{
+	return s.null ? NULL : b->arena.data + s.off;
+}
+
+/* @brief Set message @i's reason text (copied into the arena). */
+IDEM_NODISCARD idem_status idem_batch_set_reason(struct idem_batch *b, size_t i,
+						 const char *reason, const char *sqlstate);
+IDEM_NODISCARD idem_status idem_batch_set_result(struct idem_batch *b, size_t i, const char *res,
+						 size_t len, bool null);
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * idem_cfg.h - the immutable configuration, loaded from YAML.
+ *
+ * parse -> validate the whole file collecting every error -> build struct idem_cfg.
+ * Errors read "FILE:LINE:COLUMN: error: MESSAGE", 1-based, one per line.
+ */
+#ifndef IDEM_CFG_H
+#define IDEM_CFG_H
+
+#include "idem_common.h"
+#include "idem_field.h"
+#include "idem_log.h"
+
+/* One route: which topics, how to build the business key, which handler to run. */
+struct idem_route {
+	char *name;     /* routes[].name, required, unique */
+	char **topics;  /* routes[].topics, required, non-empty */
+	size_t n_topics;
+	char *consumer; /* routes[].consumer: key namespace; default kafka.group_id */
+	struct idem_template key; /* routes[].business_key */
+	char *handler_sql;        /* routes[].handler.sql: one statement with $1..$n */
+	struct idem_field *params; /* routes[].handler.params: $1..$n, in order */
+	size_t n_params;
+	bool needs_json; /* computed: key or a param uses json: */
+};
+
+struct idem_kv {
+	char *name;
+	char *value;
+};
+
+struct idem_cfg {
+	char *path; /* the file it came from */
+
+	/* kafka: */
+	char *brokers;  /* kafka.brokers, required ("host:port,...") */
+	char *group_id; /* kafka.group_id, required */
+	char **topics;  /* kafka.topics; default: every route's topics, deduplicated */
+	size_t n_topics;
+	struct idem_kv *kafka_props; /* kafka.properties: passed to librdkafka as strings */
+	size_t n_kafka_props;
+
+	/* postgres: */
+	char *conninfo;      /* postgres.conninfo, required; must not contain a password */
+	char *password_env;  /* postgres.password_env: name of an environment variable */
+	char *password_file; /* postgres.password_file: file whose first line is the password */
+
+	/* routes: */
+	struct idem_route *routes;
+	size_t n_routes;
+
+	/* batch: */
+	int batch_max_messages; /* batch.max_messages, default 500, 1..100000 */
+	int batch_max_wait_ms;  /* batch.max_wait_ms, default 20, 0..60000 */
+
+	/* limits: */
+	size_t max_key_bytes;     /* limits.max_key_bytes, default 512, 1..8192 */
+	size_t max_message_bytes; /* limits.max_message_bytes, default 16 MiB */
+
+	/* retry: */
+	int retry_initial_ms; /* retry.initial_ms, default 100 */
+	int retry_max_ms;     /* retry.max_ms, default 30000 */
+
+	/* log: */
+	enum idem_log_level log_level; /* log.level, default info */
+};
+
+/*
+ * @brief Load and validate @path.
+ * @param ret_cfg on success, the new configuration (free with idem_cfg_free()).
+ * @param ret_errors on IDEM_ERR_CONFIG or IDEM_ERR_IO, a malloc'ed text with every error, one
+ *        per line, each "path:line:col: error: ..." (or "path: error: ..." without a position).
+ * @returns IDEM_OK, IDEM_ERR_CONFIG, IDEM_ERR_IO (cannot read) or IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_cfg_load(const char *path, struct idem_cfg **ret_cfg,
+					 char **ret_errors);
+
+/* @brief As idem_cfg_load() but from memory; @name is used in messages. */
+IDEM_NODISCARD idem_status idem_cfg_parse(const char *name, const char *buf, size_t len,
+					  struct idem_cfg **ret_cfg, char **ret_errors);
+
+/* @brief Route serving @topic, or NULL. */
+const struct idem_route *idem_cfg_route_for(const struct idem_cfg *cfg, const char *topic);
+
+void idem_cfg_free(struct idem_cfg *cfg);
+
+#endif

@@ -1,0 +1,171 @@
+/*
+ * idem_common.c - error detail, byte buffers, UTF-8 validation.
+ */
+#include "idem_common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL)
+		return code;
+	err->code = code;
+	err->sqlstate[0] = '\0';
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *idem_status_str(idem_status s)
+{
+	switch (s) {
+	case IDEM_OK:
+		return "success";
+	case IDEM_ERR_NOMEM:
+		return "out of memory";
+	case IDEM_ERR_INVALID:
+		return "invalid argument";
+	case IDEM_ERR_IO:
+		return "I/O error";
+	case IDEM_ERR_CONFIG:
+		return "configuration error";
+	case IDEM_ERR_KEY:
+		return "cannot extract field";
+	case IDEM_ERR_PG:
+		return "postgres error";
+	case IDEM_ERR_KAFKA:
+		return "kafka error";
+	case IDEM_ERR_NOT_FOUND:
+		return "not found";
+	}
+	return "unknown error";
+}
+
+void idem_buf_init(struct idem_buf *b)
+{
+	b->data = NULL;
+	b->len = 0;
+	b->cap = 0;
+}
+
+void idem_buf_done(struct idem_buf *b)
+{
+	if (b == NULL)
+		return;
+	free(b->data);
+	idem_buf_init(b);
+}
+
+void idem_buf_reset(struct idem_buf *b)
+{
+	b->len = 0;
+	if (b->data != NULL)
+		b->data[0] = '\0';
+}
+
+idem_status idem_buf_reserve(struct idem_buf *b, size_t extra)
+{
+	size_t need, cap;
+	char *p;
+
+	/* One spare byte always holds the terminating NUL. */
+	if (extra > SIZE_MAX - b->len - 1)
+		return IDEM_ERR_NOMEM;
+	need = b->len + extra + 1;
+	if (need <= b->cap)
+		return IDEM_OK;
+	cap = b->cap ? b->cap : 64;
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+	p = realloc(b->data, cap);
+	if (p == NULL)
+		return IDEM_ERR_NOMEM;
+	b->data = p;
+	b->cap = cap;
+	return IDEM_OK;
+}
+
+idem_status idem_buf_append(struct idem_buf *b, const void *p, size_t n)
+{
+	if (idem_buf_reserve(b, n) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (n > 0)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return IDEM_OK;
+}
+
+idem_status idem_buf_append_str(struct idem_buf *b, const char *s)
+{
+	return idem_buf_append(b, s, strlen(s));
+}
+
+idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return IDEM_ERR_INVALID;
+	if (idem_buf_reserve(b, (size_t)n) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+	return IDEM_OK;
+}
+
+bool idem_utf8_valid(const void *p, size_t n)
+{
+	const unsigned char *s = p;
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned char c = s[i];
+		size_t need;
+		uint32_t cp;
+
+		if (c == 0)
+			return false;
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if ((c & 0xe0) == 0xc0) {
+			need = 1;
+			cp = c & 0x1f;
+		} else if ((c & 0xf0) == 0xe0) {
+			need = 2;
+			cp = c & 0x0f;
+		} else if ((c & 0xf8) == 0xf0) {
+			need = 3;
+			cp = c & 0x07;
+		} else {
+			return false;
+		}
+		if (n - i - 1 < need)
+			return false;
+		for (size_t k = 1; k <= need; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return false;
+			cp = (cp << 6) | (s[i + k] & 0x3f);
+		}
+		/* Reject overlong forms, surrogates and values past U+10FFFF. */
+		if ((need == 1 && cp < 0x80) || (need == 2 && cp < 0x800) ||
+		    (need == 3 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += need + 1;
+	}
+	return true;
+}

@@ -1,0 +1,80 @@
+/*
+ * idem_common.h - status codes, error detail and attributes shared by libidem.
+ */
+#ifndef IDEM_COMMON_H
+#define IDEM_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define IDEM_PRINTF(a, b)  __attribute__((format(printf, a, b)))
+#define IDEM_NORETURN      __attribute__((noreturn))
+#define IDEM_NODISCARD     __attribute__((warn_unused_result))
+#define IDEM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#ifdef IDEM_UNIT_TEST
+#define IDEM_TESTABLE
+#else
+#define IDEM_TESTABLE static
+#endif
+
+/* sysexits.h EX_CONFIG: configuration error; systemd must not restart on it. */
+#define IDEM_EXIT_CONFIG 78
+
+typedef enum idem_status {
+	IDEM_OK = 0,
+	IDEM_ERR_NOMEM,     /* out of memory */
+	IDEM_ERR_INVALID,   /* invalid argument or state (programmer or operator error) */
+	IDEM_ERR_IO,        /* file or socket I/O */
+	IDEM_ERR_CONFIG,    /* configuration is invalid */
+	IDEM_ERR_KEY,       /* business key or field could not be extracted from a message */
+	IDEM_ERR_PG,        /* Postgres error; see idem_error.sqlstate */
+	IDEM_ERR_KAFKA,     /* librdkafka error */
+	IDEM_ERR_NOT_FOUND, /* a looked-up thing does not exist */
+} idem_status;
+
+/*
+ * Error detail. Functions that take an "idem_error *err" (may be NULL) write it only when
+ * they fail. sqlstate is set for IDEM_ERR_PG when the server sent one, else it is "".
+ */
+typedef struct idem_error {
+	idem_status code;
+	char sqlstate[6];
+	char msg[1024];
+} idem_error;
+
+/*
+ * @brief Fill @err (if not NULL) with @code and a formatted message.
+ * @returns @code, so callers can "return idem_error_set(err, ...)".
+ */
+idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, ...)
+	IDEM_PRINTF(3, 4);
+
+/* @brief Human name of a status code ("out of memory", ...). */
+const char *idem_status_str(idem_status s);
+
+/*
+ * A growable byte buffer. Zero-initialise it ({ 0 }) or call idem_buf_init(); release with
+ * idem_buf_done(). data is always NUL-terminated after a successful append (not counted in len),
+ * so text content can be used as a C string; binary content may contain NULs.
+ */
+struct idem_buf {
+	char *data;
+	size_t len;
+	size_t cap;
+};
+
+void idem_buf_init(struct idem_buf *b);
+void idem_buf_done(struct idem_buf *b);
+void idem_buf_reset(struct idem_buf *b); /* len = 0, keeps the memory */
+IDEM_NODISCARD idem_status idem_buf_reserve(struct idem_buf *b, size_t extra);
+IDEM_NODISCARD idem_status idem_buf_append(struct idem_buf *b, const void *p, size_t n);
+IDEM_NODISCARD idem_status idem_buf_append_str(struct idem_buf *b, const char *s);
+IDEM_NODISCARD idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, ...)
+	IDEM_PRINTF(2, 3);
+
+/* @brief true if @p[0..n) is valid UTF-8 without NUL bytes. */
+bool idem_utf8_valid(const void *p, size_t n);
+
+#endif

@@ -1,0 +1,472 @@
+/*
+ * idem_daemon.c - the main loop.
+ *
+ * One thread: poll, batch per partition, commit a batch in Postgres, then store its offset for
+ * librdkafka to commit. A partition's batches are committed in offset order, and an offset is
+ * stored only after the transaction that covered it committed.
+ */
+#include "idem_daemon.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idem_consumer.h"
+#include "idem_log.h"
+#include "idem_offsets.h"
+#include "idem_pg.h"
+
+struct idem_daemon {
+	const struct idem_cfg *cfg;
+	idem_stop_fn stop;
+	rd_kafka_t *rk;
+	idem_pg *pg;
+	struct idem_parts parts;
+	struct idem_header *hdrs; /* scratch for one message's headers */
+	size_t cap_hdrs;
+	struct idem_daemon_stats stats;
+	bool closing;      /* shutting down: bounded retries only */
+	bool subscribed;
+	int64_t last_stats_ms;
+	unsigned int seed; /* for backoff jitter */
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool stopping(const idem_daemon *d)
+{
+	return d->stop != NULL && d->stop();
+}
+
+/* Sleep @ms in short steps, returning early when a stop is requested. */
+static void nap(const idem_daemon *d, int ms)
+{
+	while (ms > 0 && !stopping(d)) {
+		int step = ms < 100 ? ms : 100;
+		struct timespec ts = { 0, (long)step * 1000000L };
+
+		nanosleep(&ts, NULL);
+		ms -= step;
+	}
+}
+
+/* Exponential backoff with jitter: a random delay in [cap/2, cap], cap doubling per attempt. */
+static int backoff_ms(idem_daemon *d, int attempt)
+{
+	int64_t cap = d->cfg->retry_initial_ms;
+
+	for (int i = 1; i < attempt && cap < d->cfg->retry_max_ms; i++)
+		cap *= 2;
+	if (cap > d->cfg->retry_max_ms)
+		cap = d->cfg->retry_max_ms;
+	return (int)(cap / 2 + rand_r(&d->seed) % (unsigned int)(cap / 2 + 1));
+}
+
+static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
+{
+	rd_kafka_topic_partition_list_t *list;
+	rd_kafka_resp_err_t e;
+
+	if (!idem_part_committed(p, next))
+		return;
+	list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = next;
+	e = rd_kafka_offsets_store(d->rk, list);
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = list->elems[0].err;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		idem_log_warn("kafka", "cannot store offset topic=%s partition=%" PRId32 " offset=%" PRId64 ": %s, ignoring (the claims make the redelivery harmless)", p->topic, p->partition, next, rd_kafka_err2str(e));
+	else
+		idem_part_stored(p, next);
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/*
+ * Commit partition @p's batch. Retries transient and broken-handler failures with backoff until
+ * it succeeds, a stop is requested, or (@max_attempts > 0) the attempts run out; in the last two
+ * cases the batch is left as it is (its messages will be redelivered: nothing was committed).
+ */
+static idem_status flush(idem_daemon *d, struct idem_part *p, int max_attempts, idem_error *err)
+{
+	struct idem_batch *b = &p->batch;
+	struct idem_flush_stats st;
+	int64_t next, t0;
+	idem_error e;
+	idem_status r;
+
+	if (b->n_msgs == 0)
+		return IDEM_OK;
+	next = b->msgs[b->n_msgs - 1].offset + 1;
+	for (int attempt = 1;; attempt++) {
+		enum idem_pg_class cls;
+		int wait;
+
+		t0 = now_ms();
+		r = idem_pg_flush(d->pg, b, &st, &e);
+		if (r == IDEM_OK)
+			break;
+		if (r == IDEM_ERR_NOMEM)
+			return idem_error_set(err, r, "%s", e.msg);
+		cls = idem_pg_classify(e.sqlstate);
+		d->stats.retries++;
+		if (max_attempts > 0 && attempt >= max_attempts) {
+			idem_log_warn("batch", "giving up on batch topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64 " class=%s sqlstate=%s: %s; it will be redelivered", b->topic, b->partition, b->msgs[0].offset, next - 1, idem_pg_class_str(cls), e.sqlstate, e.msg);
+			return IDEM_ERR_PG;
+		}
+		wait = backoff_ms(d, attempt);
+		if (cls == IDEM_PG_BROKEN)
+			idem_log_error("batch", "handler or schema broken, partition paused: route=%s topic=%s partition=%" PRId32 " sqlstate=%s: %s, retrying in %dms", b->route->name, b->topic, b->partition, e.sqlstate, e.msg, wait);
+		else
+			idem_log_warn("batch", "batch failed topic=%s partition=%" PRId32 " class=%s sqlstate=%s: %s, retrying in %dms", b->topic, b->partition, idem_pg_class_str(cls), e.sqlstate[0] ? e.sqlstate : "-", e.msg, wait);
+		nap(d, wait);
+		if (stopping(d) && max_attempts == 0)
+			return IDEM_ERR_PG;
+	}
+	d->stats.batches++;
+	d->stats.slow_batches += st.slow_path;
+	d->stats.consumed += st.consumed;
+	d->stats.applied += st.applied;
+	d->stats.duplicates += st.duplicates;
+	d->stats.quarantined += st.quarantined;
+	if (st.quarantined > 0)
+		idem_log_warn("batch", "quarantined %" PRIu64 " message(s) topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64 " (see idem.quarantine)", st.quarantined, b->topic, b->partition, b->msgs[0].offset, next - 1);
+	idem_log_debug("batch", "committed topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64 " consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64 " quarantined=%" PRIu64 " ms=%" PRId64, b->topic, b->partition, b->msgs[0].offset, next - 1, st.consumed, st.applied, st.duplicates, st.quarantined, now_ms() - t0);
+	store_offset(d, p, next);
+	idem_batch_reset(b);
+	return IDEM_OK;
+}
+
+static void commit_sync(idem_daemon *d, const char *why)
+{
+	rd_kafka_resp_err_t e = rd_kafka_commit(d->rk, NULL, 0);
+
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+		idem_log_warn("kafka", "offset commit (%s) failed: %s, ignoring (the claims make the redelivery harmless)", why, rd_kafka_err2str(e));
+}
+
+static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, bool incremental)
+{
+	rd_kafka_error_t *error = NULL;
+	rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+	for (int i = 0; i < list->cnt; i++) {
+		rd_kafka_topic_partition_t *tp = &list->elems[i];
+		idem_status r = idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, NULL);
+
+		if (r != IDEM_OK)
+			idem_log_error("kafka", "cannot take partition topic=%s partition=%" PRId32 ": %s", tp->topic, tp->partition, idem_status_str(r));
+		else
+			idem_log_info("kafka", "assigned topic=%s partition=%" PRId32, tp->topic, tp->partition);
+	}
+	if (incremental)
+		error = rd_kafka_incremental_assign(d->rk, list);
+	else
+		e = rd_kafka_assign(d->rk, list);
+	if (error != NULL) {
+		idem_log_error("kafka", "assign failed: %s", rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	} else if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		idem_log_error("kafka", "assign failed: %s", rd_kafka_err2str(e));
+	}
+}
+
+/*
+ * Partitions are being taken away: finish what is in hand (one attempt each; a failed batch is
+ * abandoned and redelivered to the new owner, where the claims make it harmless), commit the
+ * offsets, then let them go.
+ */
+static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, bool incremental)
+{
+	rd_kafka_error_t *error = NULL;
+
+	for (int i = 0; i < list->cnt; i++) {
+		struct idem_part *p = idem_parts_find(&d->parts, list->elems[i].topic,
+						      list->elems[i].partition);
+
+		if (p != NULL && p->batch.n_msgs > 0 && flush(d, p, 1, NULL) != IDEM_OK)
+			idem_log_warn("kafka", "abandoned batch of revoked partition topic=%s partition=%" PRId32 ", it will be redelivered", p->topic, p->partition);
+	}
+	commit_sync(d, "revoke");
+	for (int i = 0; i < list->cnt; i++) {
+		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic, list->elems[i].partition);
+	}
+	if (incremental)
+		error = rd_kafka_incremental_unassign(d->rk, list);
+	else
+		rd_kafka_assign(d->rk, NULL);
+	if (error != NULL) {
+		idem_log_error("kafka", "unassign failed: %s", rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	}
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+			 rd_kafka_topic_partition_list_t *list, void *opaque)
+{
+	idem_daemon *d = opaque;
+	bool incremental = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+
+	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		on_assign(d, list, incremental);
+	} else if (e == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+		on_revoke(d, list, incremental);
+	} else {
+		idem_log_error("kafka", "rebalance failed: %s", rd_kafka_err2str(e));
+		if (!incremental)
+			rd_kafka_assign(rk, NULL);
+	}
+}
+
+static void error_cb(rd_kafka_t *rk, int e, const char *reason, void *opaque)
+{
+	(void)opaque;
+	if (e == RD_KAFKA_RESP_ERR__FATAL) {
+		char buf[512];
+
+		rd_kafka_fatal_error(rk, buf, sizeof(buf));
+		idem_log_error("kafka", "fatal error: %s", buf);
+		return;
+	}
+	idem_log_warn("kafka", "%s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)e), reason);
+}
+
+idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_daemon **ret_d,
+			    idem_error *err)
+{
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_conf_t *conf = NULL;
+	idem_daemon *d;
+	char errstr[512];
+	rd_kafka_resp_err_t e;
+	idem_status r;
+
+	d = calloc(1, sizeof(*d));
+	if (d == NULL)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	d->cfg = cfg;
+	d->stop = stop;
+	d->seed = (unsigned int)now_ms() ^ (unsigned int)(uintptr_t)d;
+	d->last_stats_ms = now_ms();
+	idem_parts_init(&d->parts);
+
+	if ((r = idem_pg_new(cfg, &d->pg, err)) != IDEM_OK)
+		goto out_free;
+	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
+		goto out_free;
+	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+	rd_kafka_conf_set_error_cb(conf, error_cb);
+	rd_kafka_conf_set_opaque(conf, d);
+	d->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	if (d->rk == NULL) {
+		rd_kafka_conf_destroy(conf);
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot create kafka consumer: %s", errstr);
+		goto out_free;
+	}
+	rd_kafka_poll_set_consumer(d->rk);
+	topics = rd_kafka_topic_partition_list_new((int)cfg->n_topics);
+	for (size_t i = 0; i < cfg->n_topics; i++)
+		rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
+	e = rd_kafka_subscribe(d->rk, topics);
+	rd_kafka_topic_partition_list_destroy(topics);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s", rd_kafka_err2str(e));
+		goto out_free;
+	}
+	d->subscribed = true;
+	*ret_d = d;
+	return IDEM_OK;
+
+out_free:
+	idem_daemon_free(d);
+	return r;
+}
+
+void idem_daemon_free(idem_daemon *d)
+{
+	if (d == NULL)
+		return;
+	if (d->rk != NULL)
+		rd_kafka_destroy(d->rk);
+	idem_pg_free(d->pg);
+	idem_parts_done(&d->parts);
+	free(d->hdrs);
+	free(d);
+}
+
+void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats)
+{
+	*ret_stats = d->stats;
+	ret_stats->partitions = d->parts.n;
+}
+
+/* Copy the headers of @rkm into d->hdrs (valid while @rkm lives). */
+static idem_status collect_headers(idem_daemon *d, rd_kafka_message_t *rkm, size_t *ret_n)
+{
+	rd_kafka_headers_t *hdrs = NULL;
+	size_t n = 0;
+
+	*ret_n = 0;
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR || hdrs == NULL)
+		return IDEM_OK;
+	n = rd_kafka_header_cnt(hdrs);
+	if (n > d->cap_hdrs) {
+		struct idem_header *nh = realloc(d->hdrs, n * sizeof(*nh));
+
+		if (nh == NULL)
+			return IDEM_ERR_NOMEM;
+		d->hdrs = nh;
+		d->cap_hdrs = n;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const void *val;
+		size_t len;
+		const char *name;
+
+		if (rd_kafka_header_get_all(hdrs, i, &name, &val, &len) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR)
+			return IDEM_ERR_INVALID;
+		d->hdrs[i] = (struct idem_header){ name, val, len };
+	}
+	*ret_n = n;
+	return IDEM_OK;
+}
+
+static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err)
+{
+	const char *topic = rd_kafka_topic_name(rkm->rkt);
+	struct idem_msgview m;
+	struct idem_part *p;
+	rd_kafka_timestamp_type_t tstype;
+	size_t n_hdrs = 0;
+	idem_status r;
+
+	p = idem_parts_find(&d->parts, topic, rkm->partition);
+	if (p == NULL) {
+		/* A message of a partition this instance no longer owns: its new owner gets it. */
+		return IDEM_OK;
+	}
+	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
+		return idem_error_set(err, r, "out of memory");
+	m.topic = topic;
+	m.partition = rkm->partition;
+	m.offset = rkm->offset;
+	m.timestamp_ms = rd_kafka_message_timestamp(rkm, &tstype);
+	if (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE)
+		m.timestamp_ms = -1;
+	m.key = rkm->key;
+	m.key_len = rkm->key_len;
+	m.value = rkm->payload;
+	m.value_len = rkm->len;
+	m.headers = d->hdrs;
+	m.n_headers = n_hdrs;
+	if ((r = idem_batch_add(&p->batch, &m, d->cfg, now_ms())) != IDEM_OK)
+		return idem_error_set(err, r, "cannot add message to batch: %s", idem_status_str(r));
+	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages)
+		return flush(d, p, 0, err);
+	return IDEM_OK;
+}
+
+/* Commit every batch that is due (@all: every non-empty one). */
+static idem_status flush_due(idem_daemon *d, bool all, idem_error *err)
+{
+	int64_t now = now_ms();
+	idem_status r;
+
+	/* flush() may run a rebalance-free Postgres transaction only; the parts table does not
+	 * change under it, so indexing is safe. */
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p = d->parts.v[i];
+
+		if (p->batch.n_msgs == 0)
+			continue;
+		if (all || now - p->batch.opened_ms >= d->cfg->batch_max_wait_ms) {
+			if ((r = flush(d, p, 0, err)) != IDEM_OK)
+				return r;
+		}
+		if (stopping(d))
+			break;
+	}
+	return IDEM_OK;
+}
+
+static int poll_timeout(const idem_daemon *d)
+{
+	int64_t now = now_ms(), t = 100;
+
+	for (size_t i = 0; i < d->parts.n; i++) {
+		const struct idem_batch *b = &d->parts.v[i]->batch;
+		int64_t left;
+
+		if (b->n_msgs == 0)
+			continue;
+		left = b->opened_ms + d->cfg->batch_max_wait_ms - now;
+		if (left < t)
+			t = left < 0 ? 0 : left;
+	}
+	return (int)t;
+}
+
+static void log_stats(idem_daemon *d)
+{
+	int64_t now = now_ms();
+
+	if (now - d->last_stats_ms < 30000)
+		return;
+	d->last_stats_ms = now;
+	idem_log_info("stats", "consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64 " quarantined=%" PRIu64 " batches=%" PRIu64 " slow_batches=%" PRIu64 " retries=%" PRIu64 " partitions=%zu", d->stats.consumed, d->stats.applied, d->stats.duplicates, d->stats.quarantined, d->stats.batches, d->stats.slow_batches, d->stats.retries, d->parts.n);
+}
+
+idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
+{
+	rd_kafka_message_t *rkm;
+	int budget = d->cfg->batch_max_messages * 4;
+	idem_status r;
+
+	rkm = rd_kafka_consumer_poll(d->rk, poll_timeout(d));
+	if (rkm == NULL)
+		return flush_due(d, true, err); /* idle: nothing is worth waiting for */
+	/* Drain what is already fetched without waiting, so batches fill under load. */
+	while (rkm != NULL) {
+		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+			r = take(d, rkm, err);
+		} else {
+			idem_log_warn("kafka", "consume error topic=%s partition=%" PRId32 ": %s", rkm->rkt ? rd_kafka_topic_name(rkm->rkt) : "-", rkm->partition, rd_kafka_message_errstr(rkm));
+			r = IDEM_OK;
+		}
+		rd_kafka_message_destroy(rkm);
+		if (r != IDEM_OK)
+			return r;
+		if (--budget <= 0 || stopping(d))
+			break;
+		rkm = rd_kafka_consumer_poll(d->rk, 0);
+	}
+	if ((r = flush_due(d, rkm == NULL, err)) != IDEM_OK)
+		return r;
+	log_stats(d);
+	return IDEM_OK;
+}
+
+idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
+{
+	idem_status r = IDEM_OK;
+
+	d->closing = true;
+	for (size_t i = 0; i < d->parts.n; i++) {
+		if (flush(d, d->parts.v[i], 5, err) == IDEM_ERR_NOMEM)
+			r = IDEM_ERR_NOMEM;
+	}
+	commit_sync(d, "shutdown");
+	/* Leaves the group; the revoke callback finds nothing left to do. */
+	rd_kafka_consumer_close(d->rk);
+	log_stats(d);
+	return r;
+}

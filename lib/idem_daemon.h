@@ -1,0 +1,55 @@
+/*
+ * idem_daemon.h - the consume -> batch -> transaction -> offset loop.
+ *
+ * The daemon program owns signals, logging setup and exit codes; everything else is here so it
+ * can be driven from tests.
+ */
+#ifndef IDEM_DAEMON_H
+#define IDEM_DAEMON_H
+
+#include "idem_cfg.h"
+#include "idem_common.h"
+
+typedef struct idem_daemon idem_daemon;
+
+struct idem_daemon_stats {
+	uint64_t consumed;
+	uint64_t applied;
+	uint64_t duplicates;
+	uint64_t quarantined;
+	uint64_t batches;
+	uint64_t slow_batches;
+	uint64_t retries;
+	size_t partitions; /* currently assigned */
+};
+
+/* Asked between retries and during waits: true when the process should stop. */
+typedef bool (*idem_stop_fn)(void);
+
+/*
+ * @brief Connect to Postgres (checking the schema and preparing every handler), create the
+ * consumer and subscribe. Does not retry: a failure here is reported to the caller, with
+ * err->code IDEM_ERR_PG and a SQLSTATE when Postgres refused something.
+ * @param cfg must outlive the daemon.
+ */
+IDEM_NODISCARD idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop,
+					   idem_daemon **ret_d, idem_error *err);
+
+/*
+ * @brief One turn of the main loop: poll Kafka for up to ~100 ms, add messages to their
+ * partition's batch, commit the batches that are full or due. Transient Postgres failures are
+ * retried inside (with backoff) until they succeed or a stop is requested.
+ * @returns IDEM_OK, or a fatal error (out of memory).
+ */
+IDEM_NODISCARD idem_status idem_daemon_tick(idem_daemon *d, idem_error *err);
+
+/*
+ * @brief Drain: commit the open batches (bounded retries), commit offsets synchronously, close
+ * the consumer (leaving the group).
+ */
+IDEM_NODISCARD idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err);
+
+void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats);
+void idem_daemon_free(idem_daemon *d);
+
+#endif

@@ -1,0 +1,806 @@
+/*
+ * idem_field.c - field names, business-key templates and their extraction from messages.
+ *
+ * Extraction runs once per message on the hot path, so it allocates nothing beyond growing the
+ * caller's idem_buf and json-c's parse of the value, which happens at most once per message and
+ * is cached in struct idem_jsondoc (the tokener itself is kept and reused). JSON pointers are
+ * resolved here rather than with json_pointer_get(), which copies the pointer on every call.
+ *
+ * Kafka allows a header name to repeat. The last occurrence wins, for business keys and for
+ * handler parameters alike: a producer that "sets" a header a library already added appends it.
+ */
+#include "idem_field.h"
+
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Nesting deeper than this makes the value "not valid JSON" (json-c's default is 32). */
+#define IDEM_FIELD_JSON_DEPTH 64
+
+/* Pointer segments up to this length are looked up through json-c's hash table. */
+#define IDEM_FIELD_SEGMENT_MAX 128
+
+static const struct {
+	const char *name;
+	enum idem_field_kind kind;
+} field_names[] = {
+	{ "value", IDEM_FIELD_VALUE },
+	{ "key", IDEM_FIELD_KEY },
+	{ "business_key", IDEM_FIELD_BUSINESS_KEY },
+	{ "topic", IDEM_FIELD_TOPIC },
+	{ "partition", IDEM_FIELD_PARTITION },
+	{ "offset", IDEM_FIELD_OFFSET },
+	{ "timestamp", IDEM_FIELD_TIMESTAMP },
+};
+
+static idem_status parse_fail(char *errbuf, size_t errlen, idem_status r, const char *fmt, ...)
+        IDEM_PRINTF(4, 5);
+
+static idem_status parse_fail(char *errbuf, size_t errlen, idem_status r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errbuf == NULL || errlen == 0)
+		return r;
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errlen, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+/* RFC 6901: "" is the whole document, else "/"-separated tokens where '~' is "~0" or "~1". */
+static idem_status check_json_pointer(const char *field, const char *ptr, char *errbuf,
+                                      size_t errlen)
+{
+	if (ptr[0] != '\0' && ptr[0] != '/')
+		return parse_fail(
+		        errbuf, errlen, IDEM_ERR_INVALID,
+		        "invalid JSON pointer in field '%s': must be empty or start with '/'",
+		        field);
+	for (const char *p = ptr; *p != '\0'; p++) {
+		if (p[0] == '~' && p[1] != '0' && p[1] != '1')
+			return parse_fail(
+			        errbuf, errlen, IDEM_ERR_INVALID,
+			        "invalid JSON pointer in field '%s': '~' must be followed by '0' or '1'",
+			        field);
+	}
+	return IDEM_OK;
+}
+
+idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *errbuf,
+                             size_t errlen)
+{
+	enum idem_field_kind kind = IDEM_FIELD_LITERAL;
+	const char *arg = NULL;
+	char *copy = NULL;
+	idem_status r;
+
+	if (s == NULL || s[0] == '\0')
+		return parse_fail(errbuf, errlen, IDEM_ERR_INVALID, "empty field name");
+	if (strncmp(s, "header:", 7) == 0) {
+		kind = IDEM_FIELD_HEADER;
+		arg = s + 7;
+		if (arg[0] == '\0')
+			return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+			                  "empty header name in field 'header:'");
+	} else if (strncmp(s, "json:", 5) == 0) {
+		kind = IDEM_FIELD_JSON;
+		arg = s + 5;
+		r = check_json_pointer(s, arg, errbuf, errlen);
+		if (r != IDEM_OK)
+			return r;
+	} else {
+		for (size_t i = 0; i < IDEM_ARRAY_SIZE(field_names); i++) {
+			if (strcmp(s, field_names[i].name) == 0) {
+				kind = field_names[i].kind;
+				break;
+			}
+		}
+		if (kind == IDEM_FIELD_LITERAL)
+			return parse_fail(
+			        errbuf, errlen, IDEM_ERR_INVALID,
+			        "unknown field '%s' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)",
+			        s);
+	}
+	if (arg != NULL) {
+		copy = strdup(arg);
+		if (copy == NULL)
+			return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+	}
+	ret_field->kind = kind;
+	ret_field->arg = copy;
+	return IDEM_OK;
+}
+
+void idem_field_done(struct idem_field *f)
+{
+	if (f == NULL)
+		return;
+	free(f->arg);
+	f->arg = NULL;
+	f->kind = IDEM_FIELD_LITERAL;
+}
+
+void idem_template_done(struct idem_template *t)
+{
+	if (t == NULL)
+		return;
+	for (size_t i = 0; i < t->n_parts; i++)
+		idem_field_done(&t->parts[i]);
+	free(t->parts);
+	t->parts = NULL;
+	t->n_parts = 0;
+}
+
+bool idem_template_needs_json(const struct idem_template *t)
+{
+	if (t == NULL)
+		return false;
+	for (size_t i = 0; i < t->n_parts; i++) {
+		if (t->parts[i].kind == IDEM_FIELD_JSON)
+			return true;
+	}
+	return false;
+}
+
+/* Appends @f to @t, taking ownership of f->arg even on failure. */
+static idem_status template_push(struct idem_template *t, size_t *cap, struct idem_field *f)
+{
+	struct idem_field *parts;
+
+	if (t->n_parts == *cap) {
+		size_t n = *cap ? *cap * 2 : 4;
+
+		parts = realloc(t->parts, n * sizeof(*parts));
+		if (parts == NULL) {
+			idem_field_done(f);
+			return IDEM_ERR_NOMEM;
+		}
+		t->parts = parts;
+		*cap = n;
+	}
+	t->parts[t->n_parts++] = *f;
+	return IDEM_OK;
+}
+
+/* Turns the pending literal text lit[0..*n) into a part, if there is any. */
+static idem_status template_flush_literal(struct idem_template *t, size_t *cap, const char *lit,
+                                          size_t *n)
+{
+	struct idem_field f = { IDEM_FIELD_LITERAL, NULL };
+
+	if (*n == 0)
+		return IDEM_OK;
+	f.arg = strndup(lit, *n);
+	if (f.arg == NULL)
+		return IDEM_ERR_NOMEM;
+	*n = 0;
+	return template_push(t, cap, &f);
+}
+
+static idem_status template_parse_parts(const char *s, struct idem_template *t, char *errbuf,
+                                        size_t errlen)
+{
+	struct idem_field f;
+	size_t cap = 0, n_lit = 0, n_fields = 0;
+	const char *p = s;
+	char *lit, *name;
+	idem_status r;
+
+	lit = malloc(strlen(s) + 1);
+	if (lit == NULL)
+		return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+	lit[0] = '\0';
+	while (*p != '\0') {
+		const char *end;
+
+		if (p[0] != '$' || (p[1] != '$' && p[1] != '{')) {
+			lit[n_lit++] = *p++;
+			continue;
+		}
+		if (p[1] == '$') {
+			lit[n_lit++] = '$';
+			p += 2;
+			continue;
+		}
+		end = strchr(p + 2, '}');
+		if (end == NULL) {
+			r = parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+			               "unterminated '${' in business key template '%s'", s);
+			goto out_free_lit;
+		}
+		r = template_flush_literal(t, &cap, lit, &n_lit);
+		if (r != IDEM_OK) {
+			r = parse_fail(errbuf, errlen, r, "out of memory");
+			goto out_free_lit;
+		}
+		name = strndup(p + 2, (size_t)(end - (p + 2)));
+		r = name != NULL ? idem_field_parse(name, &f, errbuf, errlen)
+		                 : parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+		free(name);
+		if (r != IDEM_OK)
+			goto out_free_lit;
+		if (f.kind == IDEM_FIELD_BUSINESS_KEY) {
+			idem_field_done(&f);
+			r = parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+			               "business key template cannot reference business_key");
+			goto out_free_lit;
+		}
+		r = template_push(t, &cap, &f);
+		if (r != IDEM_OK) {
+			r = parse_fail(errbuf, errlen, r, "out of memory");
+			goto out_free_lit;
+		}
+		n_fields++;
+		p = end + 1;
+	}
+	r = template_flush_literal(t, &cap, lit, &n_lit);
+	if (r != IDEM_OK)
+		r = parse_fail(errbuf, errlen, r, "out of memory");
+	else if (n_fields == 0)
+		r = parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+		               "business key template references no field");
+out_free_lit:
+	free(lit);
+	return r;
+}
+
+idem_status idem_template_parse(const char *s, struct idem_template *ret_tpl, char *errbuf,
+                                size_t errlen)
+{
+	struct idem_template t = { NULL, 0 };
+	struct idem_field f;
+	char why[256];
+	idem_status r;
+
+	if (s == NULL || s[0] == '\0')
+		return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+		                  "business key template is empty");
+	/* "json:/order_no" is shorthand for "${json:/order_no}". */
+	if (strstr(s, "${") == NULL) {
+		r = idem_field_parse(s, &f, why, sizeof(why));
+		if (r == IDEM_ERR_NOMEM)
+			return parse_fail(errbuf, errlen, r, "out of memory");
+		if (r != IDEM_OK)
+			return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+			                  "business key template references no field: %s", why);
+		if (f.kind == IDEM_FIELD_BUSINESS_KEY) {
+			idem_field_done(&f);
+			return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+			                  "business key template cannot reference business_key");
+		}
+		t.parts = malloc(sizeof(*t.parts));
+		if (t.parts == NULL) {
+			idem_field_done(&f);
+			return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+		}
+		t.parts[0] = f;
+		t.n_parts = 1;
+		*ret_tpl = t;
+		return IDEM_OK;
+	}
+	r = template_parse_parts(s, &t, errbuf, errlen);
+	if (r != IDEM_OK) {
+		idem_template_done(&t);
+		return r;
+	}
+	*ret_tpl = t;
+	return IDEM_OK;
+}
+
+void idem_jsondoc_init(struct idem_jsondoc *doc)
+{
+	doc->root = NULL;
+	doc->tok = NULL;
+	doc->parsed = false;
+	doc->invalid = false;
+	doc->errmsg[0] = '\0';
+}
+
+void idem_jsondoc_reset(struct idem_jsondoc *doc)
+{
+	if (doc == NULL)
+		return;
+	json_object_put(doc->root);
+	doc->root = NULL;
+	doc->parsed = false;
+	doc->invalid = false;
+	doc->errmsg[0] = '\0';
+}
+
+void idem_jsondoc_done(struct idem_jsondoc *doc)
+{
+	if (doc == NULL)
+		return;
+	idem_jsondoc_reset(doc);
+	if (doc->tok != NULL)
+		json_tokener_free(doc->tok);
+	doc->tok = NULL;
+}
+
+static void jsondoc_set_invalid(struct idem_jsondoc *doc, const char *fmt, ...) IDEM_PRINTF(2, 3);
+
+static void jsondoc_set_invalid(struct idem_jsondoc *doc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(doc->errmsg, sizeof(doc->errmsg), fmt, ap);
+	va_end(ap);
+	doc->invalid = true;
+	doc->parsed = true;
+}
+
+/*
+ * Parses the value of @m into @doc unless that was done already for this message. A value that
+ * is not JSON is not a failure here: it sets doc->invalid and doc->errmsg, which callers turn
+ * into an error naming their field. Byte positions in errmsg are 0-based offsets into the value.
+ */
+static idem_status jsondoc_load(struct idem_jsondoc *doc, const struct idem_msgview *m)
+{
+	const char *nul;
+	json_object *root;
+	enum json_tokener_error jerr;
+	size_t at;
+
+	if (doc->parsed)
+		return IDEM_OK;
+	if (m->value_len > INT_MAX - 1) {
+		jsondoc_set_invalid(doc, "value is too large (%zu bytes)", m->value_len);
+		return IDEM_OK;
+	}
+	/* json-c takes a NUL as the end of the input; JSON text never contains one. */
+	nul = memchr(m->value, '\0', m->value_len);
+	if (nul != NULL) {
+		jsondoc_set_invalid(doc, "NUL byte at byte %zu",
+		                    (size_t)(nul - (const char *)m->value));
+		return IDEM_OK;
+	}
+	if (doc->tok == NULL) {
+		doc->tok = json_tokener_new_ex(IDEM_FIELD_JSON_DEPTH);
+		if (doc->tok == NULL)
+			return IDEM_ERR_NOMEM;
+	}
+	json_tokener_reset(doc->tok);
+	json_tokener_set_flags(doc->tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	root = json_tokener_parse_ex(doc->tok, m->value, (int)m->value_len);
+	jerr = json_tokener_get_error(doc->tok);
+	at = json_tokener_get_parse_end(doc->tok);
+	/*
+	 * A top-level number (or an empty or truncated value) leaves the tokener waiting for more;
+	 * the terminating NUL tells it the input has ended.
+	 */
+	if (root == NULL && jerr == json_tokener_continue) {
+		root = json_tokener_parse_ex(doc->tok, "", 1);
+		jerr = json_tokener_get_error(doc->tok);
+		at = m->value_len;
+	}
+	if (jerr != json_tokener_success) {
+		json_object_put(root);
+		jsondoc_set_invalid(doc, "%s at byte %zu", json_tokener_error_desc(jerr), at);
+		return IDEM_OK;
+	}
+	/* root is NULL when the whole value is the JSON literal null. */
+	doc->root = root;
+	doc->parsed = true;
+	return IDEM_OK;
+}
+
+/* Compares the object key @k with the pointer token seg[0..n), which is still escaped. */
+static bool segment_equal(const char *k, const char *seg, size_t n)
+{
+	for (size_t i = 0; i < n; i++, k++) {
+		char c = seg[i];
+
+		if (c == '~' && i + 1 < n) {
+			c = seg[i + 1] == '0' ? '~' : '/';
+			i++;
+		}
+		if (*k != c)
+			return false;
+	}
+	return *k == '\0';
+}
+
+static bool object_member(json_object *obj, const char *seg, size_t n, json_object **ret_val)
+{
+	char key[IDEM_FIELD_SEGMENT_MAX];
+	size_t len = 0;
+
+	if (n < sizeof(key)) {
+		for (size_t i = 0; i < n; i++) {
+			if (seg[i] == '~' && i + 1 < n) {
+				key[len++] = seg[i + 1] == '0' ? '~' : '/';
+				i++;
+			} else {
+				key[len++] = seg[i];
+			}
+		}
+		key[len] = '\0';
+		return json_object_object_get_ex(obj, key, ret_val);
+	}
+	/* Long tokens are rare; compare them in place instead of copying them. */
+	json_object_object_foreach(obj, k, v)
+	{
+		if (segment_equal(k, seg, n)) {
+			*ret_val = v;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* RFC 6901 array index: "0" or digits without a leading zero; "-" (past the end) never exists. */
+static bool array_element(json_object *arr, const char *seg, size_t n, json_object **ret_val)
+{
+	size_t idx = 0;
+
+	if (n == 0 || (n > 1 && seg[0] == '0'))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (seg[i] < '0' || seg[i] > '9')
+			return false;
+		if (idx > (SIZE_MAX - 9) / 10)
+			return false;
+		idx = idx * 10 + (size_t)(seg[i] - '0');
+	}
+	if (idx >= json_object_array_length(arr))
+		return false;
+	*ret_val = json_object_array_get_idx(arr, idx);
+	return true;
+}
+
+/* Resolves the (validated) pointer @ptr in @root; *ret_val is NULL for JSON null. */
+static bool json_resolve(json_object *root, const char *ptr, json_object **ret_val)
+{
+	json_object *cur = root;
+	const char *seg = ptr;
+
+	while (*seg == '/') {
+		const char *end;
+		size_t n;
+		bool found;
+
+		seg++;
+		end = strchr(seg, '/');
+		n = end != NULL ? (size_t)(end - seg) : strlen(seg);
+		if (json_object_is_type(cur, json_type_object))
+			found = object_member(cur, seg, n, &cur);
+		else if (json_object_is_type(cur, json_type_array))
+			found = array_element(cur, seg, n, &cur);
+		else
+			found = false;
+		if (!found)
+			return false;
+		seg += n;
+	}
+	*ret_val = cur;
+	return true;
+}
+
+enum json_lookup {
+	JSON_LOOKUP_FOUND,
+	JSON_LOOKUP_NO_VALUE,
+	JSON_LOOKUP_NOT_FOUND,
+};
+
+/* Finds json field @f in @m. A value that is not JSON is an IDEM_ERR_KEY error. */
+static idem_status json_lookup(const struct idem_field *f, const struct idem_msgview *m,
+                               struct idem_jsondoc *doc, json_object **ret_val,
+                               enum json_lookup *ret_how, idem_error *err)
+{
+	idem_status r;
+
+	if (m->value == NULL) {
+		*ret_how = JSON_LOOKUP_NO_VALUE;
+		return IDEM_OK;
+	}
+	r = jsondoc_load(doc, m);
+	if (r != IDEM_OK)
+		return idem_error_set(err, r, "json:%s: out of memory", f->arg);
+	if (doc->invalid)
+		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: value is not valid JSON: %s",
+		                      f->arg, doc->errmsg);
+	*ret_how = json_resolve(doc->root, f->arg, ret_val) ? JSON_LOOKUP_FOUND
+	                                                    : JSON_LOOKUP_NOT_FOUND;
+	return IDEM_OK;
+}
+
+/*
+ * Appends a non-null JSON value as text: strings as their content, everything else as json-c's
+ * plain JSON text. Numbers keep the text they were written with where json-c keeps it (doubles);
+ * integers are printed as json-c prints them, without the per-object buffer that costs.
+ */
+static idem_status json_append(struct idem_buf *out, json_object *val)
+{
+	const char *s;
+	int64_t i;
+
+	switch (json_object_get_type(val)) {
+	case json_type_string:
+		return idem_buf_append(out, json_object_get_string(val),
+		                       (size_t)json_object_get_string_len(val));
+	case json_type_boolean:
+		return idem_buf_append_str(out, json_object_get_boolean(val) ? "true" : "false");
+	case json_type_int:
+		i = json_object_get_int64(val);
+		if (i == INT64_MAX)
+			return idem_buf_printf(out, "%" PRIu64, json_object_get_uint64(val));
+		return idem_buf_printf(out, "%" PRId64, i);
+	case json_type_double:
+		s = json_object_get_userdata(val);
+		if (s != NULL)
+			return idem_buf_append_str(out, s);
+		break;
+	default:
+		break;
+	}
+	s = json_object_to_json_string_ext(val, JSON_C_TO_STRING_PLAIN);
+	if (s == NULL)
+		return IDEM_ERR_NOMEM;
+	return idem_buf_append_str(out, s);
+}
+
+static idem_status key_append_json(const struct idem_field *f, const struct idem_msgview *m,
+                                   struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
+{
+	json_object *val = NULL;
+	enum json_lookup how;
+	idem_status r;
+	int64_t i;
+
+	r = json_lookup(f, m, doc, &val, &how, err);
+	if (r != IDEM_OK)
+		return r;
+	if (how == JSON_LOOKUP_NO_VALUE)
+		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: message has no value", f->arg);
+	if (how == JSON_LOOKUP_NOT_FOUND)
+		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: not found in value", f->arg);
+	switch (json_object_get_type(val)) {
+	case json_type_null:
+		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: is null", f->arg);
+	case json_type_object:
+		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: is an object, not a scalar",
+		                      f->arg);
+	case json_type_array:
+		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: is an array, not a scalar",
+		                      f->arg);
+	case json_type_int:
+		/*
+		 * json-c clamps integers beyond 64 bits to these limits, so two different order
+		 * numbers would share one key. Refuse rather than merge them.
+		 */
+		i = json_object_get_int64(val);
+		if (i == INT64_MIN || (i == INT64_MAX && json_object_get_uint64(val) == UINT64_MAX))
+			return idem_error_set(
+			        err, IDEM_ERR_KEY,
+			        "json:%s: integer is at or beyond the 64-bit limit and may have been clamped; send it as a JSON string",
+			        f->arg);
+		break;
+	case json_type_double:
+		/* Only NaN and Infinity, which strict JSON does not have, lack their source text.
+		 */
+		if (json_object_get_userdata(val) == NULL)
+			return idem_error_set(
+			        err, IDEM_ERR_KEY, "json:%s: '%s' is not a valid JSON number",
+			        f->arg,
+			        json_object_to_json_string_ext(val, JSON_C_TO_STRING_PLAIN));
+		break;
+	default:
+		break;
+	}
+	if (json_append(out, val) != IDEM_OK)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	return IDEM_OK;
+}
+
+static const struct idem_header *find_header(const struct idem_msgview *m, const char *name)
+{
+	for (size_t i = m->n_headers; i > 0; i--) {
+		const struct idem_header *h = &m->headers[i - 1];
+
+		if (h->name != NULL && strcmp(h->name, name) == 0)
+			return h;
+	}
+	return NULL;
+}
+
+/* Days since 1970-01-01 to a proleptic Gregorian date, for days >= 0 (Hinnant's algorithm). */
+static idem_status append_timestamp(struct idem_buf *out, int64_t ms)
+{
+	int64_t secs = ms / 1000, days = secs / 86400, sod = secs % 86400;
+	int64_t z = days + 719468, era = z / 146097, doe = z - era * 146097;
+	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	int64_t mp = (5 * doy + 2) / 153;
+	int64_t day = doy - (153 * mp + 2) / 5 + 1;
+	int64_t month = mp < 10 ? mp + 3 : mp - 9;
+	int64_t year = yoe + era * 400 + (month <= 2);
+
+	return idem_buf_printf(out,
+	                       "%04" PRId64 "-%02" PRId64 "-%02" PRId64 " %02" PRId64 ":%02" PRId64
+	                       ":%02" PRId64 ".%03" PRId64 "+00",
+	                       year, month, day, sod / 3600, sod / 60 % 60, sod % 60, ms % 1000);
+}
+
+static idem_status key_append_part(const struct idem_field *f, const struct idem_msgview *m,
+                                   struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
+{
+	const struct idem_header *h;
+	idem_status r;
+
+	switch (f->kind) {
+	case IDEM_FIELD_LITERAL:
+		r = idem_buf_append_str(out, f->arg);
+		break;
+	case IDEM_FIELD_VALUE:
+		if (m->value == NULL)
+			return idem_error_set(err, IDEM_ERR_KEY, "value: message has no value");
+		r = idem_buf_append(out, m->value, m->value_len);
+		break;
+	case IDEM_FIELD_KEY:
+		if (m->key == NULL)
+			return idem_error_set(err, IDEM_ERR_KEY, "key: message has no key");
+		r = idem_buf_append(out, m->key, m->key_len);
+		break;
+	case IDEM_FIELD_TOPIC:
+		if (m->topic == NULL)
+			return idem_error_set(err, IDEM_ERR_KEY, "topic: message has no topic");
+		r = idem_buf_append_str(out, m->topic);
+		break;
+	case IDEM_FIELD_PARTITION:
+		r = idem_buf_printf(out, "%" PRId32, m->partition);
+		break;
+	case IDEM_FIELD_OFFSET:
+		r = idem_buf_printf(out, "%" PRId64, m->offset);
+		break;
+	case IDEM_FIELD_TIMESTAMP:
+		if (m->timestamp_ms < 0)
+			return idem_error_set(err, IDEM_ERR_KEY,
+			                      "timestamp: message has no timestamp");
+		r = append_timestamp(out, m->timestamp_ms);
+		break;
+	case IDEM_FIELD_HEADER:
+		h = find_header(m, f->arg);
+		if (h == NULL)
+			return idem_error_set(err, IDEM_ERR_KEY, "header:%s: no such header",
+			                      f->arg);
+		if (h->value == NULL)
+			return idem_error_set(err, IDEM_ERR_KEY, "header:%s: header value is null",
+			                      f->arg);
+		r = idem_buf_append(out, h->value, h->len);
+		break;
+	case IDEM_FIELD_JSON:
+		return key_append_json(f, m, doc, out, err);
+	case IDEM_FIELD_BUSINESS_KEY:
+	default:
+		return idem_error_set(err, IDEM_ERR_INVALID,
+		                      "business key template cannot reference business_key");
+	}
+	if (r != IDEM_OK)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	return IDEM_OK;
+}
+
+static bool key_needs_hex(const struct idem_buf *b)
+{
+	if (b->len >= 2 && b->data[0] == '\\' && b->data[1] == 'x')
+		return true;
+	return !idem_utf8_valid(b->data, b->len);
+}
+
+idem_status idem_key_build(const struct idem_template *tpl, const struct idem_msgview *m,
+                           struct idem_jsondoc *doc, size_t max_len, struct idem_buf *out,
+                           idem_error *err)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n, enc;
+	idem_status r;
+
+	idem_buf_reset(out);
+	for (size_t i = 0; i < tpl->n_parts; i++) {
+		r = key_append_part(&tpl->parts[i], m, doc, out, err);
+		if (r != IDEM_OK)
+			return r;
+	}
+	n = out->len;
+	if (n == 0)
+		return idem_error_set(err, IDEM_ERR_KEY, "business key is empty");
+	if (!key_needs_hex(out)) {
+		if (n > max_len)
+			return idem_error_set(
+			        err, IDEM_ERR_KEY,
+			        "business key is %zu bytes, longer than the limit of %zu", n,
+			        max_len);
+		return IDEM_OK;
+	}
+	if (n > (SIZE_MAX - 2) / 2 || 2 + 2 * n > max_len)
+		return idem_error_set(
+		        err, IDEM_ERR_KEY,
+		        "business key is %zu bytes after hex encoding, longer than the limit of %zu",
+		        n > (SIZE_MAX - 2) / 2 ? SIZE_MAX : 2 + 2 * n, max_len);
+	enc = 2 + 2 * n;
+	if (idem_buf_reserve(out, enc - n) != IDEM_OK)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	/* Encode in place from the end: byte i moves to 2+2i, past every byte still unread. */
+	for (size_t i = n; i > 0; i--) {
+		unsigned char c = (unsigned char)out->data[i - 1];
+
+		out->data[2 * i] = hex[c >> 4];
+		out->data[2 * i + 1] = hex[c & 0x0f];
+	}
+	out->data[0] = '\\';
+	out->data[1] = 'x';
+	out->len = enc;
+	out->data[enc] = '\0';
+	return IDEM_OK;
+}
+
+idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview *m,
+                           struct idem_jsondoc *doc, const char *bkey, struct idem_buf *out,
+                           bool *ret_null, idem_error *err)
+{
+	const struct idem_header *h;
+	json_object *val = NULL;
+	enum json_lookup how;
+	bool null = false;
+	idem_status r;
+
+	/* A present but empty field must still read as "" (not NULL) through out->data. */
+	if (idem_buf_reserve(out, 0) != IDEM_OK)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	idem_buf_reset(out);
+	switch (f->kind) {
+	case IDEM_FIELD_VALUE:
+		null = m->value == NULL;
+		r = null ? IDEM_OK : idem_buf_append(out, m->value, m->value_len);
+		break;
+	case IDEM_FIELD_KEY:
+		null = m->key == NULL;
+		r = null ? IDEM_OK : idem_buf_append(out, m->key, m->key_len);
+		break;
+	case IDEM_FIELD_BUSINESS_KEY:
+		null = bkey == NULL;
+		r = null ? IDEM_OK : idem_buf_append_str(out, bkey);
+		break;
+	case IDEM_FIELD_TOPIC:
+		null = m->topic == NULL;
+		r = null ? IDEM_OK : idem_buf_append_str(out, m->topic);
+		break;
+	case IDEM_FIELD_PARTITION:
+		r = idem_buf_printf(out, "%" PRId32, m->partition);
+		break;
+	case IDEM_FIELD_OFFSET:
+		r = idem_buf_printf(out, "%" PRId64, m->offset);
+		break;
+	case IDEM_FIELD_TIMESTAMP:
+		null = m->timestamp_ms < 0;
+		r = null ? IDEM_OK : append_timestamp(out, m->timestamp_ms);
+		break;
+	case IDEM_FIELD_HEADER:
+		h = find_header(m, f->arg);
+		null = h == NULL || h->value == NULL;
+		r = null ? IDEM_OK : idem_buf_append(out, h->value, h->len);
+		break;
+	case IDEM_FIELD_JSON:
+		r = json_lookup(f, m, doc, &val, &how, err);
+		if (r != IDEM_OK)
+			return r;
+		null = how != JSON_LOOKUP_FOUND || val == NULL;
+		r = null ? IDEM_OK : json_append(out, val);
+		break;
+	case IDEM_FIELD_LITERAL:
+	default:
+		r = f->arg != NULL ? idem_buf_append_str(out, f->arg) : IDEM_OK;
+		break;
+	}
+	if (r != IDEM_OK)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	*ret_null = null;
+	return IDEM_OK;
+}

@@ -1,0 +1,121 @@
+/*
+ * idem_field.h - named message fields, business-key templates and their extraction.
+ *
+ * A field names one piece of a Kafka message: value, key, business_key, topic, partition,
+ * offset, timestamp, header:NAME or json:/pointer (RFC 6901, into the value parsed as JSON).
+ * A template is a sequence of literal text and fields: "${header:tenant}/${json:/order_no}".
+ */
+#ifndef IDEM_FIELD_H
+#define IDEM_FIELD_H
+
+#include "idem_common.h"
+
+enum idem_field_kind {
+	IDEM_FIELD_LITERAL = 0, /* template text; arg is the text */
+	IDEM_FIELD_VALUE,
+	IDEM_FIELD_KEY,
+	IDEM_FIELD_BUSINESS_KEY,
+	IDEM_FIELD_TOPIC,
+	IDEM_FIELD_PARTITION,
+	IDEM_FIELD_OFFSET,
+	IDEM_FIELD_TIMESTAMP,
+	IDEM_FIELD_HEADER, /* arg is the header name */
+	IDEM_FIELD_JSON,   /* arg is the JSON pointer ("" is the whole document) */
+};
+
+struct idem_field {
+	enum idem_field_kind kind;
+	char *arg; /* owned; NULL for kinds without an argument */
+};
+
+struct idem_template {
+	struct idem_field *parts; /* owned */
+	size_t n_parts;
+};
+
+/*
+ * @brief Parse a field name such as "json:/order_no" or "header:tenant" into @ret_field.
+ * On failure writes a message (without position) into @errbuf.
+ * @returns IDEM_OK, IDEM_ERR_INVALID or IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_field_parse(const char *s, struct idem_field *ret_field,
+					    char *errbuf, size_t errlen);
+
+/*
+ * @brief Parse a business-key template. "${...}" embeds a field, "$$" is a literal "$".
+ * A string without "${" that is a valid field name ("key", "json:/id") means that field.
+ * A template must reference at least one field and may not reference business_key.
+ */
+IDEM_NODISCARD idem_status idem_template_parse(const char *s, struct idem_template *ret_tpl,
+					       char *errbuf, size_t errlen);
+
+void idem_field_done(struct idem_field *f);
+void idem_template_done(struct idem_template *t);
+/* @brief true if any part needs the value parsed as JSON. */
+bool idem_template_needs_json(const struct idem_template *t);
+
+/* One Kafka header as seen by extraction. value NULL means a header with a null value. */
+struct idem_header {
+	const char *name;
+	const void *value;
+	size_t len;
+};
+
+/* A read-only view of one message; nothing here is owned. */
+struct idem_msgview {
+	const char *topic;
+	int32_t partition;
+	int64_t offset;
+	int64_t timestamp_ms; /* -1 when the message has none */
+	const void *key;      /* NULL: the message has no key */
+	size_t key_len;
+	const void *value; /* NULL: the message has no value (tombstone) */
+	size_t value_len;
+	const struct idem_header *headers;
+	size_t n_headers;
+};
+
+/*
+ * The value parsed as JSON, at most once per message, on first use. Hides json-c.
+ * idem_jsondoc_reset() between messages; idem_jsondoc_done() at the end.
+ */
+struct idem_jsondoc {
+	void *root; /* json_object *, owned */
+	void *tok;  /* json_tokener *, owned, reused */
+	bool parsed;
+	bool invalid;
+	char errmsg[160];
+};
+
+void idem_jsondoc_init(struct idem_jsondoc *doc);
+void idem_jsondoc_reset(struct idem_jsondoc *doc);
+void idem_jsondoc_done(struct idem_jsondoc *doc);
+
+/*
+ * @brief Build the business key of @m from @tpl into @out (reset first).
+ *
+ * Keys are stored as text. A key that is not valid UTF-8, contains a NUL byte, or starts with
+ * "\x" is stored hex-encoded as "\x" followed by lowercase hex of its bytes, which keeps the
+ * mapping one-to-one. Errors (IDEM_ERR_KEY, message in @err) name the field and the problem:
+ * missing header, missing or non-scalar JSON value, value not JSON, empty key, key longer than
+ * @max_len bytes (after encoding). JSON strings yield their content, numbers and booleans their
+ * JSON text; null counts as missing.
+ */
+IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
+					  const struct idem_msgview *m, struct idem_jsondoc *doc,
+					  size_t max_len, struct idem_buf *out, idem_error *err);
+
+/*
+ * @brief Extract field @f of @m as a text handler parameter into @out (reset first).
+ *
+ * @ret_null is set true when the field is absent (no key, no such header, JSON pointer not
+ * found or JSON null, no timestamp) - the parameter is then SQL NULL, not an error.
+ * JSON strings yield their content; other JSON values their JSON text. timestamp is rendered as
+ * "YYYY-MM-DD HH:MM:SS.mmm+00". business_key is @bkey. Errors: IDEM_ERR_KEY when a json: field
+ * is asked of a value that is not JSON; IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview *m,
+					  struct idem_jsondoc *doc, const char *bkey,
+					  struct idem_buf *out, bool *ret_null, idem_error *err);
+
+#endif

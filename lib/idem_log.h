@@ -1,0 +1,40 @@
+/*
+ * idem_log.h - one line per event, key=value friendly, journald aware.
+ *
+ * The library logs at debug level only; the daemon decides what is worth more.
+ */
+#ifndef IDEM_LOG_H
+#define IDEM_LOG_H
+
+#include "idem_common.h"
+
+enum idem_log_level {
+	IDEM_LOG_ERROR = 0,
+	IDEM_LOG_WARN,
+	IDEM_LOG_INFO,
+	IDEM_LOG_DEBUG,
+};
+
+/* @brief Set the threshold; messages above it are dropped. Default IDEM_LOG_INFO. */
+void idem_log_set_level(enum idem_log_level level);
+enum idem_log_level idem_log_get_level(void);
+
+/*
+ * @brief Use "<N>" syslog priority prefixes instead of timestamps (stderr is the journal).
+ * idem_log_auto_journal() enables it when $JOURNAL_STREAM matches stderr.
+ */
+void idem_log_set_journal(bool on);
+void idem_log_auto_journal(void);
+
+/* @brief Parse "error" | "warn" | "info" | "debug". @returns false if unknown. */
+bool idem_log_level_parse(const char *s, enum idem_log_level *ret_level);
+
+void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt, ...)
+	IDEM_PRINTF(3, 4);
+
+#define idem_log_error(mod, ...) idem_log_write(IDEM_LOG_ERROR, mod, __VA_ARGS__)
+#define idem_log_warn(mod, ...)  idem_log_write(IDEM_LOG_WARN, mod, __VA_ARGS__)
+#define idem_log_info(mod, ...)  idem_log_write(IDEM_LOG_INFO, mod, __VA_ARGS__)
+#define idem_log_debug(mod, ...) idem_log_write(IDEM_LOG_DEBUG, mod, __VA_ARGS__)
+
+#endif

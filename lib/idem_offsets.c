@@ -1,0 +1,112 @@
+/*
+ * idem_offsets.c - assigned partitions and their offsets.
+ *
+ * A handful to a few hundred partitions per instance: a linear scan is simpler than a hash and
+ * fast enough (it runs once per poll, not per row of SQL).
+ */
+#include "idem_offsets.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void idem_parts_init(struct idem_parts *ps)
+{
+	memset(ps, 0, sizeof(*ps));
+}
+
+static void part_free(struct idem_part *p)
+{
+	if (p == NULL)
+		return;
+	idem_batch_done(&p->batch);
+	free(p->topic);
+	free(p);
+}
+
+void idem_parts_done(struct idem_parts *ps)
+{
+	if (ps == NULL)
+		return;
+	for (size_t i = 0; i < ps->n; i++)
+		part_free(ps->v[i]);
+	free(ps->v);
+	memset(ps, 0, sizeof(*ps));
+}
+
+struct idem_part *idem_parts_find(const struct idem_parts *ps, const char *topic,
+				  int32_t partition)
+{
+	for (size_t i = 0; i < ps->n; i++) {
+		struct idem_part *p = ps->v[i];
+
+		if (p->partition == partition && strcmp(p->topic, topic) == 0)
+			return p;
+	}
+	return NULL;
+}
+
+idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
+			      const char *topic, int32_t partition, struct idem_part **ret_part)
+{
+	const struct idem_route *route;
+	struct idem_part *p;
+
+	p = idem_parts_find(ps, topic, partition);
+	if (p != NULL)
+		goto out;
+	route = idem_cfg_route_for(cfg, topic);
+	if (route == NULL)
+		return IDEM_ERR_NOT_FOUND;
+	if (ps->n == ps->cap) {
+		size_t ncap = ps->cap ? ps->cap * 2 : 16;
+		struct idem_part **nv = realloc(ps->v, ncap * sizeof(*nv));
+
+		if (nv == NULL)
+			return IDEM_ERR_NOMEM;
+		ps->v = nv;
+		ps->cap = ncap;
+	}
+	p = calloc(1, sizeof(*p));
+	if (p == NULL)
+		return IDEM_ERR_NOMEM;
+	p->topic = strdup(topic);
+	if (p->topic == NULL || idem_batch_init(&p->batch, route, topic, partition) != IDEM_OK) {
+		part_free(p);
+		return IDEM_ERR_NOMEM;
+	}
+	p->partition = partition;
+	p->route = route;
+	p->db_next = -1;
+	p->stored_next = -1;
+	ps->v[ps->n++] = p;
+out:
+	if (ret_part != NULL)
+		*ret_part = p;
+	return IDEM_OK;
+}
+
+void idem_parts_revoke(struct idem_parts *ps, const char *topic, int32_t partition)
+{
+	for (size_t i = 0; i < ps->n; i++) {
+		struct idem_part *p = ps->v[i];
+
+		if (p->partition == partition && strcmp(p->topic, topic) == 0) {
+			part_free(p);
+			ps->v[i] = ps->v[--ps->n];
+			return;
+		}
+	}
+}
+
+bool idem_part_committed(struct idem_part *p, int64_t next)
+{
+	if (next > p->db_next)
+		p->db_next = next;
+	return p->db_next > p->stored_next;
+}
+
+void idem_part_stored(struct idem_part *p, int64_t next)
+{
+	if (next > p->stored_next)
+		p->stored_next = next;
+}

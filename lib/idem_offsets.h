@@ -1,0 +1,56 @@
+/*
+ * idem_offsets.h - the table of assigned partitions, their open batches and offset bookkeeping.
+ *
+ * The rule it keeps: an offset is handed to Kafka (rd_kafka_offsets_store) only after the
+ * Postgres transaction that processed everything below it has committed, never moves backwards,
+ * and is never handed over for a partition that is no longer assigned.
+ */
+#ifndef IDEM_OFFSETS_H
+#define IDEM_OFFSETS_H
+
+#include "idem_batch.h"
+#include "idem_cfg.h"
+#include "idem_common.h"
+
+struct idem_part {
+	char *topic; /* owned */
+	int32_t partition;
+	const struct idem_route *route;
+	struct idem_batch batch; /* messages received, not yet committed */
+	int64_t db_next;         /* offset after the last batch committed to Postgres, or -1 */
+	int64_t stored_next;     /* offset last handed to Kafka for commit, or -1 */
+	bool halted;             /* processing stopped (on_poison: halt or fatal handler error) */
+};
+
+struct idem_parts {
+	struct idem_part **v;
+	size_t n, cap;
+};
+
+void idem_parts_init(struct idem_parts *ps);
+void idem_parts_done(struct idem_parts *ps);
+
+/* @brief The partition entry, or NULL if not assigned. */
+struct idem_part *idem_parts_find(const struct idem_parts *ps, const char *topic,
+				  int32_t partition);
+
+/*
+ * @brief Add an assigned partition (no-op if present).
+ * @returns IDEM_ERR_NOT_FOUND if no route serves @topic, IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
+					     const char *topic, int32_t partition,
+					     struct idem_part **ret_part);
+
+/* @brief Forget a partition and its uncommitted batch (they will be redelivered). */
+void idem_parts_revoke(struct idem_parts *ps, const char *topic, int32_t partition);
+
+/*
+ * @brief Record that a batch ending before @next committed in Postgres.
+ * @returns true when Kafka should be told (@next is beyond what was stored); the caller then
+ * stores it and calls idem_part_stored().
+ */
+bool idem_part_committed(struct idem_part *p, int64_t next);
+void idem_part_stored(struct idem_part *p, int64_t next);
+
+#endif

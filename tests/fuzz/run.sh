@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for a bounded time on a copy of its
+# committed seed corpus. Any crash, leak or sanitizer report fails the run.
+# usage: run.sh SOURCE_DIR SECONDS
+set -euo pipefail
+src=$1
+secs=$2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+	-D_POSIX_C_SOURCE=200809L -DIDEM_VERSION='"fuzz"' -I"$src/lib")
+
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "$src/lib/idem_field.c" \
+	"$src/lib/idem_common.c" $(pkg-config --cflags --libs json-c) -o "$out/fuzz_key"
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "$src/lib/idem_cfg.c" "$src/lib/idem_field.c" \
+	"$src/lib/idem_common.c" "$src/lib/idem_log.c" \
+	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka) -o "$out/fuzz_cfg"
+
+for t in key cfg; do
+	mkdir -p "$out/corpus-$t"
+	cp "$src/tests/fuzz/corpus/$t/"* "$out/corpus-$t/"
+	echo "fuzz_$t: ${secs}s"
+	(cd "$out" && "./fuzz_$t" -max_total_time="$secs" -print_final_stats=0 "corpus-$t" \
+		>"$out/fuzz_$t.log" 2>&1) || {
+		tail -50 "$out/fuzz_$t.log"
+		echo "fuzz_$t failed" >&2
+		exit 1
+	}
+	grep -E "^#[0-9]+.*DONE|Done [0-9]+ runs" "$out/fuzz_$t.log" | tail -1
+done

@@ -1,0 +1,368 @@
+# shellcheck shell=bash
+#
+# tests/integration/lib.sh - fixture for integration tests: a throwaway Postgres (initdb in a
+# temp dir), the embedded Kafka (idem-mock-kafka) and small helpers. Source it from a test that
+# runs under "set -euo pipefail":
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#   idem_tmp_init                      # $IDEM_TMP, cleanup trap
+#   idem_pg_start                      # $PGHOST $PGPORT $PGUSER $PGDATABASE $IDEM_CONNINFO
+#   idem_kafka_start payments:8        # $IDEM_BROKERS $IDEM_KAFKA_CTL
+#
+# Environment: IDEM_BIN (build dir, default <repo>/build), IDEM_SRC (repo), IDEM_KEEP_TMP=1
+# (keep the temp dir), IDEM_PG_FSYNC=1 (durable Postgres), IDEM_PG_TCP=1 (Postgres also
+# listens on 127.0.0.1), IDEM_PG_BINDIR (server binaries).
+#
+# Every function fails by exiting the test (idem_fail), so none needs "|| exit".
+# Background processes are started with idem_spawn in their own process group; the EXIT trap
+# kills every one of them, stops Postgres and removes $IDEM_TMP.
+
+IDEM_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+: "${IDEM_SRC:=$(cd "$IDEM_LIB_DIR/../.." && pwd)}"
+: "${IDEM_BIN:=$IDEM_LIB_DIR/../../build}"
+if [ -d "$IDEM_BIN" ]; then
+	IDEM_BIN=$(cd "$IDEM_BIN" && pwd)
+fi
+export IDEM_SRC IDEM_BIN
+IDEM_TEST_NAME=$(basename "$0" .sh)
+
+IDEM__PIDS=() # process group leaders started by idem_spawn, stopped by the EXIT trap
+
+# ---- messages and assertions ------------------------------------------------------------------
+
+# idem_log MSG... : progress message on stderr (stdout stays free for captured output).
+idem_log() {
+	printf '%s %s: %s\n' "$(date +%H:%M:%S.%3N)" "$IDEM_TEST_NAME" "$*" >&2
+}
+
+# idem_fail MSG... : print MSG to stderr and end the test with status 1.
+idem_fail() {
+	printf '%s: FAIL: %s\n' "$IDEM_TEST_NAME" "$*" >&2
+	exit 1
+}
+
+# idem_assert_eq WHAT EXPECTED ACTUAL
+idem_assert_eq() {
+	if [ "$2" != "$3" ]; then
+		idem_fail "$1: expected '$2', got '$3'"
+	fi
+}
+
+# idem_wait_until TIMEOUT_SECONDS DESCRIPTION CMD... : run CMD every 0.2 s until it succeeds;
+# fail with DESCRIPTION after TIMEOUT_SECONDS (may be fractional).
+idem_wait_until() {
+	local timeout=$1 desc=$2 sec frac deadline
+	shift 2
+	sec=${timeout%%.*}
+	frac=0
+	if [[ $timeout == *.* ]]; then
+		frac=${timeout#*.}000000
+		frac=$((10#${frac:0:6}))
+	fi
+	deadline=$((${EPOCHREALTIME/[.,]/} + ${sec:-0} * 1000000 + frac))
+	while :; do
+		if "$@"; then
+			return 0
+		fi
+		if [ "${EPOCHREALTIME/[.,]/}" -ge "$deadline" ]; then
+			idem_fail "timed out after ${timeout}s waiting for $desc"
+		fi
+		sleep 0.2
+	done
+}
+
+# ---- temp dir and cleanup ---------------------------------------------------------------------
+
+# idem_tmp_init: create and export $IDEM_TMP (mode 755 so the postgres user can enter it) and
+# install the EXIT trap that stops everything this test started.
+idem_tmp_init() {
+	IDEM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/idem-$IDEM_TEST_NAME.XXXXXX")
+	chmod 755 "$IDEM_TMP"
+	export IDEM_TMP
+	trap idem__cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	idem_log "temp dir $IDEM_TMP"
+}
+
+idem__dump_logs() {
+	local f
+	for f in "$IDEM_TMP"/*.log "$IDEM_TMP"/pgrun/*.log; do
+		[ -s "$f" ] || continue
+		printf '%s\n' "---- $f (last 40 lines) ----" >&2
+		tail -n 40 "$f" >&2
+	done
+}
+
+idem__cleanup() {
+	local rc=$? pid
+	set +e
+	trap - EXIT INT TERM
+	if [ "$rc" -ne 0 ] && [ -n "${IDEM_TMP:-}" ]; then
+		idem__dump_logs
+	fi
+	for pid in "${IDEM__PIDS[@]}"; do
+		kill -TERM -- "-$pid" 2>/dev/null
+	done
+	for pid in "${IDEM__PIDS[@]}"; do
+		idem__wait_gone "$pid" 5 || kill -KILL -- "-$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
+	if [ -n "${IDEM_PGDATA:-}" ] && [ -f "$IDEM_PGDATA/postmaster.pid" ]; then
+		idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_PGDATA" -m immediate -s stop >/dev/null 2>&1
+	fi
+	if [ -n "${IDEM_TMP:-}" ]; then
+		if [ "${IDEM_KEEP_TMP:-0}" = 1 ]; then
+			idem_log "kept $IDEM_TMP"
+		else
+			rm -rf "$IDEM_TMP"
+		fi
+	fi
+	exit "$rc"
+}
+
+# ---- background processes ---------------------------------------------------------------------
+
+# idem__alive PID: true while PID runs (a zombie, exited but not yet reaped, counts as gone).
+idem__alive() {
+	local st
+	st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	st=${st##*) }
+	[ "${st:0:1}" != Z ]
+}
+
+# idem__wait_gone PID SECONDS: wait until PID exited; false on timeout.
+idem__wait_gone() {
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		idem__alive "$1" || return 0
+		sleep 0.1
+	done
+	! idem__alive "$1"
+}
+
+# idem_spawn NAME CMD... : start CMD in the background in its own process group, stdout
+# appended to $IDEM_TMP/NAME.out and stderr to $IDEM_TMP/NAME.log. Sets IDEM_LAST_PID (which is
+# also the process group id). The EXIT trap kills the group.
+idem_spawn() {
+	local name=$1
+	shift
+	# Without job control a background child is no group leader, so setsid execs in place
+	# and $! is the command's own pid.
+	setsid "$@" >>"$IDEM_TMP/$name.out" 2>>"$IDEM_TMP/$name.log" </dev/null &
+	IDEM_LAST_PID=$!
+	IDEM__PIDS+=("$IDEM_LAST_PID")
+}
+
+# idem_kill PID [SIGNAL] : send SIGNAL (default TERM) to PID's process group.
+idem_kill() {
+	kill -"${2:-TERM}" -- "-$1" 2>/dev/null || kill -"${2:-TERM}" "$1" 2>/dev/null || true
+}
+
+# idem_wait_exit PID TIMEOUT_SECONDS : wait until a spawned process exits; sets
+# IDEM_EXIT_STATUS to its exit status (128+N if killed by signal N). Fails on timeout.
+idem_wait_exit() {
+	idem__wait_gone "$1" "$2" || idem_fail "process $1 did not exit within $2s"
+	IDEM_EXIT_STATUS=0
+	wait "$1" 2>/dev/null || IDEM_EXIT_STATUS=$?
+}
+
+# idem_stop PID [TIMEOUT_SECONDS] : SIGTERM, wait (default 10 s), then SIGKILL the group.
+# Sets IDEM_EXIT_STATUS.
+idem_stop() {
+	local pid=$1
+	idem_kill "$pid" TERM
+	if ! idem__wait_gone "$pid" "${2:-10}"; then
+		idem_log "process $pid ignored SIGTERM, killing it"
+		idem_kill "$pid" KILL
+		idem__wait_gone "$pid" 5 || idem_fail "process $pid survived SIGKILL"
+	fi
+	IDEM_EXIT_STATUS=0
+	wait "$pid" 2>/dev/null || IDEM_EXIT_STATUS=$?
+}
+
+# ---- Postgres ---------------------------------------------------------------------------------
+
+# Server binaries: Debian keeps them off PATH in /usr/lib/postgresql/<version>/bin, and its
+# pg_config --bindir may name the client directory. Prefer the highest installed version.
+idem__pg_find_bindir() {
+	local d
+	[ -n "${IDEM_PG_BINDIR:-}" ] && [ -x "$IDEM_PG_BINDIR/initdb" ] && return 0
+	IDEM_PG_BINDIR=
+	while read -r d; do
+		[ -x "$d/initdb" ] && IDEM_PG_BINDIR=$d
+	done < <(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V)
+	if [ -z "$IDEM_PG_BINDIR" ] && command -v pg_config >/dev/null; then
+		d=$(pg_config --bindir)
+		[ -x "$d/initdb" ] && IDEM_PG_BINDIR=$d
+	fi
+	if [ -z "$IDEM_PG_BINDIR" ] && command -v initdb >/dev/null; then
+		IDEM_PG_BINDIR=$(dirname "$(command -v initdb)")
+	fi
+	[ -n "$IDEM_PG_BINDIR" ] || idem_fail "no PostgreSQL server binaries (initdb) found"
+	export IDEM_PG_BINDIR
+}
+
+# Postgres refuses to run as root: then run the server tools as the postgres system user.
+idem__pg_run() {
+	if [ "$(id -u)" -eq 0 ]; then
+		(cd / && runuser -u postgres -- "$@")
+	else
+		"$@"
+	fi
+}
+
+idem__pg_wait_ready() {
+	idem_wait_until 60 "postgres to accept connections" \
+		"$IDEM_PG_BINDIR/pg_isready" -q -h "$PGHOST" -p "$PGPORT" -U idem -d postgres
+}
+
+# idem_pg_start: initdb a new cluster into $IDEM_TMP/pg (superuser idem, trust auth), start it
+# on a unix socket in $IDEM_TMP/pgrun, create database idem, export PGHOST PGPORT PGUSER
+# PGDATABASE IDEM_CONNINFO IDEM_PGDATA IDEM_PG_LOG.
+idem_pg_start() {
+	local fsync=off tcp="" try
+	[ -n "${IDEM_TMP:-}" ] || idem_fail "idem_pg_start: call idem_tmp_init first"
+	[ -z "${IDEM_PGDATA:-}" ] || idem_fail "idem_pg_start: postgres already started"
+	idem__pg_find_bindir
+	IDEM_PGDATA=$IDEM_TMP/pg
+	PGHOST=$IDEM_TMP/pgrun
+	IDEM_PG_LOG=$PGHOST/postgres.log
+	mkdir -m 700 "$IDEM_PGDATA"
+	mkdir -m 755 "$PGHOST"
+	if [ "$(id -u)" -eq 0 ]; then
+		if ! id -u postgres >/dev/null 2>&1; then
+			useradd --system --no-create-home --shell /usr/sbin/nologin postgres ||
+				idem_fail "cannot create the postgres system user"
+		fi
+		chown postgres: "$IDEM_PGDATA" "$PGHOST"
+	fi
+	if ! idem__pg_run "$IDEM_PG_BINDIR/initdb" -D "$IDEM_PGDATA" -U idem --auth=trust \
+		-E UTF8 --no-locale -N >"$IDEM_TMP/initdb.log" 2>&1; then
+		cat "$IDEM_TMP/initdb.log" >&2
+		idem_fail "initdb failed"
+	fi
+	[ "${IDEM_PG_FSYNC:-0}" = 1 ] && fsync=on
+	[ "${IDEM_PG_TCP:-0}" = 1 ] && tcp=127.0.0.1
+	for try in 1 2 3 4 5; do
+		PGPORT=$((20000 + RANDOM % 30000))
+		# With TCP the port must be free; a unix socket in our own directory never clashes.
+		if [ -n "$tcp" ] && (exec 3<>"/dev/tcp/127.0.0.1/$PGPORT") 2>/dev/null; then
+			continue
+		fi
+		cat >"$IDEM_TMP/postgresql.auto" <<-EOF
+			# idem test fixture (attempt $try)
+			port = $PGPORT
+			listen_addresses = '$tcp'
+			unix_socket_directories = '$PGHOST'
+			max_connections = 100
+			fsync = $fsync
+			synchronous_commit = $fsync
+			full_page_writes = $fsync
+			lc_messages = 'C'
+			log_line_prefix = '%m [%p] %q%u@%d '
+			log_min_messages = warning
+		EOF
+		# Appended settings override initdb's; a retry appends again and wins again.
+		# shellcheck disable=SC2016 # $1 is expanded by that sh
+		idem__pg_run sh -c 'cat >>"$1"' sh "$IDEM_PGDATA/postgresql.conf" <"$IDEM_TMP/postgresql.auto"
+		if idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_PGDATA" -l "$IDEM_PG_LOG" -w -t 60 \
+			-s start >/dev/null; then
+			break
+		fi
+		PGPORT=
+	done
+	[ -n "$PGPORT" ] || idem_fail "postgres did not start (log: $IDEM_PG_LOG)"
+	PGUSER=idem
+	PGDATABASE=idem
+	export PGHOST PGPORT PGUSER PGDATABASE IDEM_PGDATA IDEM_PG_LOG
+	IDEM_CONNINFO="host=$PGHOST port=$PGPORT dbname=idem user=idem"
+	export IDEM_CONNINFO
+	idem__pg_wait_ready
+	idem_psql -d postgres -c 'CREATE DATABASE idem'
+	idem_log "postgres $("$IDEM_PG_BINDIR/postgres" --version | awk '{ print $3 }') on $PGHOST port $PGPORT"
+}
+
+# idem_pg_stop [MODE] : stop Postgres (MODE fast, the default, smart or immediate).
+idem_pg_stop() {
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_PGDATA" -m "${1:-fast}" -w -t 60 -s stop ||
+		idem_fail "pg_ctl stop failed"
+}
+
+# idem_pg_restart_immediate: crash-stop Postgres (no checkpoint; clients lose their
+# connections) and start it again; returns once it accepts connections after recovery.
+idem_pg_restart_immediate() {
+	idem_pg_stop immediate
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_PGDATA" -l "$IDEM_PG_LOG" -w -t 60 -s \
+		start >/dev/null || idem_fail "postgres did not restart (log: $IDEM_PG_LOG)"
+	idem__pg_wait_ready
+}
+
+# idem_psql ARGS... : psql on the test database, quiet, unaligned, tuples only, stop on error.
+idem_psql() {
+	psql -X -q -At -v ON_ERROR_STOP=1 "$@"
+}
+
+# ---- Kafka ------------------------------------------------------------------------------------
+
+# idem_kafka_start [--brokers N] TOPIC:PARTITIONS... : start the embedded Kafka and wait until
+# it is ready; exports IDEM_BROKERS (bootstrap list), IDEM_KAFKA_CTL (control socket) and
+# IDEM_KAFKA_PID. Its output goes to $IDEM_TMP/kafka.out and kafka.log.
+idem_kafka_start() {
+	local brokers=3 bsfile=$IDEM_TMP/kafka.bootstrap i
+	local args=()
+	[ -n "${IDEM_TMP:-}" ] || idem_fail "idem_kafka_start: call idem_tmp_init first"
+	[ -z "${IDEM_KAFKA_PID:-}" ] || idem_fail "idem_kafka_start: kafka already started"
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--brokers)
+			brokers=$2
+			shift 2
+			;;
+		*)
+			args+=(--topic "$1")
+			shift
+			;;
+		esac
+	done
+	[ -x "$IDEM_BIN/idem-mock-kafka" ] || idem_fail "no $IDEM_BIN/idem-mock-kafka (set IDEM_BIN)"
+	IDEM_KAFKA_CTL=$IDEM_TMP/kafka.sock
+	rm -f "$bsfile"
+	idem_spawn kafka "$IDEM_BIN/idem-mock-kafka" --brokers "$brokers" "${args[@]}" \
+		--bootstrap-file "$bsfile" --control "$IDEM_KAFKA_CTL" --exit-with-parent
+	IDEM_KAFKA_PID=$IDEM_LAST_PID
+	for ((i = 0; i < 200; i++)); do
+		[ -s "$bsfile" ] && break
+		if ! idem__alive "$IDEM_KAFKA_PID"; then
+			cat "$IDEM_TMP/kafka.log" >&2
+			idem_fail "idem-mock-kafka exited during start-up"
+		fi
+		sleep 0.1
+	done
+	if [ ! -s "$bsfile" ]; then
+		cat "$IDEM_TMP/kafka.log" >&2
+		idem_fail "idem-mock-kafka did not start within 20s"
+	fi
+	IDEM_BROKERS=$(cat "$bsfile")
+	export IDEM_BROKERS IDEM_KAFKA_CTL IDEM_KAFKA_PID
+	idem_log "kafka mock ($brokers brokers) at $IDEM_BROKERS"
+}
+
+# idem_kafka_ctl COMMAND ARGS... : send one control command, print the reply ("ok" or
+# "error: ..."); fails (status 1) unless the reply is ok. See "idem_kafka_ctl help".
+idem_kafka_ctl() {
+	"$IDEM_BIN/idem-mock-kafka" ctl "$IDEM_KAFKA_CTL" "$@"
+}
+
+# idem_kafka_stop: stop the embedded Kafka (all topics, messages and offsets are lost).
+idem_kafka_stop() {
+	[ -n "${IDEM_KAFKA_PID:-}" ] || return 0
+	idem_stop "$IDEM_KAFKA_PID"
+	[ "$IDEM_EXIT_STATUS" -eq 0 ] || idem_fail "idem-mock-kafka exited with status $IDEM_EXIT_STATUS"
+	IDEM_KAFKA_PID=
+}
+
+# idem_kafkatool SUBCOMMAND ARGS... : run idem-kafkatool (see "idem_kafkatool --help").
+idem_kafkatool() {
+	"$IDEM_BIN/idem-kafkatool" "$@"
+}

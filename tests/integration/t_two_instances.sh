@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Two idemd instances in one consumer group on the same topic: partitions are shared, a
+# rebalance happens while the first is consuming, and still every payment is applied once.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:8
+idem_write_config "$IDEM_TMP/idemd.yaml" g-two payments "$IDEM_PAYMENTS_SQL" \
+	'[business_key, "json:/account", "json:/amount"]' 100
+idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_produce 20000 0.3 3
+
+idemd_start a "$IDEM_TMP/idemd.yaml"
+idem_wait_until 60 "first instance applies something" \
+	test "$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')" -gt 0
+idemd_start b "$IDEM_TMP/idemd.yaml"
+idem_wait_done g-two 240
+idemd_stop a
+idemd_stop b
+
+idem_check_exactly_once payments
+grep -q "assigned topic=payments" "$IDEM_TMP/idemd-b.log" ||
+	idem_fail "the second instance never got a partition"
+echo "ok: two instances; $(idem_counts payments)"

@@ -1,0 +1,214 @@
+/*
+ * Unit tests for idem_batch: decoding into the arena, in-batch duplicate collapse, key lookup.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "idem_batch.h"
+
+struct fixture {
+	struct idem_cfg cfg;
+	struct idem_route route;
+	struct idem_field params[2];
+	struct idem_batch b;
+};
+
+static int setup(void **state)
+{
+	static struct fixture fx;
+	static char rname[] = "r", cname[] = "c";
+	char errbuf[256];
+
+	memset(&fx, 0, sizeof(fx));
+	fx.cfg.max_key_bytes = 64;
+	fx.cfg.max_message_bytes = 1024;
+	fx.route.name = rname;
+	fx.route.consumer = cname;
+	assert_int_equal(idem_template_parse("${key}", &fx.route.key, errbuf, sizeof(errbuf)),
+			 IDEM_OK);
+	assert_int_equal(idem_field_parse("business_key", &fx.params[0], errbuf, sizeof(errbuf)),
+			 IDEM_OK);
+	assert_int_equal(idem_field_parse("value", &fx.params[1], errbuf, sizeof(errbuf)), IDEM_OK);
+	fx.route.params = fx.params;
+	fx.route.n_params = 2;
+	assert_int_equal(idem_batch_init(&fx.b, &fx.route, "payments", 3), IDEM_OK);
+	*state = &fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	idem_batch_done(&fx->b);
+	idem_template_done(&fx->route.key);
+	idem_field_done(&fx->params[0]);
+	idem_field_done(&fx->params[1]);
+	return 0;
+}
+
+static void add(struct fixture *fx, int64_t offset, const char *key, const void *value,
+		size_t value_len)
+{
+	struct idem_msgview m = { 0 };
+
+	m.topic = "payments";
+	m.partition = 3;
+	m.offset = offset;
+	m.timestamp_ms = 1000;
+	m.key = key;
+	m.key_len = key ? strlen(key) : 0;
+	m.value = value;
+	m.value_len = value_len;
+	assert_int_equal(idem_batch_add(&fx->b, &m, &fx->cfg, 0), IDEM_OK);
+}
+
+static const char *bkey(const struct idem_batch *b, size_t i)
+{
+	return idem_batch_ptr(b, b->msgs[i].bkey);
+}
+
+static void test_collapse_lowest_offset_wins(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+
+	add(fx, 10, "b", "v", 1);
+	add(fx, 11, "a", "v", 1);
+	add(fx, 12, "b", "v2", 2);
+	add(fx, 13, "c", "v", 1);
+	add(fx, 14, "a", "v", 1);
+	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
+	assert_int_equal(b->n_order, 3);
+	/* Sorted by key bytes, each the lowest offset of its key. */
+	assert_string_equal(bkey(b, b->order[0]), "a");
+	assert_int_equal(b->msgs[b->order[0]].offset, 11);
+	assert_string_equal(bkey(b, b->order[1]), "b");
+	assert_int_equal(b->msgs[b->order[1]].offset, 10);
+	assert_string_equal(bkey(b, b->order[2]), "c");
+	assert_int_equal(b->msgs[2].state, IDEM_MSG_DUP_IN_BATCH);
+	assert_int_equal(b->msgs[4].state, IDEM_MSG_DUP_IN_BATCH);
+	assert_int_equal(b->msgs[0].state, IDEM_MSG_PENDING);
+	assert_int_equal(b->msgs[1].state, IDEM_MSG_PENDING);
+	assert_int_equal(b->msgs[3].state, IDEM_MSG_PENDING);
+}
+
+static void test_collapse_offset_order_not_add_order(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+
+	add(fx, 7, "k", "v", 1);
+	add(fx, 5, "k", "v", 1);
+	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
+	assert_int_equal(b->n_order, 1);
+	assert_int_equal(b->msgs[b->order[0]].offset, 5);
+	assert_int_equal(b->msgs[0].state, IDEM_MSG_DUP_IN_BATCH);
+}
+
+static void test_prefix_keys_are_distinct(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+
+	add(fx, 1, "ab", "v", 1);
+	add(fx, 2, "a", "v", 1);
+	add(fx, 3, "abc", "v", 1);
+	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
+	assert_int_equal(b->n_order, 3);
+	assert_string_equal(bkey(b, b->order[0]), "a");
+	assert_string_equal(bkey(b, b->order[1]), "ab");
+	assert_string_equal(bkey(b, b->order[2]), "abc");
+	assert_int_equal(idem_batch_find_key(b, "ab", 2), 0);
+	assert_int_equal(idem_batch_find_key(b, "a", 1), 1);
+	assert_int_equal(idem_batch_find_key(b, "abc", 3), 2);
+	assert_int_equal(idem_batch_find_key(b, "abd", 3), -1);
+	assert_int_equal(idem_batch_find_key(b, "", 0), -1);
+}
+
+static void test_bad_messages_kept_with_reason(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	char big[2048];
+	static const char nul_value[] = { 'a', '\0', 'b' };
+
+	memset(big, 'x', sizeof(big));
+	add(fx, 1, NULL, "v", 1);
+	add(fx, 2, "k2", nul_value, sizeof(nul_value));
+	add(fx, 3, "k3", big, sizeof(big));
+	add(fx, 4, "k4", "fine", 4);
+	assert_int_equal(b->msgs[0].state, IDEM_MSG_BAD);
+	assert_non_null(strstr(idem_batch_ptr(b, b->msgs[0].reason), "business key"));
+	assert_non_null(strstr(idem_batch_ptr(b, b->msgs[0].reason), "no key"));
+	assert_int_equal(b->msgs[1].state, IDEM_MSG_BAD);
+	assert_string_equal(idem_batch_ptr(b, b->msgs[1].reason),
+			    "parameter $2 contains a NUL byte");
+	assert_int_equal(b->msgs[2].state, IDEM_MSG_BAD);
+	assert_string_equal(idem_batch_ptr(b, b->msgs[2].reason),
+			    "message is 2050 bytes, larger than limits.max_message_bytes 1024");
+	assert_int_equal(b->msgs[3].state, IDEM_MSG_PENDING);
+	/* The raw bytes are kept for the quarantine. */
+	assert_int_equal(b->msgs[1].value.len, 3);
+	assert_memory_equal(idem_batch_ptr(b, b->msgs[1].value), nul_value, 3);
+	assert_int_equal(b->msgs[2].value.len, sizeof(big));
+	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
+	assert_int_equal(b->n_order, 1);
+}
+
+static void test_params_and_hash(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	const struct idem_batch_msg *m;
+
+	add(fx, 9, "pay-1", "abc", 3);
+	m = &b->msgs[0];
+	assert_int_equal(m->state, IDEM_MSG_PENDING);
+	assert_string_equal(idem_batch_ptr(b, b->params[m->param_first]), "pay-1");
+	assert_string_equal(idem_batch_ptr(b, b->params[m->param_first + 1]), "abc");
+	/* SHA-256("abc") */
+	assert_string_equal(idem_batch_ptr(b, m->hash),
+			    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+static void test_reset_reuses_memory(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	char *arena;
+
+	for (int i = 0; i < 100; i++) {
+		char k[16];
+
+		snprintf(k, sizeof(k), "k%d", i);
+		add(fx, i, k, "value", 5);
+	}
+	arena = b->arena.data;
+	idem_batch_reset(b);
+	assert_int_equal(b->n_msgs, 0);
+	assert_int_equal(b->n_params, 0);
+	add(fx, 100, "again", "v", 1);
+	assert_ptr_equal(b->arena.data, arena);
+	assert_string_equal(bkey(b, 0), "again");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_collapse_lowest_offset_wins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_collapse_offset_order_not_add_order, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_prefix_keys_are_distinct, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_messages_kept_with_reason, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_params_and_hash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reset_reuses_memory, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

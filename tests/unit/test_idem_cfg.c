@@ -1,0 +1,632 @@
+/*
+ * test_idem_cfg.c - configuration parsing and validation.
+ *
+ * Golden cases live in $IDEM_TEST_DATA/cfg: every NAME.yaml has a NAME.expected holding the
+ * exact error text idem_cfg_parse() must produce for it (with "NAME.yaml" as the file name), or
+ * nothing when the file must load. Each case runs as its own test in the "golden" group.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
+#include <cmocka.h>
+
+#include "idem_cfg.h"
+
+/* Internals of idem_cfg.c (IDEM_TESTABLE). */
+size_t idem__cfg_edit_distance(const char *a, size_t la, const char *b, size_t lb);
+unsigned long idem__cfg_sql_params(const char *sql, bool *ret_multi, const char **ret_unterminated);
+idem_status idem__cfg_conninfo_has_password(const char *conninfo, bool *ret_has_password);
+
+/* The golden directory must hold at least this many cases: a wrong path fails loudly. */
+#define GOLDEN_MIN 25
+
+static const char *data_dir(void)
+{
+	const char *dir = getenv("IDEM_TEST_DATA");
+
+	if (dir == NULL || dir[0] == '\0')
+		fail_msg("IDEM_TEST_DATA is not set (it must point at tests/unit/data)");
+	return dir;
+}
+
+/* Reads @path into a malloc'ed NUL-terminated buffer; fails the test if it cannot. */
+static char *read_file(const char *path, size_t *ret_len)
+{
+	struct idem_buf b = { 0 };
+	char chunk[4096];
+	size_t n;
+	FILE *f = fopen(path, "rb");
+
+	if (f == NULL)
+		fail_msg("cannot open '%s': %s", path, strerror(errno));
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		assert_int_equal(idem_buf_append(&b, chunk, n), IDEM_OK);
+	fclose(f);
+	assert_int_equal(idem_buf_append(&b, "", 0), IDEM_OK);
+	if (ret_len != NULL)
+		*ret_len = b.len;
+	return b.data;
+}
+
+static char *data_path(const char *rel)
+{
+	struct idem_buf b = { 0 };
+
+	assert_int_equal(idem_buf_printf(&b, "%s/%s", data_dir(), rel), IDEM_OK);
+	return b.data;
+}
+
+/* Parses the golden file cfg/@name as "@name". */
+static idem_status parse_golden(const char *name, struct idem_cfg **ret_cfg, char **ret_errors)
+{
+	char rel[256], *path, *buf;
+	idem_status r;
+	size_t len;
+
+	snprintf(rel, sizeof(rel), "cfg/%s", name);
+	path = data_path(rel);
+	buf = read_file(path, &len);
+	r = idem_cfg_parse(name, buf, len, ret_cfg, ret_errors);
+	free(buf);
+	free(path);
+	return r;
+}
+
+static struct idem_cfg *load_ok(const char *name)
+{
+	struct idem_cfg *cfg = NULL;
+	char *errors = NULL;
+	idem_status r = parse_golden(name, &cfg, &errors);
+
+	if (r != IDEM_OK)
+		fail_msg("%s: status %d, errors:\n%s", name, r, errors ? errors : "(none)");
+	assert_non_null(cfg);
+	return cfg;
+}
+
+static void test_full(void **state)
+{
+	struct idem_cfg *cfg = load_ok("full.yaml");
+	const struct idem_route *r;
+
+	(void)state;
+	assert_string_equal(cfg->path, "full.yaml");
+	assert_string_equal(cfg->brokers, "k1:9092,k2:9092");
+	assert_string_equal(cfg->group_id, "grp");
+	assert_int_equal(cfg->n_topics, 3);
+	assert_string_equal(cfg->topics[0], "orders");
+	assert_string_equal(cfg->topics[1], "payments");
+	assert_string_equal(cfg->topics[2], "refunds");
+	assert_int_equal(cfg->n_kafka_props, 3);
+	assert_string_equal(cfg->kafka_props[0].name, "session.timeout.ms");
+	assert_string_equal(cfg->kafka_props[0].value, "6000");
+	assert_string_equal(cfg->kafka_props[1].name, "enable.idempotence");
+	assert_string_equal(cfg->kafka_props[1].value, "false");
+	assert_string_equal(cfg->kafka_props[2].name, "client.id");
+	assert_string_equal(cfg->kafka_props[2].value, "idemd-test");
+	assert_string_equal(cfg->conninfo, "host=/run/postgresql dbname=app user=idemd");
+	assert_null(cfg->password_env);
+	assert_string_equal(cfg->password_file, "/etc/idemd/pgpass");
+
+	assert_int_equal(cfg->n_routes, 2);
+	r = &cfg->routes[0];
+	assert_string_equal(r->name, "payments");
+	assert_int_equal(r->n_topics, 2);
+	assert_string_equal(r->topics[0], "payments");
+	assert_string_equal(r->topics[1], "refunds");
+	assert_string_equal(r->consumer, "pay");
+	assert_int_equal(r->key.n_parts, 3);
+	assert_int_equal(r->key.parts[0].kind, IDEM_FIELD_HEADER);
+	assert_string_equal(r->key.parts[0].arg, "tenant");
+	assert_int_equal(r->key.parts[1].kind, IDEM_FIELD_LITERAL);
+	assert_string_equal(r->key.parts[1].arg, "/");
+	assert_int_equal(r->key.parts[2].kind, IDEM_FIELD_JSON);
+	assert_string_equal(r->key.parts[2].arg, "/payment_id");
+	assert_string_equal(r->handler_sql, "INSERT INTO t (a, b, c) VALUES ($1, $2, $3)");
+	assert_int_equal(r->n_params, 3);
+	assert_int_equal(r->params[0].kind, IDEM_FIELD_BUSINESS_KEY);
+	assert_int_equal(r->params[1].kind, IDEM_FIELD_JSON);
+	assert_string_equal(r->params[1].arg, "/amount");
+	assert_int_equal(r->params[2].kind, IDEM_FIELD_HEADER);
+	assert_string_equal(r->params[2].arg, "tenant");
+	assert_true(r->needs_json);
+
+	r = &cfg->routes[1];
+	assert_string_equal(r->name, "orders");
+	assert_int_equal(r->n_topics, 1);
+	assert_string_equal(r->topics[0], "orders");
+	assert_string_equal(r->consumer, "grp");
+	assert_int_equal(r->key.n_parts, 1);
+	assert_int_equal(r->key.parts[0].kind, IDEM_FIELD_KEY);
+	assert_string_equal(r->handler_sql, "SELECT 1");
+	assert_int_equal(r->n_params, 0);
+	assert_false(r->needs_json);
+
+	assert_int_equal(cfg->batch_max_messages, 1000);
+	assert_int_equal(cfg->batch_max_wait_ms, 0);
+	assert_int_equal(cfg->max_key_bytes, 8192);
+	assert_int_equal(cfg->max_message_bytes, 1024);
+	assert_int_equal(cfg->retry_initial_ms, 250);
+	assert_int_equal(cfg->retry_max_ms, 250);
+	assert_int_equal(cfg->log_level, IDEM_LOG_DEBUG);
+	idem_cfg_free(cfg);
+}
+
+static void test_minimal_defaults(void **state)
+{
+	struct idem_cfg *cfg = load_ok("minimal.yaml");
+	const struct idem_route *r;
+
+	(void)state;
+	assert_string_equal(cfg->brokers, "127.0.0.1:9092");
+	assert_string_equal(cfg->group_id, "g");
+	/* kafka.topics defaults to the routes' topics. */
+	assert_int_equal(cfg->n_topics, 1);
+	assert_string_equal(cfg->topics[0], "t");
+	assert_int_equal(cfg->n_kafka_props, 0);
+	assert_null(cfg->kafka_props);
+	assert_string_equal(cfg->conninfo, "dbname=x");
+	assert_null(cfg->password_env);
+	assert_null(cfg->password_file);
+	assert_int_equal(cfg->n_routes, 1);
+	r = &cfg->routes[0];
+	assert_string_equal(r->name, "r");
+	assert_string_equal(r->consumer, "g"); /* defaults to kafka.group_id */
+	assert_int_equal(r->n_params, 1);
+	assert_int_equal(r->params[0].kind, IDEM_FIELD_VALUE);
+	assert_false(r->needs_json);
+	assert_int_equal(cfg->batch_max_messages, 500);
+	assert_int_equal(cfg->batch_max_wait_ms, 20);
+	assert_int_equal(cfg->max_key_bytes, 512);
+	assert_int_equal(cfg->max_message_bytes, 16777216);
+	assert_int_equal(cfg->retry_initial_ms, 100);
+	assert_int_equal(cfg->retry_max_ms, 30000);
+	assert_int_equal(cfg->log_level, IDEM_LOG_INFO);
+	idem_cfg_free(cfg);
+}
+
+static void test_default_topics_in_route_order(void **state)
+{
+	static const char text[] = "kafka: {brokers: b, group_id: g}\n"
+	                           "postgres: {conninfo: \"dbname=x\"}\n"
+	                           "routes:\n"
+	                           "  - {name: one, topics: [z, a], business_key: key,\n"
+	                           "     handler: {sql: \"SELECT 1\"}}\n"
+	                           "  - {name: two, topics: [m], business_key: \"json:/id\",\n"
+	                           "     handler: {sql: \"SELECT $1\", params: [offset]}}\n";
+	struct idem_cfg *cfg = NULL;
+	char *errors = NULL;
+
+	(void)state;
+	assert_int_equal(idem_cfg_parse("t.yaml", text, strlen(text), &cfg, &errors), IDEM_OK);
+	assert_int_equal(cfg->n_topics, 3);
+	assert_string_equal(cfg->topics[0], "z");
+	assert_string_equal(cfg->topics[1], "a");
+	assert_string_equal(cfg->topics[2], "m");
+	assert_false(cfg->routes[0].needs_json);
+	assert_true(cfg->routes[1].needs_json); /* from the key alone */
+	idem_cfg_free(cfg);
+}
+
+static void test_route_for(void **state)
+{
+	struct idem_cfg *cfg = load_ok("full.yaml");
+
+	(void)state;
+	assert_ptr_equal(idem_cfg_route_for(cfg, "payments"), &cfg->routes[0]);
+	assert_ptr_equal(idem_cfg_route_for(cfg, "refunds"), &cfg->routes[0]);
+	assert_ptr_equal(idem_cfg_route_for(cfg, "orders"), &cfg->routes[1]);
+	assert_null(idem_cfg_route_for(cfg, "payment"));
+	assert_null(idem_cfg_route_for(cfg, ""));
+	assert_null(idem_cfg_route_for(NULL, "orders"));
+	idem_cfg_free(cfg);
+}
+
+static void test_shipped_example(void **state)
+{
+	struct idem_cfg *cfg = NULL;
+	char *path = data_path("../../../etc/idemd.yaml");
+	char *errors = NULL;
+	const struct idem_route *r;
+	idem_status st;
+
+	(void)state;
+	st = idem_cfg_load(path, &cfg, &errors);
+	if (st != IDEM_OK)
+		fail_msg("etc/idemd.yaml: status %d, errors:\n%s", st, errors ? errors : "(none)");
+	assert_string_equal(cfg->path, path);
+	assert_string_equal(cfg->brokers, "127.0.0.1:9092");
+	assert_string_equal(cfg->conninfo, "host=/run/postgresql dbname=idemd user=idemd");
+	assert_int_equal(cfg->n_topics, 1);
+	assert_string_equal(cfg->topics[0], "payments");
+	r = idem_cfg_route_for(cfg, "payments");
+	assert_non_null(r);
+	assert_int_equal(r->key.n_parts, 1);
+	assert_int_equal(r->key.parts[0].kind, IDEM_FIELD_JSON);
+	assert_string_equal(r->key.parts[0].arg, "/payment_id");
+	assert_int_equal(r->n_params, 3);
+	assert_int_equal(r->params[0].kind, IDEM_FIELD_BUSINESS_KEY);
+	assert_string_equal(r->params[1].arg, "/account");
+	assert_string_equal(r->params[2].arg, "/amount");
+	assert_true(r->needs_json);
+	assert_non_null(strstr(r->handler_sql, "INSERT INTO ledger"));
+	idem_cfg_free(cfg);
+	free(path);
+}
+
+static void test_load_missing_file(void **state)
+{
+	static struct idem_cfg untouched;
+	struct idem_cfg *cfg = &untouched; /* written only on success */
+	char *errors = NULL;
+	char *path = data_path("cfg/no-such-file.yaml");
+
+	(void)state;
+	assert_int_equal(idem_cfg_load(path, &cfg, &errors), IDEM_ERR_IO);
+	assert_ptr_equal(cfg, &untouched);
+	assert_non_null(errors);
+	assert_true(strncmp(errors, path, strlen(path)) == 0);
+	assert_non_null(strstr(errors, ": error: cannot open configuration: "));
+	assert_non_null(strstr(errors, strerror(ENOENT)));
+	free(errors);
+	free(path);
+}
+
+static void test_load_names_the_path(void **state)
+{
+	char *path = data_path("cfg/err_log_level.yaml");
+	struct idem_cfg *cfg = NULL;
+	char *errors = NULL, *want;
+	struct idem_buf b = { 0 };
+
+	(void)state;
+	assert_int_equal(idem_cfg_load(path, &cfg, &errors), IDEM_ERR_CONFIG);
+	assert_null(cfg);
+	assert_int_equal(idem_buf_printf(&b, "%s:14:10: error: ", path), IDEM_OK);
+	want = b.data;
+	assert_non_null(errors);
+	assert_true(strncmp(errors, want, strlen(want)) == 0);
+	free(errors);
+	free(want);
+	free(path);
+}
+
+static void test_several_errors_reported(void **state)
+{
+	struct idem_cfg *cfg = NULL;
+	char *errors = NULL;
+	size_t lines = 0;
+
+	(void)state;
+	assert_int_equal(parse_golden("err_many.yaml", &cfg, &errors), IDEM_ERR_CONFIG);
+	assert_null(cfg);
+	for (const char *p = errors; *p != '\0'; p++)
+		lines += *p == '\n';
+	assert_int_equal(lines, 6);
+	/* In file order, each a complete "file:line:col: error: ..." line. */
+	assert_non_null(
+	        strstr(errors, "err_many.yaml:2:3: error: missing required key 'group_id'"));
+	assert_non_null(strstr(errors, "err_many.yaml:16:10: error: 'log.level'"));
+	assert_true(strstr(errors, ":2:3:") < strstr(errors, ":16:10:"));
+	free(errors);
+}
+
+static void test_never_echoes_password(void **state)
+{
+	struct idem_cfg *cfg = NULL;
+	char *errors = NULL;
+
+	(void)state;
+	assert_int_equal(parse_golden("err_passwords.yaml", &cfg, &errors), IDEM_ERR_CONFIG);
+	assert_non_null(strstr(errors, "must not contain a password"));
+	assert_null(strstr(errors, "s3cr3t"));
+	free(errors);
+	errors = NULL;
+	assert_int_equal(parse_golden("err_password_uri.yaml", &cfg, &errors), IDEM_ERR_CONFIG);
+	assert_non_null(strstr(errors, "must not contain a password"));
+	assert_null(strstr(errors, "hunter2"));
+	free(errors);
+}
+
+static void test_optional_out_params(void **state)
+{
+	static const char bad[] = "kafka: [\n";
+	static const char good[] = "kafka: {brokers: b, group_id: g}\n"
+	                           "postgres: {conninfo: \"dbname=x\"}\n"
+	                           "routes: [{name: r, topics: [t], business_key: key,"
+	                           " handler: {sql: \"SELECT 1\"}}]\n";
+
+	(void)state;
+	assert_int_equal(idem_cfg_parse("b.yaml", bad, strlen(bad), NULL, NULL), IDEM_ERR_CONFIG);
+	assert_int_equal(idem_cfg_parse("g.yaml", good, strlen(good), NULL, NULL), IDEM_OK);
+	assert_int_equal(idem_cfg_parse("e.yaml", NULL, 0, NULL, NULL), IDEM_ERR_CONFIG);
+}
+
+static void test_buffer_not_nul_terminated(void **state)
+{
+	/* Only the first len bytes count: the rest would be a syntax error. */
+	static const char text[] = "kafka: {brokers: b, group_id: g}\n"
+	                           "postgres: {conninfo: \"dbname=x\"}\n"
+	                           "routes: [{name: r, topics: [t], business_key: key,"
+	                           " handler: {sql: \"SELECT 1\"}}]\n"
+	                           "]]] garbage: [";
+	struct idem_cfg *cfg = NULL;
+	char *errors = NULL;
+
+	(void)state;
+	assert_int_equal(
+	        idem_cfg_parse("n.yaml", text, (size_t)(strstr(text, "]]]") - text), &cfg, &errors),
+	        IDEM_OK);
+	idem_cfg_free(cfg);
+	assert_int_equal(idem_cfg_parse("n.yaml", text, strlen(text), &cfg, &errors),
+	                 IDEM_ERR_CONFIG);
+	assert_non_null(strstr(errors, "n.yaml:4:1: error: invalid yaml: "));
+	free(errors);
+}
+
+static void test_free_null_and_half_built(void **state)
+{
+	struct idem_cfg *cfg = calloc(1, sizeof(*cfg));
+
+	(void)state;
+	idem_cfg_free(NULL);
+	assert_non_null(cfg);
+	/* As left by a parse that failed half-way: arrays sized, only some entries filled. */
+	cfg->brokers = strdup("b");
+	cfg->topics = calloc(3, sizeof(*cfg->topics));
+	cfg->n_topics = 3;
+	cfg->topics[1] = strdup("t");
+	cfg->kafka_props = calloc(2, sizeof(*cfg->kafka_props));
+	cfg->n_kafka_props = 1;
+	cfg->kafka_props[0].name = strdup("client.id");
+	cfg->routes = calloc(2, sizeof(*cfg->routes));
+	cfg->n_routes = 2;
+	cfg->routes[0].name = strdup("r");
+	cfg->routes[0].params = calloc(2, sizeof(*cfg->routes[0].params));
+	cfg->routes[0].n_params = 2;
+	assert_int_equal(idem_field_parse("json:/a", &cfg->routes[0].params[1], NULL, 0), IDEM_OK);
+	idem_cfg_free(cfg); /* ASan/LSan report anything left or freed twice */
+}
+
+static void test_sql_params(void **state)
+{
+	static const struct {
+		const char *sql;
+		unsigned long max;
+		bool multi;
+		const char *open;
+	} cases[] = {
+		{ "SELECT 1", 0, false, NULL },
+		{ "SELECT $1, $2", 2, false, NULL },
+		{ "SELECT $2, $10, $3", 10, false, NULL },
+		{ "SELECT $1::bigint", 1, false, NULL },
+		{ "SELECT '$5'", 0, false, NULL },
+		{ "SELECT 'it''s $5', $1", 1, false, NULL },
+		{ "SELECT E'\\'$5', $1", 1, false, NULL },
+		{ "SELECT e'\\\\', $2", 2, false, NULL },
+		{ "SELECT \"a$5\", \"b\"\"$6\", $1", 1, false, NULL },
+		{ "SELECT a$5, $1", 1, false, NULL },
+		{ "SELECT $1 -- $5\n, $2", 2, false, NULL },
+		{ "SELECT /* $5 /* $6 */ $7 */ $1", 1, false, NULL },
+		{ "SELECT $$ $5 $$, $1", 1, false, NULL },
+		{ "SELECT $tag$ $5 $$ $6 $tag$, $2", 2, false, NULL },
+		{ "SELECT $a$b$ $1 $a$b$, $3", 3, false, NULL },
+		{ "SELECT $1;", 1, false, NULL },
+		{ "SELECT $1; -- done\n", 1, false, NULL },
+		{ "SELECT $1; SELECT $2", 2, true, NULL },
+		{ "SELECT ';', $1", 1, false, NULL },
+		{ "SELECT 'open", 0, false, "string literal" },
+		{ "SELECT \"open", 0, false, "quoted identifier" },
+		{ "SELECT 1 /* open /* */", 0, false, "comment" },
+		{ "SELECT $q$ open", 0, false, "dollar-quoted string" },
+		{ "SELECT $99999999999999999999", 1000000, false, NULL },
+		{ "SELECT $", 0, false, NULL },
+		{ "", 0, false, NULL },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool multi = !cases[i].multi;
+		const char *open = "unset";
+		unsigned long max = idem__cfg_sql_params(cases[i].sql, &multi, &open);
+
+		if (max != cases[i].max || multi != cases[i].multi ||
+		    (open == NULL) != (cases[i].open == NULL) ||
+		    (open != NULL && strcmp(open, cases[i].open) != 0))
+			fail_msg("sql '%s': got max %lu multi %d open %s", cases[i].sql, max, multi,
+			         open ? open : "NULL");
+	}
+}
+
+static void test_conninfo_password(void **state)
+{
+	static const struct {
+		const char *conninfo;
+		bool has;
+	} cases[] = {
+		{ "host=/run/postgresql dbname=app user=idemd", false },
+		{ "password=x", true },
+		{ "host=h password = 'a b' dbname=d", true },
+		{ "host=h password=''", false },
+		{ "host=h passfile=/etc/pgpass", false },
+		{ "application_name='password=x'", false },
+		{ "dbname='host=h password=x'", true },
+		{ "dbname=postgresql://u:p@h/d", true },
+		{ "postgresql://idemd@db/app", false },
+		{ "postgresql://idemd:s3cret@db:5432/app", true },
+		{ "postgres://idemd:@db/app", false },
+		{ "postgresql://db/app?sslmode=require&password=x", true },
+		{ "postgresql://db/app?pass%77ord=x", true },
+		{ "postgresql:///app?host=/run/postgresql", false },
+		{ "postgresql://db/a:b@c", false },
+		{ "", false },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool has = !cases[i].has;
+
+		assert_int_equal(idem__cfg_conninfo_has_password(cases[i].conninfo, &has), IDEM_OK);
+		if (has != cases[i].has)
+			fail_msg("conninfo '%s': got %d", cases[i].conninfo, has);
+	}
+}
+
+static void test_edit_distance(void **state)
+{
+	(void)state;
+	assert_int_equal(idem__cfg_edit_distance("batch", 5, "batch", 5), 0);
+	assert_int_equal(idem__cfg_edit_distance("bach", 4, "batch", 5), 1);
+	assert_int_equal(idem__cfg_edit_distance("max_mesages", 11, "max_messages", 12), 1);
+	assert_int_equal(idem__cfg_edit_distance("brokres", 7, "brokers", 7), 1); /* swap */
+	assert_int_equal(idem__cfg_edit_distance("", 0, "log", 3), 3);
+	assert_int_equal(idem__cfg_edit_distance("postgres", 8, "routes", 6), 4);
+	assert_int_equal(idem__cfg_edit_distance("x", 1, "0123456789012345678901234567890123", 34),
+	                 SIZE_MAX);
+}
+
+/* Golden cases. */
+
+static bool has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static void test_golden_case(void **state)
+{
+	const char *name = *state;
+	char rel[256], *path, *expected, *errors = NULL;
+	struct idem_cfg *cfg = NULL;
+	idem_status r;
+
+	snprintf(rel, sizeof(rel), "cfg/%.*s.expected", (int)(strlen(name) - 5), name);
+	path = data_path(rel);
+	expected = read_file(path, NULL);
+	r = parse_golden(name, &cfg, &errors);
+	if (expected[0] == '\0') {
+		if (r != IDEM_OK)
+			fail_msg("%s must load, got status %d:\n%s", name, r,
+			         errors ? errors : "(no text)");
+		assert_non_null(cfg);
+		idem_cfg_free(cfg);
+	} else {
+		if (r != IDEM_ERR_CONFIG)
+			fail_msg("%s: expected IDEM_ERR_CONFIG, got status %d", name, r);
+		assert_null(cfg);
+		assert_non_null(errors);
+		if (strcmp(errors, expected) != 0)
+			fail_msg("%s: errors differ\n--- expected\n%s--- got\n%s", name, expected,
+			         errors);
+		free(errors);
+	}
+	free(expected);
+	free(path);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted names of the golden *.yaml files; the count in *ret_n. */
+static char **golden_names(size_t *ret_n)
+{
+	const char *dir = getenv("IDEM_TEST_DATA");
+	char **names = NULL, path[4096];
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+
+	*ret_n = 0;
+	if (dir == NULL)
+		return NULL;
+	snprintf(path, sizeof(path), "%s/cfg", dir);
+	d = opendir(path);
+	if (d == NULL)
+		return NULL;
+	while ((de = readdir(d)) != NULL) {
+		if (!has_suffix(de->d_name, ".yaml"))
+			continue;
+		if (n == cap) {
+			char **p;
+
+			cap = cap ? cap * 2 : 32;
+			p = realloc(names, cap * sizeof(*names));
+			if (p == NULL)
+				break;
+			names = p;
+		}
+		names[n] = strdup(de->d_name);
+		if (names[n] != NULL)
+			n++;
+	}
+	closedir(d);
+	qsort(names, n, sizeof(*names), cmp_str);
+	*ret_n = n;
+	return names;
+}
+
+static void test_golden_dir(void **state)
+{
+	size_t n;
+	char **names = golden_names(&n);
+
+	(void)state;
+	data_dir();
+	if (n < GOLDEN_MIN)
+		fail_msg("found %zu golden cases in $IDEM_TEST_DATA/cfg, expected at least %d", n,
+		         GOLDEN_MIN);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_full),
+		cmocka_unit_test(test_minimal_defaults),
+		cmocka_unit_test(test_default_topics_in_route_order),
+		cmocka_unit_test(test_route_for),
+		cmocka_unit_test(test_shipped_example),
+		cmocka_unit_test(test_load_missing_file),
+		cmocka_unit_test(test_load_names_the_path),
+		cmocka_unit_test(test_several_errors_reported),
+		cmocka_unit_test(test_never_echoes_password),
+		cmocka_unit_test(test_optional_out_params),
+		cmocka_unit_test(test_buffer_not_nul_terminated),
+		cmocka_unit_test(test_free_null_and_half_built),
+		cmocka_unit_test(test_sql_params),
+		cmocka_unit_test(test_conninfo_password),
+		cmocka_unit_test(test_edit_distance),
+		cmocka_unit_test(test_golden_dir),
+	};
+	struct CMUnitTest *golden;
+	size_t n;
+	char **names = golden_names(&n);
+	int failed;
+
+	failed = cmocka_run_group_tests(tests, NULL, NULL);
+	golden = calloc(n ? n : 1, sizeof(*golden));
+	if (golden == NULL)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		golden[i] = (struct CMUnitTest){ names[i], test_golden_case, NULL, NULL, names[i] };
+	if (n > 0)
+		failed += _cmocka_run_group_tests("golden", golden, n, NULL, NULL);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	free(golden);
+	return failed;
+}

@@ -1,0 +1,102 @@
+/*
+ * Unit tests for idem_common (buffers, UTF-8, errors) and the SQLSTATE classification.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "idem_common.h"
+#include "idem_pg.h"
+
+static void test_buf(void **state)
+{
+	struct idem_buf b = { 0 };
+
+	(void)state;
+	assert_int_equal(idem_buf_append_str(&b, "abc"), IDEM_OK);
+	assert_int_equal(idem_buf_append(&b, "\0d", 2), IDEM_OK);
+	assert_int_equal(b.len, 5);
+	assert_int_equal(b.data[5], '\0');
+	assert_int_equal(idem_buf_printf(&b, "-%d-", 42), IDEM_OK);
+	assert_memory_equal(b.data, "abc\0d-42-", 9);
+	idem_buf_reset(&b);
+	assert_int_equal(b.len, 0);
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(idem_buf_append_str(&b, "0123456789"), IDEM_OK);
+	assert_int_equal(b.len, 10000);
+	assert_int_equal(b.data[10000], '\0');
+	idem_buf_done(&b);
+	idem_buf_done(&b); /* twice is fine */
+}
+
+static void test_utf8(void **state)
+{
+	(void)state;
+	assert_true(idem_utf8_valid("", 0));
+	assert_true(idem_utf8_valid("plain", 5));
+	assert_true(idem_utf8_valid("\xc3\xa9t\xc3\xa9", 5));            /* été */
+	assert_true(idem_utf8_valid("\xe2\x82\xac", 3));                 /* € */
+	assert_true(idem_utf8_valid("\xf0\x9f\x92\xb3", 4));             /* U+1F4B3 */
+	assert_false(idem_utf8_valid("a\0b", 3));                        /* NUL */
+	assert_false(idem_utf8_valid("\xff", 1));                        /* invalid byte */
+	assert_false(idem_utf8_valid("\xc3", 1));                        /* truncated */
+	assert_false(idem_utf8_valid("\xc0\xaf", 2));                    /* overlong '/' */
+	assert_false(idem_utf8_valid("\xe0\x80\xaf", 3));                /* overlong */
+	assert_false(idem_utf8_valid("\xed\xa0\x80", 3));                /* surrogate */
+	assert_false(idem_utf8_valid("\xf4\x90\x80\x80", 4));            /* > U+10FFFF */
+	assert_false(idem_utf8_valid("\xe2\x82", 2));                    /* truncated */
+	assert_false(idem_utf8_valid("\x80", 1));                        /* lone continuation */
+}
+
+static void test_error_set(void **state)
+{
+	idem_error err;
+
+	(void)state;
+	memset(&err, 'x', sizeof(err));
+	assert_int_equal(idem_error_set(&err, IDEM_ERR_KEY, "field '%s' missing", "a"),
+			 IDEM_ERR_KEY);
+	assert_int_equal(err.code, IDEM_ERR_KEY);
+	assert_string_equal(err.msg, "field 'a' missing");
+	assert_string_equal(err.sqlstate, "");
+	assert_int_equal(idem_error_set(NULL, IDEM_ERR_IO, "ignored"), IDEM_ERR_IO);
+}
+
+static void test_classify(void **state)
+{
+	(void)state;
+	/* No answer: the connection failed. */
+	assert_int_equal(idem_pg_classify(NULL), IDEM_PG_TRANSIENT);
+	assert_int_equal(idem_pg_classify(""), IDEM_PG_TRANSIENT);
+	assert_int_equal(idem_pg_classify("08006"), IDEM_PG_TRANSIENT); /* connection failure */
+	assert_int_equal(idem_pg_classify("40001"), IDEM_PG_TRANSIENT); /* serialization */
+	assert_int_equal(idem_pg_classify("40P01"), IDEM_PG_TRANSIENT); /* deadlock */
+	assert_int_equal(idem_pg_classify("55P03"), IDEM_PG_TRANSIENT); /* lock not available */
+	assert_int_equal(idem_pg_classify("57014"), IDEM_PG_TRANSIENT); /* query canceled */
+	assert_int_equal(idem_pg_classify("57P01"), IDEM_PG_TRANSIENT); /* admin shutdown */
+	assert_int_equal(idem_pg_classify("53300"), IDEM_PG_TRANSIENT); /* too many connections */
+	assert_int_equal(idem_pg_classify("22P02"), IDEM_PG_MESSAGE);   /* invalid text repr. */
+	assert_int_equal(idem_pg_classify("22021"), IDEM_PG_MESSAGE);   /* bad encoding */
+	assert_int_equal(idem_pg_classify("23505"), IDEM_PG_MESSAGE);   /* unique violation */
+	assert_int_equal(idem_pg_classify("23502"), IDEM_PG_MESSAGE);   /* not null */
+	assert_int_equal(idem_pg_classify("P0001"), IDEM_PG_MESSAGE);   /* RAISE */
+	assert_int_equal(idem_pg_classify("42P01"), IDEM_PG_BROKEN);    /* undefined table */
+	assert_int_equal(idem_pg_classify("42883"), IDEM_PG_BROKEN);    /* undefined function */
+	assert_int_equal(idem_pg_classify("42601"), IDEM_PG_BROKEN);    /* syntax error */
+	assert_int_equal(idem_pg_classify("XX000"), IDEM_PG_BROKEN);    /* unexpected */
+	assert_int_equal(idem_pg_classify("40002"), IDEM_PG_BROKEN);    /* not a retry class */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_buf),
+		cmocka_unit_test(test_utf8),
+		cmocka_unit_test(test_error_set),
+		cmocka_unit_test(test_classify),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,152 @@
+/*
+ * Unit tests for idem_offsets: the assigned-partition table and offset bookkeeping.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "idem_offsets.h"
+
+static struct idem_cfg cfg;
+static struct idem_route routes[2];
+static char t_payments[] = "payments", t_refunds[] = "refunds";
+static char n_pay[] = "pay", n_ref[] = "ref";
+static char *topics_a[] = { t_payments };
+static char *topics_b[] = { t_refunds };
+
+static int setup(void **state)
+{
+	char errbuf[128];
+
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	memset(routes, 0, sizeof(routes));
+	routes[0].name = n_pay;
+	routes[0].topics = topics_a;
+	routes[0].n_topics = 1;
+	routes[1].name = n_ref;
+	routes[1].topics = topics_b;
+	routes[1].n_topics = 1;
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(idem_template_parse("key", &routes[i].key, errbuf, sizeof(errbuf)),
+				 IDEM_OK);
+	cfg.routes = routes;
+	cfg.n_routes = 2;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int i = 0; i < 2; i++)
+		idem_template_done(&routes[i].key);
+	return 0;
+}
+
+static void test_assign_find_revoke(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL, *q = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
+	assert_non_null(p);
+	assert_ptr_equal(p->route, &routes[0]);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "refunds", 0, &q), IDEM_OK);
+	assert_ptr_equal(q->route, &routes[1]);
+	assert_ptr_not_equal(p, q);
+	/* Assigning twice returns the same entry. */
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &q), IDEM_OK);
+	assert_ptr_equal(p, q);
+	assert_int_equal(ps.n, 2);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "unrouted", 0, &q), IDEM_ERR_NOT_FOUND);
+	assert_null(idem_parts_find(&ps, "payments", 1));
+	assert_ptr_equal(idem_parts_find(&ps, "payments", 0), p);
+	idem_parts_revoke(&ps, "payments", 0);
+	assert_null(idem_parts_find(&ps, "payments", 0));
+	assert_non_null(idem_parts_find(&ps, "refunds", 0));
+	assert_int_equal(ps.n, 1);
+	idem_parts_revoke(&ps, "payments", 0); /* not assigned: no-op */
+	assert_int_equal(ps.n, 1);
+	idem_parts_done(&ps);
+}
+
+static void test_offsets_store_only_forward(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 2, &p), IDEM_OK);
+	assert_int_equal(p->db_next, -1);
+	assert_int_equal(p->stored_next, -1);
+	assert_true(idem_part_committed(p, 10));
+	idem_part_stored(p, 10);
+	assert_int_equal(p->stored_next, 10);
+	/* A batch that ends below what is stored (a redelivery) never moves Kafka back. */
+	assert_false(idem_part_committed(p, 5));
+	assert_int_equal(p->db_next, 10);
+	assert_false(idem_part_committed(p, 10));
+	assert_true(idem_part_committed(p, 12));
+	/* If the store failed, the next commit still asks for it. */
+	assert_true(idem_part_committed(p, 12));
+	idem_part_stored(p, 12);
+	idem_part_stored(p, 11);
+	assert_int_equal(p->stored_next, 12);
+	idem_parts_done(&ps);
+}
+
+static void test_reassign_starts_fresh(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 1, &p), IDEM_OK);
+	assert_true(idem_part_committed(p, 100));
+	idem_part_stored(p, 100);
+	idem_parts_revoke(&ps, "payments", 1);
+	/* Back after a rebalance: what was stored before says nothing about the new owner's
+	 * commits in between, so bookkeeping restarts. */
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 1, &p), IDEM_OK);
+	assert_int_equal(p->stored_next, -1);
+	assert_true(idem_part_committed(p, 50));
+	idem_parts_done(&ps);
+}
+
+static void test_many_partitions(void **state)
+{
+	struct idem_parts ps;
+
+	(void)state;
+	idem_parts_init(&ps);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", i, NULL), IDEM_OK);
+	for (int i = 0; i < 100; i += 2)
+		idem_parts_revoke(&ps, "payments", i);
+	assert_int_equal(ps.n, 50);
+	for (int i = 0; i < 100; i++) {
+		if (i % 2)
+			assert_non_null(idem_parts_find(&ps, "payments", i));
+		else
+			assert_null(idem_parts_find(&ps, "payments", i));
+	}
+	idem_parts_done(&ps);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_assign_find_revoke),
+		cmocka_unit_test(test_offsets_store_only_forward),
+		cmocka_unit_test(test_reassign_starts_fresh),
+		cmocka_unit_test(test_many_partitions),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
