@@ -29,8 +29,7 @@ echo "   produced=$IDEM_PRODUCED unique payments=$IDEM_UNIQUE duplicates=$((IDEM
 
 echo "== running idemd"
 idemd_start a "$IDEM_TMP/idemd.yaml"
-idem_wait_until 120 "idemd applies a third of the payments" \
-	test "$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')" -ge $((IDEM_UNIQUE / 3))
+idem_wait_until 120 "idemd applies a third of the payments" idem_claims_above $((IDEM_UNIQUE / 3))
 idemd_kill9 a
 n=$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')
 echo "== killed idemd with SIGKILL after $n payments; restarting it"

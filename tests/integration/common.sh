@@ -136,3 +136,8 @@ idem_check_progress_at_end() {
 idem_counts() {
 	idem_psql -c "SELECT 'consumed=' || sum(consumed) || ' applied=' || sum(applied) || ' duplicates=' || sum(duplicates) || ' quarantined=' || sum(quarantined) FROM idem.partition_progress WHERE consumer = '$1'"
 }
+
+# idem_claims_above N: true once more than N keys are claimed (for idem_wait_until).
+idem_claims_above() {
+	[ "$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')" -gt "$1" ]
+}

@@ -15,8 +15,7 @@ idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_produce 20000 0.3 3
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
-idem_wait_until 60 "first instance applies something" \
-	test "$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')" -gt 0
+idem_wait_until 60 "first instance applies something" idem_claims_above 0
 idemd_start b "$IDEM_TMP/idemd.yaml"
 idem_wait_done g-two 240
 idemd_stop a

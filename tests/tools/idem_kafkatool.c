@@ -700,6 +700,51 @@ static int cmd_wait_committed(int argc, char **argv, struct kt_common *cm)
 
 /* ---- reset ------------------------------------------------------------------------------- */
 
+/*
+ * Commit @list for cm->group as a member of the group. Needed once the group has had members:
+ * the embedded Kafka then refuses commits from outside the group (real Kafka accepts them for
+ * an empty group). Joins, waits until this member holds all @cnt partitions (so nobody else is
+ * in the group), commits, leaves.
+ */
+static rd_kafka_resp_err_t commit_as_member(const struct kt_common *cm, int cnt,
+                                            rd_kafka_topic_partition_list_t *list)
+{
+	rd_kafka_topic_partition_list_t *sub, *assigned = NULL;
+	rd_kafka_resp_err_t err;
+	double deadline = now_s() + 30;
+	rd_kafka_t *rk;
+
+	rk = offsets_client_new(cm);
+	if (rk == NULL)
+		return RD_KAFKA_RESP_ERR__FAIL;
+	sub = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(sub, cm->topic, RD_KAFKA_PARTITION_UA);
+	err = rd_kafka_subscribe(rk, sub);
+	rd_kafka_topic_partition_list_destroy(sub);
+	while (!err) {
+		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 100);
+
+		if (rkm != NULL)
+			rd_kafka_message_destroy(rkm);
+		if (assigned != NULL)
+			rd_kafka_topic_partition_list_destroy(assigned);
+		assigned = NULL;
+		err = rd_kafka_assignment(rk, &assigned);
+		if (!err && assigned->cnt == cnt)
+			break;
+		if (now_s() > deadline)
+			err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+	}
+	if (assigned != NULL)
+		rd_kafka_topic_partition_list_destroy(assigned);
+	if (!err)
+		err = rd_kafka_commit(rk, list, 0);
+	for (int i = 0; !err && i < list->cnt; i++)
+		err = list->elems[i].err;
+	client_close(rk);
+	return err;
+}
+
 static int cmd_reset(int argc, char **argv, struct kt_common *cm)
 {
 	static const struct option opts[] = {
@@ -795,6 +840,11 @@ static int cmd_reset(int argc, char **argv, struct kt_common *cm)
 	err = rd_kafka_commit(rk, list, 0);
 	for (int i = 0; !err && i < list->cnt; i++)
 		err = list->elems[i].err;
+	if (err == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID) {
+		for (int i = 0; i < list->cnt; i++)
+			list->elems[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
+		err = commit_as_member(cm, cnt, list);
+	}
 	if (err) {
 		fprintf(stderr,
 		        "%s: commit for group '%s' failed: %s (is the group still active?)\n",
