@@ -15,17 +15,17 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: idemctl [-c FILE] COMMAND\n"
-		"\n"
-		"  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
-		"  -h, --help         print this help and exit\n"
-		"  -V, --version      print the version and exit\n"
-		"\n"
-		"Commands:\n"
-		"  migrate   create or upgrade the idem schema to this version's (the SQL is built\n"
-		"            into idemctl); safe to re-run, and to run concurrently\n"
-		"\n"
-		"Exit status: 0 success; 1 failure; 2 usage error; 78 configuration error.\n");
+	        "usage: idemctl [-c FILE] COMMAND\n"
+	        "\n"
+	        "  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
+	        "  -h, --help         print this help and exit\n"
+	        "  -V, --version      print the version and exit\n"
+	        "\n"
+	        "Commands:\n"
+	        "  migrate   create or upgrade the idem schema to this version's (the SQL is built\n"
+	        "            into idemctl); safe to re-run, and to run concurrently\n"
+	        "\n"
+	        "Exit status: 0 success; 1 failure; 2 usage error; 78 configuration error.\n");
 }
 
 static int cmd_migrate(const struct idem_cfg *cfg)

@@ -59,25 +59,25 @@ static void install_signals(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: idemd [-c FILE] [--check-config] [FILE]\n"
-		"\n"
-		"Consume the Kafka topics of the configuration and apply each message exactly once\n"
-		"in effect: its business key is claimed in Postgres in the same transaction as its\n"
-		"side effect, and its offset is committed only after that transaction.\n"
-		"\n"
-		"  -c, --config FILE   configuration file (default " DEFAULT_CONFIG ");\n"
-		"                      a FILE argument means the same\n"
-		"  -n, --check-config  validate the configuration without connecting, print\n"
-		"                      'configuration OK' or every error, and exit\n"
-		"  -V, --version       print the version and exit\n"
-		"  -h, --help          print this help and exit\n"
-		"\n"
-		"Signals: SIGTERM/SIGINT drain the open batches, commit offsets, leave the consumer\n"
-		"group and exit 0; a second one exits at once. SIGHUP reloads log.level.\n"
-		"\n"
-		"Exit status: 0 stopped cleanly; 1 runtime failure; 2 usage error;\n"
-		"78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
-		"not prepare, database refused the login): restarting will not help.\n");
+	        "usage: idemd [-c FILE] [--check-config] [FILE]\n"
+	        "\n"
+	        "Consume the Kafka topics of the configuration and apply each message exactly once\n"
+	        "in effect: its business key is claimed in Postgres in the same transaction as its\n"
+	        "side effect, and its offset is committed only after that transaction.\n"
+	        "\n"
+	        "  -c, --config FILE   configuration file (default " DEFAULT_CONFIG ");\n"
+	        "                      a FILE argument means the same\n"
+	        "  -n, --check-config  validate the configuration without connecting, print\n"
+	        "                      'configuration OK' or every error, and exit\n"
+	        "  -V, --version       print the version and exit\n"
+	        "  -h, --help          print this help and exit\n"
+	        "\n"
+	        "Signals: SIGTERM/SIGINT drain the open batches, commit offsets, leave the consumer\n"
+	        "group and exit 0; a second one exits at once. SIGHUP reloads log.level.\n"
+	        "\n"
+	        "Exit status: 0 stopped cleanly; 1 runtime failure; 2 usage error;\n"
+	        "78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
+	        "not prepare, database refused the login): restarting will not help.\n");
 }
 
 /* Errors that a restart cannot cure: the configuration or the database must change first. */
@@ -98,12 +98,18 @@ static void reload(const char *path)
 
 	reload_requested = 0;
 	if (idem_cfg_load(path, &ncfg, &errors) != IDEM_OK) {
-		idem_log_error("config", "reload failed, keeping the running configuration: %s", errors ? errors : "out of memory");
+		idem_log_error("config", "reload failed, keeping the running configuration: %s",
+		               errors ? errors : "out of memory");
 		free(errors);
 		return;
 	}
 	idem_log_set_level(ncfg->log_level);
-	idem_log_info("config", "reloaded log.level=%s from '%s' (other settings apply at restart)", ncfg->log_level == IDEM_LOG_DEBUG ? "debug" : ncfg->log_level == IDEM_LOG_INFO ? "info" : ncfg->log_level == IDEM_LOG_WARN ? "warn" : "error", path);
+	idem_log_info("config", "reloaded log.level=%s from '%s' (other settings apply at restart)",
+	              ncfg->log_level == IDEM_LOG_DEBUG  ? "debug"
+	              : ncfg->log_level == IDEM_LOG_INFO ? "info"
+	              : ncfg->log_level == IDEM_LOG_WARN ? "warn"
+	                                                 : "error",
+	              path);
 	idem_cfg_free(ncfg);
 }
 
@@ -167,7 +173,8 @@ int main(int argc, char **argv)
 	idem_log_auto_journal();
 	idem_log_set_level(cfg->log_level);
 	install_signals();
-	idem_log_info("main", "starting idemd %s config=%s group=%s routes=%zu", IDEM_VERSION, path, cfg->group_id, cfg->n_routes);
+	idem_log_info("main", "starting idemd %s config=%s group=%s routes=%zu", IDEM_VERSION, path,
+	              cfg->group_id, cfg->n_routes);
 
 	/* Postgres may still be starting: wait for it, but not for a mistake in the setup. */
 	for (int attempt = 1; !should_stop(); attempt++) {
@@ -210,7 +217,9 @@ int main(int argc, char **argv)
 		goto out_free_daemon;
 	}
 	idem_daemon_stats(d, &st);
-	idem_log_info("main", "stopped consumed=%llu applied=%llu duplicates=%llu quarantined=%llu", (unsigned long long)st.consumed, (unsigned long long)st.applied, (unsigned long long)st.duplicates, (unsigned long long)st.quarantined);
+	idem_log_info("main", "stopped consumed=%llu applied=%llu duplicates=%llu quarantined=%llu",
+	              (unsigned long long)st.consumed, (unsigned long long)st.applied,
+	              (unsigned long long)st.duplicates, (unsigned long long)st.quarantined);
 	rc = 0;
 out_free_daemon:
 	idem_daemon_free(d);

@@ -43,8 +43,8 @@ static idem_status arena_put(struct idem_batch *b, const void *p, size_t n, stru
 	return IDEM_OK;
 }
 
-idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
-			    const char *topic, int32_t partition)
+idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route, const char *topic,
+                            int32_t partition)
 {
 	memset(b, 0, sizeof(*b));
 	b->route = route;
@@ -82,7 +82,7 @@ void idem_batch_reset(struct idem_batch *b)
 }
 
 idem_status idem_batch_set_reason(struct idem_batch *b, size_t i, const char *reason,
-				  const char *sqlstate)
+                                  const char *sqlstate)
 {
 	struct idem_batch_msg *msg = &b->msgs[i];
 
@@ -91,13 +91,13 @@ idem_status idem_batch_set_reason(struct idem_batch *b, size_t i, const char *re
 }
 
 idem_status idem_batch_set_result(struct idem_batch *b, size_t i, const char *res, size_t len,
-				  bool null)
+                                  bool null)
 {
 	return arena_put(b, null ? NULL : res, len, &b->msgs[i].result);
 }
 
 static idem_status put_hash(struct idem_batch *b, struct idem_batch_msg *msg, const void *p,
-			    size_t n)
+                            size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
@@ -119,7 +119,7 @@ static idem_status put_hash(struct idem_batch *b, struct idem_batch_msg *msg, co
 
 /* Decode key and parameters; on a message-specific failure set the reason and state BAD. */
 static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgview *m,
-			  const struct idem_cfg *cfg)
+                          const struct idem_cfg *cfg)
 {
 	const struct idem_route *route = b->route;
 	struct idem_batch_msg *msg = &b->msgs[i];
@@ -130,8 +130,9 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 	if (m->key_len + m->value_len > cfg->max_message_bytes) {
 		char why[160];
 
-		snprintf(why, sizeof(why), "message is %zu bytes, larger than limits.max_message_bytes %zu",
-			 m->key_len + m->value_len, cfg->max_message_bytes);
+		snprintf(why, sizeof(why),
+		         "message is %zu bytes, larger than limits.max_message_bytes %zu",
+		         m->key_len + m->value_len, cfg->max_message_bytes);
 		msg->state = IDEM_MSG_BAD;
 		return idem_batch_set_reason(b, i, why, NULL);
 	}
@@ -158,7 +159,7 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 		/* The business key lives in the arena, which may move as parameters are added:
 		 * pass a pointer taken after every append. */
 		r = idem_field_get(&route->params[p], m, &b->doc, b->arena.data + msg->bkey.off,
-				   &b->scratch, &is_null, &err);
+		                   &b->scratch, &is_null, &err);
 		if (r == IDEM_ERR_NOMEM)
 			return r;
 		if (r != IDEM_OK) {
@@ -178,7 +179,7 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 			return idem_batch_set_reason(b, i, why, NULL);
 		}
 		r = arena_put(b, is_null ? NULL : b->scratch.data, b->scratch.len,
-			      &b->params[b->n_params + p]);
+		              &b->params[b->n_params + p]);
 		if (r != IDEM_OK)
 			return r;
 	}
@@ -187,7 +188,7 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 }
 
 idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
-			   const struct idem_cfg *cfg, int64_t now_ms)
+                           const struct idem_cfg *cfg, int64_t now_ms)
 {
 	struct idem_batch_msg *msg;
 	size_t i;
@@ -214,8 +215,9 @@ idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
 		struct idem_batch_hdr *hd = &b->hdrs[b->n_hdrs + h];
 
 		if ((r = arena_put(b, m->headers[h].name, strlen(m->headers[h].name), &hd->name)) !=
-			    IDEM_OK ||
-		    (r = arena_put(b, m->headers[h].value, m->headers[h].len, &hd->value)) != IDEM_OK)
+		            IDEM_OK ||
+		    (r = arena_put(b, m->headers[h].value, m->headers[h].len, &hd->value)) !=
+		            IDEM_OK)
 			return r;
 	}
 	b->n_hdrs += m->n_headers;

@@ -16,7 +16,7 @@
 #include "idem_field.h"
 
 enum idem_msg_state {
-	IDEM_MSG_PENDING = 0, /* decoded, not yet claimed */
+	IDEM_MSG_PENDING = 0,  /* decoded, not yet claimed */
 	IDEM_MSG_DUP_IN_BATCH, /* same key as a lower offset in this batch */
 	IDEM_MSG_BAD,          /* cannot be processed (reason set): to quarantine */
 	IDEM_MSG_APPLIED,      /* claimed and handler ran */
@@ -38,11 +38,11 @@ struct idem_batch_msg {
 	struct idem_span value;
 	size_t hdr_first; /* index into batch->hdrs */
 	size_t n_hdrs;
-	struct idem_span bkey;    /* the business key (text, NUL-terminated in the arena) */
-	size_t param_first;       /* index into batch->params; route->n_params of them */
-	struct idem_span hash;    /* SHA-256 of the value, hex, NUL-terminated */
-	struct idem_span reason;  /* why it is BAD or failed; NUL-terminated */
-	struct idem_span result;  /* the handler's result, if any */
+	struct idem_span bkey;   /* the business key (text, NUL-terminated in the arena) */
+	size_t param_first;      /* index into batch->params; route->n_params of them */
+	struct idem_span hash;   /* SHA-256 of the value, hex, NUL-terminated */
+	struct idem_span reason; /* why it is BAD or failed; NUL-terminated */
+	struct idem_span result; /* the handler's result, if any */
 	char sqlstate[6];
 	int attempts;
 	enum idem_msg_state state;
@@ -76,7 +76,7 @@ struct idem_batch {
 
 /* @brief Initialise an empty batch for @topic/@partition served by @route. */
 IDEM_NODISCARD idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
-					   const char *topic, int32_t partition);
+                                           const char *topic, int32_t partition);
 void idem_batch_done(struct idem_batch *b);
 /* @brief Forget every message, keep the memory. */
 void idem_batch_reset(struct idem_batch *b);
@@ -87,7 +87,7 @@ void idem_batch_reset(struct idem_batch *b);
  * exhaustion fails.
  */
 IDEM_NODISCARD idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
-					  const struct idem_cfg *cfg, int64_t now_ms);
+                                          const struct idem_cfg *cfg, int64_t now_ms);
 
 /*
  * @brief Mark in-batch duplicates (the lowest offset of a key wins) and fill b->order with
@@ -106,9 +106,9 @@ static inline const char *idem_batch_ptr(const struct idem_batch *b, struct idem
 }
 
 /* @brief Set message @i's reason text (copied into the arena). */
-IDEM_NODISCARD idem_status idem_batch_set_reason(struct idem_batch *b, size_t i,
-						 const char *reason, const char *sqlstate);
+IDEM_NODISCARD idem_status idem_batch_set_reason(struct idem_batch *b, size_t i, const char *reason,
+                                                 const char *sqlstate);
 IDEM_NODISCARD idem_status idem_batch_set_result(struct idem_batch *b, size_t i, const char *res,
-						 size_t len, bool null);
+                                                 size_t len, bool null);
 
 #endif

@@ -209,7 +209,7 @@ static const struct cfg_key limits_keys[] = {
 	                           .type = CFG_SIZE,
 	                           .def = 512,
 	                           .min = 1,
-	                           .max = 8192,
+	                           .max = 2048,
 	                           .off = offsetof(struct idem_cfg, max_key_bytes) },
 	[LIMITS_MAX_MESSAGE_BYTES] = { .name = "max_message_bytes",
 	                               .type = CFG_SIZE,

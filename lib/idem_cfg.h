@@ -13,12 +13,12 @@
 
 /* One route: which topics, how to build the business key, which handler to run. */
 struct idem_route {
-	char *name;     /* routes[].name, required, unique */
-	char **topics;  /* routes[].topics, required, non-empty */
+	char *name;    /* routes[].name, required, unique */
+	char **topics; /* routes[].topics, required, non-empty */
 	size_t n_topics;
-	char *consumer; /* routes[].consumer: key namespace; default kafka.group_id */
-	struct idem_template key; /* routes[].business_key */
-	char *handler_sql;        /* routes[].handler.sql: one statement with $1..$n */
+	char *consumer;            /* routes[].consumer: key namespace; default kafka.group_id */
+	struct idem_template key;  /* routes[].business_key */
+	char *handler_sql;         /* routes[].handler.sql: one statement with $1..$n */
 	struct idem_field *params; /* routes[].handler.params: $1..$n, in order */
 	size_t n_params;
 	bool needs_json; /* computed: key or a param uses json: */
@@ -54,7 +54,8 @@ struct idem_cfg {
 	int batch_max_wait_ms;  /* batch.max_wait_ms, default 20, 0..60000 */
 
 	/* limits: */
-	size_t max_key_bytes;     /* limits.max_key_bytes, default 512, 1..8192 */
+	size_t max_key_bytes; /* limits.max_key_bytes, default 512, 1..2048 (a btree entry must fit
+	                         a third of a page) */
 	size_t max_message_bytes; /* limits.max_message_bytes, default 16 MiB */
 
 	/* retry: */
@@ -73,11 +74,11 @@ struct idem_cfg {
  * @returns IDEM_OK, IDEM_ERR_CONFIG, IDEM_ERR_IO (cannot read) or IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_cfg_load(const char *path, struct idem_cfg **ret_cfg,
-					 char **ret_errors);
+                                         char **ret_errors);
 
 /* @brief As idem_cfg_load() but from memory; @name is used in messages. */
 IDEM_NODISCARD idem_status idem_cfg_parse(const char *name, const char *buf, size_t len,
-					  struct idem_cfg **ret_cfg, char **ret_errors);
+                                          struct idem_cfg **ret_cfg, char **ret_errors);
 
 /* @brief Route serving @topic, or NULL. */
 const struct idem_route *idem_cfg_route_for(const struct idem_cfg *cfg, const char *topic);

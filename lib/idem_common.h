@@ -49,7 +49,7 @@ typedef struct idem_error {
  * @returns @code, so callers can "return idem_error_set(err, ...)".
  */
 idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, ...)
-	IDEM_PRINTF(3, 4);
+        IDEM_PRINTF(3, 4);
 
 /* @brief Human name of a status code ("out of memory", ...). */
 const char *idem_status_str(idem_status s);
@@ -72,7 +72,7 @@ IDEM_NODISCARD idem_status idem_buf_reserve(struct idem_buf *b, size_t extra);
 IDEM_NODISCARD idem_status idem_buf_append(struct idem_buf *b, const void *p, size_t n);
 IDEM_NODISCARD idem_status idem_buf_append_str(struct idem_buf *b, const char *s);
 IDEM_NODISCARD idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, ...)
-	IDEM_PRINTF(2, 3);
+        IDEM_PRINTF(2, 3);
 
 /* @brief true if @p[0..n) is valid UTF-8 without NUL bytes. */
 bool idem_utf8_valid(const void *p, size_t n);

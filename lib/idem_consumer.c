@@ -36,18 +36,18 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
 		idem_log_debug("kafka", "%s: %s", fac, buf);
 }
 
-static idem_status set(rd_kafka_conf_t *conf, const char *name, const char *value,
-		       idem_error *err)
+static idem_status set(rd_kafka_conf_t *conf, const char *name, const char *value, idem_error *err)
 {
 	char errstr[512];
 
 	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		return idem_error_set(err, IDEM_ERR_CONFIG, "kafka property '%s': %s", name, errstr);
+		return idem_error_set(err, IDEM_ERR_CONFIG, "kafka property '%s': %s", name,
+		                      errstr);
 	return IDEM_OK;
 }
 
 idem_status idem_consumer_conf(const struct idem_cfg *cfg, rd_kafka_conf_t **ret_conf,
-			       idem_error *err)
+                               idem_error *err)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	idem_status r;
@@ -77,7 +77,7 @@ out_destroy:
 }
 
 idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group, rd_kafka_t **ret_rk,
-			      idem_error *err)
+                              idem_error *err)
 {
 	rd_kafka_conf_t *conf;
 	char errstr[512];
@@ -93,7 +93,8 @@ idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group, rd_
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (rk == NULL) {
 		rd_kafka_conf_destroy(conf);
-		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot create kafka consumer: %s", errstr);
+		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot create kafka consumer: %s",
+		                      errstr);
 	}
 	*ret_rk = rk;
 	return IDEM_OK;

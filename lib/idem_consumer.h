@@ -16,10 +16,10 @@
  * @param ret_conf on success, a new configuration the caller owns.
  */
 IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg,
-					      rd_kafka_conf_t **ret_conf, idem_error *err);
+                                              rd_kafka_conf_t **ret_conf, idem_error *err);
 
 /* @brief Make a consumer (no subscription) for tools: same settings, optional other group. */
 IDEM_NODISCARD idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group,
-					     rd_kafka_t **ret_rk, idem_error *err);
+                                             rd_kafka_t **ret_rk, idem_error *err);
 
 #endif

@@ -27,7 +27,7 @@ struct idem_daemon {
 	struct idem_header *hdrs; /* scratch for one message's headers */
 	size_t cap_hdrs;
 	struct idem_daemon_stats stats;
-	bool closing;      /* shutting down: bounded retries only */
+	bool closing; /* shutting down: bounded retries only */
 	bool subscribed;
 	int64_t last_stats_ms;
 	unsigned int seed; /* for backoff jitter */
@@ -83,7 +83,10 @@ static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
 		e = list->elems[0].err;
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_warn("kafka", "cannot store offset topic=%s partition=%" PRId32 " offset=%" PRId64 ": %s, ignoring (the claims make the redelivery harmless)", p->topic, p->partition, next, rd_kafka_err2str(e));
+		idem_log_warn("kafka",
+		              "cannot store offset topic=%s partition=%" PRId32 " offset=%" PRId64
+		              ": %s, ignoring (the claims make the redelivery harmless)",
+		              p->topic, p->partition, next, rd_kafka_err2str(e));
 	else
 		idem_part_stored(p, next);
 	rd_kafka_topic_partition_list_destroy(list);
@@ -118,14 +121,27 @@ static idem_status flush(idem_daemon *d, struct idem_part *p, int max_attempts, 
 		cls = idem_pg_classify(e.sqlstate);
 		d->stats.retries++;
 		if (max_attempts > 0 && attempt >= max_attempts) {
-			idem_log_warn("batch", "giving up on batch topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64 " class=%s sqlstate=%s: %s; it will be redelivered", b->topic, b->partition, b->msgs[0].offset, next - 1, idem_pg_class_str(cls), e.sqlstate, e.msg);
+			idem_log_warn("batch",
+			              "giving up on batch topic=%s partition=%" PRId32
+			              " offsets=%" PRId64 "..%" PRId64
+			              " class=%s sqlstate=%s: %s; it will be redelivered",
+			              b->topic, b->partition, b->msgs[0].offset, next - 1,
+			              idem_pg_class_str(cls), e.sqlstate, e.msg);
 			return IDEM_ERR_PG;
 		}
 		wait = backoff_ms(d, attempt);
 		if (cls == IDEM_PG_BROKEN)
-			idem_log_error("batch", "handler or schema broken, partition paused: route=%s topic=%s partition=%" PRId32 " sqlstate=%s: %s, retrying in %dms", b->route->name, b->topic, b->partition, e.sqlstate, e.msg, wait);
+			idem_log_error(
+			        "batch",
+			        "handler or schema broken, partition paused: route=%s topic=%s partition=%" PRId32
+			        " sqlstate=%s: %s, retrying in %dms",
+			        b->route->name, b->topic, b->partition, e.sqlstate, e.msg, wait);
 		else
-			idem_log_warn("batch", "batch failed topic=%s partition=%" PRId32 " class=%s sqlstate=%s: %s, retrying in %dms", b->topic, b->partition, idem_pg_class_str(cls), e.sqlstate[0] ? e.sqlstate : "-", e.msg, wait);
+			idem_log_warn("batch",
+			              "batch failed topic=%s partition=%" PRId32
+			              " class=%s sqlstate=%s: %s, retrying in %dms",
+			              b->topic, b->partition, idem_pg_class_str(cls),
+			              e.sqlstate[0] ? e.sqlstate : "-", e.msg, wait);
 		nap(d, wait);
 		if (stopping(d) && max_attempts == 0)
 			return IDEM_ERR_PG;
@@ -137,8 +153,16 @@ static idem_status flush(idem_daemon *d, struct idem_part *p, int max_attempts, 
 	d->stats.duplicates += st.duplicates;
 	d->stats.quarantined += st.quarantined;
 	if (st.quarantined > 0)
-		idem_log_warn("batch", "quarantined %" PRIu64 " message(s) topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64 " (see idem.quarantine)", st.quarantined, b->topic, b->partition, b->msgs[0].offset, next - 1);
-	idem_log_debug("batch", "committed topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64 " consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64 " quarantined=%" PRIu64 " ms=%" PRId64, b->topic, b->partition, b->msgs[0].offset, next - 1, st.consumed, st.applied, st.duplicates, st.quarantined, now_ms() - t0);
+		idem_log_warn("batch",
+		              "quarantined %" PRIu64 " message(s) topic=%s partition=%" PRId32
+		              " offsets=%" PRId64 "..%" PRId64 " (see idem.quarantine)",
+		              st.quarantined, b->topic, b->partition, b->msgs[0].offset, next - 1);
+	idem_log_debug("batch",
+	               "committed topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64
+	               " consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
+	               " quarantined=%" PRIu64 " ms=%" PRId64,
+	               b->topic, b->partition, b->msgs[0].offset, next - 1, st.consumed, st.applied,
+	               st.duplicates, st.quarantined, now_ms() - t0);
 	store_offset(d, p, next);
 	idem_batch_reset(b);
 	return IDEM_OK;
@@ -149,7 +173,10 @@ static void commit_sync(idem_daemon *d, const char *why)
 	rd_kafka_resp_err_t e = rd_kafka_commit(d->rk, NULL, 0);
 
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
-		idem_log_warn("kafka", "offset commit (%s) failed: %s, ignoring (the claims make the redelivery harmless)", why, rd_kafka_err2str(e));
+		idem_log_warn(
+		        "kafka",
+		        "offset commit (%s) failed: %s, ignoring (the claims make the redelivery harmless)",
+		        why, rd_kafka_err2str(e));
 }
 
 static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, bool incremental)
@@ -159,12 +186,16 @@ static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 
 	for (int i = 0; i < list->cnt; i++) {
 		rd_kafka_topic_partition_t *tp = &list->elems[i];
-		idem_status r = idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, NULL);
+		idem_status r =
+		        idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, NULL);
 
 		if (r != IDEM_OK)
-			idem_log_error("kafka", "cannot take partition topic=%s partition=%" PRId32 ": %s", tp->topic, tp->partition, idem_status_str(r));
+			idem_log_error("kafka",
+			               "cannot take partition topic=%s partition=%" PRId32 ": %s",
+			               tp->topic, tp->partition, idem_status_str(r));
 		else
-			idem_log_info("kafka", "assigned topic=%s partition=%" PRId32, tp->topic, tp->partition);
+			idem_log_info("kafka", "assigned topic=%s partition=%" PRId32, tp->topic,
+			              tp->partition);
 	}
 	if (incremental)
 		error = rd_kafka_incremental_assign(d->rk, list);
@@ -188,16 +219,21 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 	rd_kafka_error_t *error = NULL;
 
 	for (int i = 0; i < list->cnt; i++) {
-		struct idem_part *p = idem_parts_find(&d->parts, list->elems[i].topic,
-						      list->elems[i].partition);
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
 		if (p != NULL && p->batch.n_msgs > 0 && flush(d, p, 1, NULL) != IDEM_OK)
-			idem_log_warn("kafka", "abandoned batch of revoked partition topic=%s partition=%" PRId32 ", it will be redelivered", p->topic, p->partition);
+			idem_log_warn(
+			        "kafka",
+			        "abandoned batch of revoked partition topic=%s partition=%" PRId32
+			        ", it will be redelivered",
+			        p->topic, p->partition);
 	}
 	commit_sync(d, "revoke");
 	for (int i = 0; i < list->cnt; i++) {
 		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
-		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic, list->elems[i].partition);
+		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
+		              list->elems[i].partition);
 	}
 	if (incremental)
 		error = rd_kafka_incremental_unassign(d->rk, list);
@@ -210,7 +246,7 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t e,
-			 rd_kafka_topic_partition_list_t *list, void *opaque)
+                         rd_kafka_topic_partition_list_t *list, void *opaque)
 {
 	idem_daemon *d = opaque;
 	bool incremental = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
@@ -240,7 +276,7 @@ static void error_cb(rd_kafka_t *rk, int e, const char *reason, void *opaque)
 }
 
 idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_daemon **ret_d,
-			    idem_error *err)
+                            idem_error *err)
 {
 	rd_kafka_topic_partition_list_t *topics;
 	rd_kafka_conf_t *conf = NULL;
@@ -278,7 +314,8 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	e = rd_kafka_subscribe(d->rk, topics);
 	rd_kafka_topic_partition_list_destroy(topics);
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s", rd_kafka_err2str(e));
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s",
+		                   rd_kafka_err2str(e));
 		goto out_free;
 	}
 	d->subscribed = true;
@@ -369,7 +406,8 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	m.headers = d->hdrs;
 	m.n_headers = n_hdrs;
 	if ((r = idem_batch_add(&p->batch, &m, d->cfg, now_ms())) != IDEM_OK)
-		return idem_error_set(err, r, "cannot add message to batch: %s", idem_status_str(r));
+		return idem_error_set(err, r, "cannot add message to batch: %s",
+		                      idem_status_str(r));
 	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages)
 		return flush(d, p, 0, err);
 	return IDEM_OK;
@@ -422,7 +460,13 @@ static void log_stats(idem_daemon *d)
 	if (now - d->last_stats_ms < 30000)
 		return;
 	d->last_stats_ms = now;
-	idem_log_info("stats", "consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64 " quarantined=%" PRIu64 " batches=%" PRIu64 " slow_batches=%" PRIu64 " retries=%" PRIu64 " partitions=%zu", d->stats.consumed, d->stats.applied, d->stats.duplicates, d->stats.quarantined, d->stats.batches, d->stats.slow_batches, d->stats.retries, d->parts.n);
+	idem_log_info("stats",
+	              "consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
+	              " quarantined=%" PRIu64 " batches=%" PRIu64 " slow_batches=%" PRIu64
+	              " retries=%" PRIu64 " partitions=%zu",
+	              d->stats.consumed, d->stats.applied, d->stats.duplicates,
+	              d->stats.quarantined, d->stats.batches, d->stats.slow_batches,
+	              d->stats.retries, d->parts.n);
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
@@ -439,7 +483,9 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 			r = take(d, rkm, err);
 		} else {
-			idem_log_warn("kafka", "consume error topic=%s partition=%" PRId32 ": %s", rkm->rkt ? rd_kafka_topic_name(rkm->rkt) : "-", rkm->partition, rd_kafka_message_errstr(rkm));
+			idem_log_warn("kafka", "consume error topic=%s partition=%" PRId32 ": %s",
+			              rkm->rkt ? rd_kafka_topic_name(rkm->rkt) : "-",
+			              rkm->partition, rd_kafka_message_errstr(rkm));
 			r = IDEM_OK;
 		}
 		rd_kafka_message_destroy(rkm);

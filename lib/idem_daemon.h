@@ -33,7 +33,7 @@ typedef bool (*idem_stop_fn)(void);
  * @param cfg must outlive the daemon.
  */
 IDEM_NODISCARD idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop,
-					   idem_daemon **ret_d, idem_error *err);
+                                           idem_daemon **ret_d, idem_error *err);
 
 /*
  * @brief One turn of the main loop: poll Kafka for up to ~100 ms, add messages to their

@@ -39,7 +39,7 @@ struct idem_template {
  * @returns IDEM_OK, IDEM_ERR_INVALID or IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_field_parse(const char *s, struct idem_field *ret_field,
-					    char *errbuf, size_t errlen);
+                                            char *errbuf, size_t errlen);
 
 /*
  * @brief Parse a business-key template. "${...}" embeds a field, "$$" is a literal "$".
@@ -47,7 +47,7 @@ IDEM_NODISCARD idem_status idem_field_parse(const char *s, struct idem_field *re
  * A template must reference at least one field and may not reference business_key.
  */
 IDEM_NODISCARD idem_status idem_template_parse(const char *s, struct idem_template *ret_tpl,
-					       char *errbuf, size_t errlen);
+                                               char *errbuf, size_t errlen);
 
 void idem_field_done(struct idem_field *f);
 void idem_template_done(struct idem_template *t);
@@ -102,8 +102,8 @@ void idem_jsondoc_done(struct idem_jsondoc *doc);
  * JSON text; null counts as missing.
  */
 IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
-					  const struct idem_msgview *m, struct idem_jsondoc *doc,
-					  size_t max_len, struct idem_buf *out, idem_error *err);
+                                          const struct idem_msgview *m, struct idem_jsondoc *doc,
+                                          size_t max_len, struct idem_buf *out, idem_error *err);
 
 /*
  * @brief Extract field @f of @m as a text handler parameter into @out (reset first).
@@ -115,7 +115,7 @@ IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
  * is asked of a value that is not JSON; IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview *m,
-					  struct idem_jsondoc *doc, const char *bkey,
-					  struct idem_buf *out, bool *ret_null, idem_error *err);
+                                          struct idem_jsondoc *doc, const char *bkey,
+                                          struct idem_buf *out, bool *ret_null, idem_error *err);
 
 #endif

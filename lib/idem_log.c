@@ -71,16 +71,18 @@ void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt,
 		goto out;
 	if (log_journal) {
 		n = snprintf(line, sizeof(line), "<%d>%s %s: ", level_prio[level],
-			     level_names[level], mod);
+		             level_names[level], mod);
 	} else {
 		struct timespec ts;
 		struct tm tm;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		gmtime_r(&ts.tv_sec, &tm);
-		n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ [%ld] %s %s: ",
-			     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-			     tm.tm_sec, ts.tv_nsec / 1000000, (long)getpid(), level_names[level], mod);
+		n = snprintf(
+		        line, sizeof(line),
+		        "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ [%ld] %s %s: ", tm.tm_year + 1900,
+		        tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		        ts.tv_nsec / 1000000, (long)getpid(), level_names[level], mod);
 	}
 	if (n > 0)
 		off = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;

@@ -30,7 +30,7 @@ void idem_log_auto_journal(void);
 bool idem_log_level_parse(const char *s, enum idem_log_level *ret_level);
 
 void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt, ...)
-	IDEM_PRINTF(3, 4);
+        IDEM_PRINTF(3, 4);
 
 #define idem_log_error(mod, ...) idem_log_write(IDEM_LOG_ERROR, mod, __VA_ARGS__)
 #define idem_log_warn(mod, ...)  idem_log_write(IDEM_LOG_WARN, mod, __VA_ARGS__)

@@ -38,11 +38,11 @@ idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to, idem_er
 	if ((r = run(conn, "SELECT pg_advisory_xact_lock(1768187245)", "lock", err)) != IDEM_OK ||
 	    (r = run(conn, "SET LOCAL client_min_messages = warning", "set", err)) != IDEM_OK ||
 	    (r = run(conn, "CREATE SCHEMA IF NOT EXISTS idem", "create schema idem", err)) !=
-		    IDEM_OK ||
+	            IDEM_OK ||
 	    (r = run(conn,
-		     "CREATE TABLE IF NOT EXISTS idem.schema_migrations (version integer PRIMARY KEY,"
-		     " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
-		     "create idem.schema_migrations", err)) != IDEM_OK)
+	             "CREATE TABLE IF NOT EXISTS idem.schema_migrations (version integer PRIMARY KEY,"
+	             " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+	             "create idem.schema_migrations", err)) != IDEM_OK)
 		goto out_rollback;
 	res = PQexec(conn, "SELECT coalesce(max(version), 0) FROM idem.schema_migrations");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -66,7 +66,9 @@ idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to, idem_er
 		snprintf(ver, sizeof(ver), "%d", m->version);
 		vals[0] = ver;
 		vals[1] = m->name;
-		res = PQexecParams(conn, "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)", 2, NULL, vals, NULL, NULL, 0);
+		res = PQexecParams(
+		        conn, "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)",
+		        2, NULL, vals, NULL, NULL, 0);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
 			r = idem_pg_error(err, conn, res, what);
 			PQclear(res);

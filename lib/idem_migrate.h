@@ -27,6 +27,6 @@ int idem_migrate_latest(void);
  * @param ret_from the version found (0: none), @param ret_to the version left.
  */
 IDEM_NODISCARD idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to,
-					      idem_error *err);
+                                              idem_error *err);
 
 #endif

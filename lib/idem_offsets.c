@@ -33,8 +33,7 @@ void idem_parts_done(struct idem_parts *ps)
 	memset(ps, 0, sizeof(*ps));
 }
 
-struct idem_part *idem_parts_find(const struct idem_parts *ps, const char *topic,
-				  int32_t partition)
+struct idem_part *idem_parts_find(const struct idem_parts *ps, const char *topic, int32_t partition)
 {
 	for (size_t i = 0; i < ps->n; i++) {
 		struct idem_part *p = ps->v[i];
@@ -45,8 +44,8 @@ struct idem_part *idem_parts_find(const struct idem_parts *ps, const char *topic
 	return NULL;
 }
 
-idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
-			      const char *topic, int32_t partition, struct idem_part **ret_part)
+idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg, const char *topic,
+                              int32_t partition, struct idem_part **ret_part)
 {
 	const struct idem_route *route;
 	struct idem_part *p;

@@ -32,15 +32,15 @@ void idem_parts_done(struct idem_parts *ps);
 
 /* @brief The partition entry, or NULL if not assigned. */
 struct idem_part *idem_parts_find(const struct idem_parts *ps, const char *topic,
-				  int32_t partition);
+                                  int32_t partition);
 
 /*
  * @brief Add an assigned partition (no-op if present).
  * @returns IDEM_ERR_NOT_FOUND if no route serves @topic, IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
-					     const char *topic, int32_t partition,
-					     struct idem_part **ret_part);
+                                             const char *topic, int32_t partition,
+                                             struct idem_part **ret_part);
 
 /* @brief Forget a partition and its uncommitted batch (they will be redelivered). */
 void idem_parts_revoke(struct idem_parts *ps, const char *topic, int32_t partition);

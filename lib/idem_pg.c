@@ -35,36 +35,35 @@ struct idem_pg {
 };
 
 static const char SQL_CLAIM[] =
-	"INSERT INTO idem.processed_messages"
-	" (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-	" SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
-	" FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
-	" ON CONFLICT DO NOTHING RETURNING business_key";
+        "INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
+        " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
+        " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING business_key";
 
-static const char SQL_RESULTS[] =
-	"UPDATE idem.processed_messages AS p SET result = u.r"
-	" FROM unnest($2::text[], $3::text[]) AS u(k, r)"
-	" WHERE p.consumer = $1 AND p.business_key = u.k";
+static const char SQL_RESULTS[] = "UPDATE idem.processed_messages AS p SET result = u.r"
+                                  " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
+                                  " WHERE p.consumer = $1 AND p.business_key = u.k";
 
 static const char SQL_PROGRESS[] =
-	"INSERT INTO idem.partition_progress AS p"
-	" (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-	" ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
-	" next_offset = greatest(p.next_offset, excluded.next_offset),"
-	" consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
-	" duplicates = p.duplicates + excluded.duplicates,"
-	" quarantined = p.quarantined + excluded.quarantined, updated_at = now()";
+        "INSERT INTO idem.partition_progress AS p"
+        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
+        " next_offset = greatest(p.next_offset, excluded.next_offset),"
+        " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
+        " duplicates = p.duplicates + excluded.duplicates,"
+        " quarantined = p.quarantined + excluded.quarantined, updated_at = now()";
 
 static const char SQL_QUARANTINE[] =
-	"INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\", business_key,"
-	" msg_key, msg_value, header_names, header_values, msg_timestamp, reason, sqlstate,"
-	" attempts)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[], $9::bytea[],"
-	" to_timestamp($10::bigint / 1000.0), $11, nullif($12, ''), $13)"
-	" ON CONFLICT (consumer, topic, partition, \"offset\") DO UPDATE SET"
-	" attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
-	" sqlstate = excluded.sqlstate, last_failed_at = now()";
+        "INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\", business_key,"
+        " msg_key, msg_value, header_names, header_values, msg_timestamp, reason, sqlstate,"
+        " attempts)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[], $9::bytea[],"
+        " to_timestamp($10::bigint / 1000.0), $11, nullif($12, ''), $13)"
+        " ON CONFLICT (consumer, topic, partition, \"offset\") DO UPDATE SET"
+        " attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
+        " sqlstate = excluded.sqlstate, last_failed_at = now()";
 
 enum idem_pg_class idem_pg_classify(const char *s)
 {
@@ -115,21 +114,26 @@ idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, co
 }
 
 static idem_status read_password(const struct idem_cfg *cfg, char *buf, size_t len, bool *ret_set,
-				 idem_error *err)
+                                 idem_error *err)
 {
 	*ret_set = false;
 	if (cfg->password_env != NULL) {
 		const char *v = getenv(cfg->password_env);
 
 		if (v == NULL)
-			return idem_error_set(err, IDEM_ERR_CONFIG, "postgres.password_env: environment variable '%s' is not set", cfg->password_env);
+			return idem_error_set(
+			        err, IDEM_ERR_CONFIG,
+			        "postgres.password_env: environment variable '%s' is not set",
+			        cfg->password_env);
 		snprintf(buf, len, "%s", v);
 		*ret_set = true;
 	} else if (cfg->password_file != NULL) {
 		FILE *f = fopen(cfg->password_file, "r");
 
 		if (f == NULL)
-			return idem_error_set(err, IDEM_ERR_CONFIG, "postgres.password_file: cannot open '%s': %s", cfg->password_file, strerror(errno));
+			return idem_error_set(err, IDEM_ERR_CONFIG,
+			                      "postgres.password_file: cannot open '%s': %s",
+			                      cfg->password_file, strerror(errno));
 		if (fgets(buf, (int)len, f) == NULL)
 			buf[0] = '\0';
 		fclose(f);
@@ -149,7 +153,7 @@ static void wipe(char *p, size_t n)
 }
 
 idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name, PGconn **ret_conn,
-			      idem_error *err)
+                              idem_error *err)
 {
 	const char *kw[4] = { "dbname", "fallback_application_name", NULL, NULL };
 	const char *vals[4] = { cfg->conninfo, app_name, NULL, NULL };
@@ -190,7 +194,7 @@ static idem_status exec_ok(PGconn *conn, const char *sql, const char *what, idem
 }
 
 static idem_status prepare(PGconn *conn, const char *name, const char *sql, int nparams,
-			   const char *what, idem_error *err)
+                           const char *what, idem_error *err)
 {
 	PGresult *res = PQprepare(conn, name, sql, nparams, NULL);
 	idem_status r = IDEM_OK;
@@ -203,7 +207,8 @@ static idem_status prepare(PGconn *conn, const char *name, const char *sql, int 
 
 static idem_status check_schema(PGconn *conn, idem_error *err)
 {
-	PGresult *res = PQexec(conn, "SELECT coalesce(max(version), 0) FROM idem.schema_migrations");
+	PGresult *res =
+	        PQexec(conn, "SELECT coalesce(max(version), 0) FROM idem.schema_migrations");
 	idem_status r = IDEM_OK;
 	int have;
 
@@ -213,7 +218,10 @@ static idem_status check_schema(PGconn *conn, idem_error *err)
 	}
 	have = atoi(PQgetvalue(res, 0, 0));
 	if (have < idem_migrate_latest()) {
-		r = idem_error_set(err, IDEM_ERR_PG, "database schema is at version %d, idemd needs %d: run 'idemctl migrate'", have, idem_migrate_latest());
+		r = idem_error_set(
+		        err, IDEM_ERR_PG,
+		        "database schema is at version %d, idemd needs %d: run 'idemctl migrate'",
+		        have, idem_migrate_latest());
 		if (err != NULL)
 			snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", "42P01");
 	}
@@ -234,11 +242,11 @@ static idem_status setup(idem_pg *pg, idem_error *err)
 		return r;
 	if ((r = prepare(pg->conn, "idem_claim", SQL_CLAIM, 6, "prepare claim", err)) != IDEM_OK ||
 	    (r = prepare(pg->conn, "idem_results", SQL_RESULTS, 3, "prepare results", err)) !=
-		    IDEM_OK ||
+	            IDEM_OK ||
 	    (r = prepare(pg->conn, "idem_progress", SQL_PROGRESS, 8, "prepare progress", err)) !=
-		    IDEM_OK ||
+	            IDEM_OK ||
 	    (r = prepare(pg->conn, "idem_quarantine", SQL_QUARANTINE, 13, "prepare quarantine",
-			 err)) != IDEM_OK)
+	                 err)) != IDEM_OK)
 		return r;
 	for (size_t i = 0; i < pg->cfg->n_routes; i++) {
 		const struct idem_route *rt = &pg->cfg->routes[i];
@@ -353,7 +361,7 @@ static idem_status need_vals(idem_pg *pg, size_t n)
 
 /* Parameters for the claim of the keys b->order[from..to). */
 static idem_status claim_params(idem_pg *pg, const struct idem_batch *b, size_t from, size_t to,
-				char *part, const char **vals)
+                                char *part, const char **vals)
 {
 	if (arr_open(&pg->keys) || arr_open(&pg->offs) || arr_open(&pg->hashes))
 		return IDEM_ERR_NOMEM;
@@ -416,7 +424,7 @@ static void count(const struct idem_batch *b, struct idem_flush_stats *st)
 }
 
 static int send_prepared(PGconn *conn, const char *name, int n, const char *const *vals,
-			 const int *lens, const int *fmts)
+                         const int *lens, const int *fmts)
 {
 	return PQsendQueryPrepared(conn, name, n, vals, lens, fmts, 0);
 }
@@ -464,8 +472,8 @@ static idem_status hex_elem(struct idem_buf *a, const char *p, size_t n, bool nu
 }
 
 /* Parameters for quarantining message @i. key and value are bound as binary bytea. */
-static idem_status quarantine_params(idem_pg *pg, const struct idem_batch *b, size_t i,
-				     char *part, char *off, char *ts, char *att)
+static idem_status quarantine_params(idem_pg *pg, const struct idem_batch *b, size_t i, char *part,
+                                     char *off, char *ts, char *att)
 {
 	const struct idem_batch_msg *m = &b->msgs[i];
 
@@ -483,7 +491,7 @@ static idem_status quarantine_params(idem_pg *pg, const struct idem_batch *b, si
 			return IDEM_ERR_NOMEM;
 		}
 		if (hex_elem(&pg->hvals, idem_batch_ptr(b, hd->value), hd->value.len,
-			     hd->value.null))
+		             hd->value.null))
 			return IDEM_ERR_NOMEM;
 	}
 	if (arr_close(&pg->hnames) || arr_close(&pg->hvals))
@@ -520,8 +528,8 @@ static void result_reason(const PGresult *res, char *buf, size_t len)
 	const char *prim = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 	const char *det = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
 
-	snprintf(buf, len, "handler failed: %s%s%s", prim ? prim : "unknown error",
-		 det ? ": " : "", det ? det : "");
+	snprintf(buf, len, "handler failed: %s%s%s", prim ? prim : "unknown error", det ? ": " : "",
+	         det ? det : "");
 }
 
 /*
@@ -529,7 +537,7 @@ static void result_reason(const PGresult *res, char *buf, size_t len)
  * bad message, progress, COMMIT. @ret_n counts the statements sent.
  */
 static idem_status send_closing(idem_pg *pg, const struct idem_batch *b,
-				const struct idem_flush_stats *st, int *ret_n, idem_error *err)
+                                const struct idem_flush_stats *st, int *ret_n, idem_error *err)
 {
 	char part[16], off[24], ts[24], att[16], nx[24], c1[24], c2[24], c3[24], c4[24];
 	const char *pv[8];
@@ -630,7 +638,7 @@ static void pipeline_abort(idem_pg *pg, bool sync_sent)
 enum fast_outcome { FAST_DONE, FAST_SLOW, FAST_ERROR };
 
 static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
-				   idem_error *err)
+                                   idem_error *err)
 {
 	char part[16];
 	const char *cv[6];
@@ -665,7 +673,7 @@ static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct ide
 			goto fail_res;
 		for (int r = 0; r < PQntuples(res); r++) {
 			ssize_t i = idem_batch_find_key(b, PQgetvalue(res, r, 0),
-							(size_t)PQgetlength(res, r, 0));
+			                                (size_t)PQgetlength(res, r, 0));
 
 			if (i >= 0)
 				b->msgs[i].state = IDEM_MSG_APPLIED;
@@ -694,7 +702,7 @@ static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct ide
 		if (handler_params(pg, b, pg->applied[k]) != IDEM_OK)
 			goto fail_nomem;
 		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->vals, NULL,
-					 NULL, 0))
+		                         NULL, 0))
 			goto fail_conn;
 	}
 	if (n_apply > 0) {
@@ -705,8 +713,8 @@ static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct ide
 			size_t i = pg->applied[k];
 
 			if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
-				const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE)
-							: NULL;
+				const char *state =
+				        res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
 				if (res != NULL && idem_pg_classify(state) == IDEM_PG_MESSAGE) {
 					PQclear(res);
@@ -717,8 +725,8 @@ static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct ide
 			}
 			if (PQntuples(res) > 0 && PQnfields(res) > 0 &&
 			    idem_batch_set_result(b, i, PQgetvalue(res, 0, 0),
-						  (size_t)PQgetlength(res, 0, 0),
-						  PQgetisnull(res, 0, 0)) != IDEM_OK)
+			                          (size_t)PQgetlength(res, 0, 0),
+			                          PQgetisnull(res, 0, 0)) != IDEM_OK)
 				goto fail_nomem;
 			PQclear(res);
 			res = NULL;
@@ -774,7 +782,7 @@ fail_res:
 }
 
 static idem_status exec_params(idem_pg *pg, const char *name, int n, const char *const *vals,
-			       const int *lens, const int *fmts, PGresult **ret_res)
+                               const int *lens, const int *fmts, PGresult **ret_res)
 {
 	PGresult *res = PQexecPrepared(pg->conn, name, n, vals, lens, fmts, 0);
 	ExecStatusType s = PQresultStatus(res);
@@ -789,7 +797,7 @@ static idem_status exec_params(idem_pg *pg, const char *name, int n, const char 
  * IDEM_PG_MAX_ATTEMPTS times, then the message becomes BAD. Other failures end the batch.
  */
 static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const char *hname,
-			    idem_error *err)
+                            idem_error *err)
 {
 	struct idem_batch_msg *m = &b->msgs[i];
 	const char *cv[6];
@@ -824,8 +832,8 @@ static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const c
 		    IDEM_OK) {
 			if (PQntuples(res) > 0 && PQnfields(res) > 0 &&
 			    idem_batch_set_result(b, i, PQgetvalue(res, 0, 0),
-						  (size_t)PQgetlength(res, 0, 0),
-						  PQgetisnull(res, 0, 0)) != IDEM_OK) {
+			                          (size_t)PQgetlength(res, 0, 0),
+			                          PQgetisnull(res, 0, 0)) != IDEM_OK) {
 				PQclear(res);
 				return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
 			}
@@ -833,27 +841,28 @@ static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const c
 			m->state = IDEM_MSG_APPLIED;
 			return exec_ok(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
 		}
-		if (idem_pg_classify(PQresultErrorField(res, PG_DIAG_SQLSTATE)) != IDEM_PG_MESSAGE) {
+		if (idem_pg_classify(PQresultErrorField(res, PG_DIAG_SQLSTATE)) !=
+		    IDEM_PG_MESSAGE) {
 			r = idem_pg_error(err, pg->conn, res, "handler");
 			PQclear(res);
 			return r;
 		}
 		result_reason(res, why, sizeof(why));
 		snprintf(m->sqlstate, sizeof(m->sqlstate), "%s",
-			 PQresultErrorField(res, PG_DIAG_SQLSTATE));
+		         PQresultErrorField(res, PG_DIAG_SQLSTATE));
 		PQclear(res);
-		if ((r = exec_ok(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg", "rollback to savepoint",
-				 err)) != IDEM_OK)
+		if ((r = exec_ok(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg",
+		                 "rollback to savepoint", err)) != IDEM_OK)
 			return r;
 	}
 	m->state = IDEM_MSG_BAD;
 	return idem_batch_set_reason(b, i, why, m->sqlstate) == IDEM_OK
-		       ? IDEM_OK
-		       : idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	               ? IDEM_OK
+	               : idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
 }
 
 static idem_status slow_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
-			     idem_error *err)
+                             idem_error *err)
 {
 	char hname[32];
 	PGresult *res;
@@ -929,7 +938,7 @@ out_rollback:
 }
 
 idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *ret_stats,
-			  idem_error *err)
+                          idem_error *err)
 {
 	struct idem_flush_stats st;
 	idem_status r;
@@ -976,9 +985,9 @@ idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_s
 out_reset:
 	/* A connection left mid-pipeline or mid-transaction by a failure is not worth saving:
 	 * drop it, and the next attempt starts on a fresh one. */
-	if (pg->conn != NULL && (PQstatus(pg->conn) != CONNECTION_OK ||
-				 PQpipelineStatus(pg->conn) != PQ_PIPELINE_OFF ||
-				 PQtransactionStatus(pg->conn) != PQTRANS_IDLE)) {
+	if (pg->conn != NULL &&
+	    (PQstatus(pg->conn) != CONNECTION_OK || PQpipelineStatus(pg->conn) != PQ_PIPELINE_OFF ||
+	     PQtransactionStatus(pg->conn) != PQTRANS_IDLE)) {
 		PQfinish(pg->conn);
 		pg->conn = NULL;
 	}

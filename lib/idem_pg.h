@@ -40,7 +40,7 @@ struct idem_flush_stats {
  * The password is passed to libpq as a separate parameter and never logged.
  */
 IDEM_NODISCARD idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name,
-					     PGconn **ret_conn, idem_error *err);
+                                             PGconn **ret_conn, idem_error *err);
 
 /* @brief Set @err from a failed result (or from the connection when @res is NULL). */
 idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, const char *what);
@@ -51,7 +51,7 @@ idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, co
  * named in @err) rather than on the first message. @cfg must outlive the handle.
  */
 IDEM_NODISCARD idem_status idem_pg_new(const struct idem_cfg *cfg, idem_pg **ret_pg,
-				       idem_error *err);
+                                       idem_error *err);
 void idem_pg_free(idem_pg *pg);
 
 /* @brief Drop the connection and open a new one (re-preparing everything). */
@@ -71,6 +71,6 @@ bool idem_pg_connected(const idem_pg *pg);
  * finds the keys claimed.
  */
 IDEM_NODISCARD idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b,
-					 struct idem_flush_stats *ret_stats, idem_error *err);
+                                         struct idem_flush_stats *ret_stats, idem_error *err);
 
 #endif

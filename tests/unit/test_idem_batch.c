@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,9 +32,9 @@ static int setup(void **state)
 	fx.route.name = rname;
 	fx.route.consumer = cname;
 	assert_int_equal(idem_template_parse("${key}", &fx.route.key, errbuf, sizeof(errbuf)),
-			 IDEM_OK);
+	                 IDEM_OK);
 	assert_int_equal(idem_field_parse("business_key", &fx.params[0], errbuf, sizeof(errbuf)),
-			 IDEM_OK);
+	                 IDEM_OK);
 	assert_int_equal(idem_field_parse("value", &fx.params[1], errbuf, sizeof(errbuf)), IDEM_OK);
 	fx.route.params = fx.params;
 	fx.route.n_params = 2;
@@ -53,7 +55,7 @@ static int teardown(void **state)
 }
 
 static void add(struct fixture *fx, int64_t offset, const char *key, const void *value,
-		size_t value_len)
+                size_t value_len)
 {
 	struct idem_msgview m = { 0 };
 
@@ -148,10 +150,10 @@ static void test_bad_messages_kept_with_reason(void **state)
 	assert_non_null(strstr(idem_batch_ptr(b, b->msgs[0].reason), "no key"));
 	assert_int_equal(b->msgs[1].state, IDEM_MSG_BAD);
 	assert_string_equal(idem_batch_ptr(b, b->msgs[1].reason),
-			    "parameter $2 contains a NUL byte");
+	                    "parameter $2 contains a NUL byte");
 	assert_int_equal(b->msgs[2].state, IDEM_MSG_BAD);
 	assert_string_equal(idem_batch_ptr(b, b->msgs[2].reason),
-			    "message is 2050 bytes, larger than limits.max_message_bytes 1024");
+	                    "message is 2050 bytes, larger than limits.max_message_bytes 1024");
 	assert_int_equal(b->msgs[3].state, IDEM_MSG_PENDING);
 	/* The raw bytes are kept for the quarantine. */
 	assert_int_equal(b->msgs[1].value.len, 3);
@@ -174,7 +176,7 @@ static void test_params_and_hash(void **state)
 	assert_string_equal(idem_batch_ptr(b, b->params[m->param_first + 1]), "abc");
 	/* SHA-256("abc") */
 	assert_string_equal(idem_batch_ptr(b, m->hash),
-			    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	                    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 static void test_reset_reuses_memory(void **state)
@@ -203,10 +205,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_collapse_lowest_offset_wins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collapse_offset_order_not_add_order, setup,
-						teardown),
+		                                teardown),
 		cmocka_unit_test_setup_teardown(test_prefix_keys_are_distinct, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_messages_kept_with_reason, setup,
-						teardown),
+		                                teardown),
 		cmocka_unit_test_setup_teardown(test_params_and_hash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reset_reuses_memory, setup, teardown),
 	};

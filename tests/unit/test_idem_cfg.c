@@ -152,7 +152,7 @@ static void test_full(void **state)
 
 	assert_int_equal(cfg->batch_max_messages, 1000);
 	assert_int_equal(cfg->batch_max_wait_ms, 0);
-	assert_int_equal(cfg->max_key_bytes, 8192);
+	assert_int_equal(cfg->max_key_bytes, 2048);
 	assert_int_equal(cfg->max_message_bytes, 1024);
 	assert_int_equal(cfg->retry_initial_ms, 250);
 	assert_int_equal(cfg->retry_max_ms, 250);

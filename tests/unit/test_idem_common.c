@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
 #include <string.h>
 
@@ -37,18 +39,18 @@ static void test_utf8(void **state)
 	(void)state;
 	assert_true(idem_utf8_valid("", 0));
 	assert_true(idem_utf8_valid("plain", 5));
-	assert_true(idem_utf8_valid("\xc3\xa9t\xc3\xa9", 5));            /* été */
-	assert_true(idem_utf8_valid("\xe2\x82\xac", 3));                 /* € */
-	assert_true(idem_utf8_valid("\xf0\x9f\x92\xb3", 4));             /* U+1F4B3 */
-	assert_false(idem_utf8_valid("a\0b", 3));                        /* NUL */
-	assert_false(idem_utf8_valid("\xff", 1));                        /* invalid byte */
-	assert_false(idem_utf8_valid("\xc3", 1));                        /* truncated */
-	assert_false(idem_utf8_valid("\xc0\xaf", 2));                    /* overlong '/' */
-	assert_false(idem_utf8_valid("\xe0\x80\xaf", 3));                /* overlong */
-	assert_false(idem_utf8_valid("\xed\xa0\x80", 3));                /* surrogate */
-	assert_false(idem_utf8_valid("\xf4\x90\x80\x80", 4));            /* > U+10FFFF */
-	assert_false(idem_utf8_valid("\xe2\x82", 2));                    /* truncated */
-	assert_false(idem_utf8_valid("\x80", 1));                        /* lone continuation */
+	assert_true(idem_utf8_valid("\xc3\xa9t\xc3\xa9", 5)); /* été */
+	assert_true(idem_utf8_valid("\xe2\x82\xac", 3));      /* € */
+	assert_true(idem_utf8_valid("\xf0\x9f\x92\xb3", 4));  /* U+1F4B3 */
+	assert_false(idem_utf8_valid("a\0b", 3));             /* NUL */
+	assert_false(idem_utf8_valid("\xff", 1));             /* invalid byte */
+	assert_false(idem_utf8_valid("\xc3", 1));             /* truncated */
+	assert_false(idem_utf8_valid("\xc0\xaf", 2));         /* overlong '/' */
+	assert_false(idem_utf8_valid("\xe0\x80\xaf", 3));     /* overlong */
+	assert_false(idem_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+	assert_false(idem_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+	assert_false(idem_utf8_valid("\xe2\x82", 2));         /* truncated */
+	assert_false(idem_utf8_valid("\x80", 1));             /* lone continuation */
 }
 
 static void test_error_set(void **state)
@@ -58,7 +60,7 @@ static void test_error_set(void **state)
 	(void)state;
 	memset(&err, 'x', sizeof(err));
 	assert_int_equal(idem_error_set(&err, IDEM_ERR_KEY, "field '%s' missing", "a"),
-			 IDEM_ERR_KEY);
+	                 IDEM_ERR_KEY);
 	assert_int_equal(err.code, IDEM_ERR_KEY);
 	assert_string_equal(err.msg, "field 'a' missing");
 	assert_string_equal(err.sqlstate, "");

@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
 #include <string.h>
 
@@ -32,7 +34,7 @@ static int setup(void **state)
 	routes[1].n_topics = 1;
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(idem_template_parse("key", &routes[i].key, errbuf, sizeof(errbuf)),
-				 IDEM_OK);
+		                 IDEM_OK);
 	cfg.routes = routes;
 	cfg.n_routes = 2;
 	return 0;
