@@ -1,6 +1,8 @@
 /*
  * idemctl - operate idemd: schema migrations and inspection.
  */
+#include "idemctl.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,8 @@
 #include "idem_pg.h"
 
 #define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
+
+static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -28,11 +32,17 @@ static void usage(FILE *f)
 	        "Exit status: 0 success; 1 failure; 2 usage error; 78 configuration error.\n");
 }
 
-static int cmd_migrate(const struct idem_cfg *cfg)
+static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv)
 {
 	idem_error err = { 0 };
 	PGconn *conn = NULL;
 	int from = 0, to = 0;
+
+	(void)argv;
+	if (argc > 1) {
+		fprintf(stderr, "idemctl: migrate takes no arguments\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
 
 	if (idem_pg_conn_open(cfg, "idemctl", &conn, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
@@ -63,6 +73,7 @@ int main(int argc, char **argv)
 	struct idem_cfg *cfg = NULL;
 	char *errors = NULL;
 	const char *cmd;
+	size_t i;
 	int c, rc;
 
 	while ((c = getopt_long(argc, argv, "+c:Vh", longopts, NULL)) != -1) {
@@ -86,17 +97,21 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cmd = argv[optind];
-	if (strcmp(cmd, "migrate") != 0) {
+	for (i = 0; i < IDEM_ARRAY_SIZE(commands); i++) {
+		if (strcmp(cmd, commands[i].name) == 0)
+			break;
+	}
+	if (i == IDEM_ARRAY_SIZE(commands)) {
 		fprintf(stderr, "idemctl: unknown command '%s'\n", cmd);
 		usage(stderr);
-		return 2;
+		return IDEMCTL_EXIT_USAGE;
 	}
 	if (idem_cfg_load(path, &cfg, &errors) != IDEM_OK) {
 		fprintf(stderr, "%s", errors ? errors : "idemctl: out of memory\n");
 		free(errors);
 		return IDEM_EXIT_CONFIG;
 	}
-	rc = cmd_migrate(cfg);
+	rc = commands[i].run(cfg, argc - optind, argv + optind);
 	idem_cfg_free(cfg);
 	return rc;
 }
