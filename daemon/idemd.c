@@ -13,6 +13,7 @@
 #include "idem_cfg.h"
 #include "idem_daemon.h"
 #include "idem_log.h"
+#include "idem_notify.h"
 #include "idem_pg.h"
 
 #define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
@@ -91,16 +92,53 @@ static bool is_config_error(const idem_error *err)
 	       strncmp(err->sqlstate, "3D", 2) == 0;
 }
 
+static uint64_t mono_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/*
+ * Tell systemd how it goes: STATUS= with the counters about once a second, and WATCHDOG=1 at
+ * half the watchdog interval. Called only when a turn of the main loop has returned, so a
+ * Postgres call that hangs (or a batch stuck in retries) stops the pings and lets the watchdog
+ * restart the service.
+ */
+static void notify_alive(idem_daemon *d, uint64_t wd_usec)
+{
+	static uint64_t last_status, last_ping;
+	struct idem_daemon_stats st;
+	uint64_t now = mono_usec();
+
+	if (wd_usec > 0 && now - last_ping >= wd_usec / 2) {
+		idem_notify("WATCHDOG=1");
+		last_ping = now;
+	}
+	if (now - last_status < 1000000u)
+		return;
+	last_status = now;
+	idem_daemon_stats(d, &st);
+	idem_notify(
+	        "STATUS=consumed=%llu applied=%llu duplicates=%llu quarantined=%llu retries=%llu partitions=%zu",
+	        (unsigned long long)st.consumed, (unsigned long long)st.applied,
+	        (unsigned long long)st.duplicates, (unsigned long long)st.quarantined,
+	        (unsigned long long)st.retries, st.partitions);
+}
+
 static void reload(const char *path)
 {
 	struct idem_cfg *ncfg = NULL;
 	char *errors = NULL;
 
 	reload_requested = 0;
+	idem_notify("RELOADING=1");
 	if (idem_cfg_load(path, &ncfg, &errors) != IDEM_OK) {
 		idem_log_error("config", "reload failed, keeping the running configuration: %s",
 		               errors ? errors : "out of memory");
 		free(errors);
+		idem_notify("READY=1");
 		return;
 	}
 	idem_log_set_level(ncfg->log_level);
@@ -111,6 +149,7 @@ static void reload(const char *path)
 	                                                 : "error",
 	              path);
 	idem_cfg_free(ncfg);
+	idem_notify("READY=1");
 }
 
 int main(int argc, char **argv)
@@ -129,6 +168,7 @@ int main(int argc, char **argv)
 	idem_daemon *d = NULL;
 	char *errors = NULL;
 	idem_error err = { 0 };
+	uint64_t wd_usec = 0;
 	int c, rc = 1;
 
 	while ((c = getopt_long(argc, argv, "c:nVh", longopts, NULL)) != -1) {
@@ -202,6 +242,8 @@ int main(int argc, char **argv)
 		goto out_free_cfg;
 	}
 	idem_log_info("main", "ready: consuming topics of group '%s'", cfg->group_id);
+	idem_notify("READY=1\nSTATUS=connected to postgres, subscribed as group %s", cfg->group_id);
+	wd_usec = idem_notify_watchdog_usec();
 
 	while (!should_stop()) {
 		if (reload_requested)
@@ -210,8 +252,10 @@ int main(int argc, char **argv)
 			idem_log_error("main", "%s", err.msg);
 			goto out_free_daemon;
 		}
+		notify_alive(d, wd_usec);
 	}
 	idem_log_info("main", "stopping: draining open batches");
+	idem_notify("STOPPING=1\nSTATUS=draining open batches");
 	if (idem_daemon_shutdown(d, &err) != IDEM_OK) {
 		idem_log_error("main", "shutdown: %s", err.msg);
 		goto out_free_daemon;
