@@ -28,16 +28,20 @@ static void usage(FILE *f)
 	        "Commands:\n"
 	        "  migrate   create or upgrade the idem schema to this version's (the SQL is built\n"
 	        "            into idemctl); safe to re-run, and to run concurrently\n");
+	idemctl_ops_usage(f);
 	idemctl_quarantine_usage(f);
-	fprintf(f, "\nExit status: 0 success; 1 failure; 2 usage error; 78 configuration error.\n");
+	fprintf(f,
+	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
+	        "applied; 78 configuration error.\n");
 }
 
 static const struct {
 	const char *name;
 	int (*run)(const struct idem_cfg *cfg, int argc, char **argv);
 } commands[] = {
-	{ "migrate", cmd_migrate },
-	{ "quarantine", idemctl_quarantine },
+	{ "migrate", cmd_migrate },   { "status", idemctl_status },
+	{ "verify", idemctl_verify }, { "lookup", idemctl_lookup },
+	{ "replay", idemctl_replay }, { "quarantine", idemctl_quarantine },
 };
 
 static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv)

@@ -19,4 +19,11 @@
 int idemctl_quarantine(const struct idem_cfg *cfg, int argc, char **argv);
 void idemctl_quarantine_usage(FILE *f);
 
+/* daemon/idemctl_ops.c: status, verify, lookup, replay */
+int idemctl_status(const struct idem_cfg *cfg, int argc, char **argv);
+int idemctl_verify(const struct idem_cfg *cfg, int argc, char **argv);
+int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv);
+int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv);
+void idemctl_ops_usage(FILE *f);
+
 #endif

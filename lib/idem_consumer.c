@@ -86,7 +86,9 @@ idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group, rd_
 
 	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
 		return r;
-	if (group != NULL && (r = set(conf, "group.id", group, err)) != IDEM_OK) {
+	/* A tool must never commit anything on its own: only what it commits explicitly. */
+	if ((group != NULL && (r = set(conf, "group.id", group, err)) != IDEM_OK) ||
+	    (r = set(conf, "enable.auto.commit", "false", err)) != IDEM_OK) {
 		rd_kafka_conf_destroy(conf);
 		return r;
 	}

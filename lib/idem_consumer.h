@@ -18,7 +18,10 @@
 IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg,
                                               rd_kafka_conf_t **ret_conf, idem_error *err);
 
-/* @brief Make a consumer (no subscription) for tools: same settings, optional other group. */
+/*
+ * @brief Make a consumer (no subscription) for tools: the same settings, optionally another
+ * group, and enable.auto.commit off: a tool commits only what it commits explicitly.
+ */
 IDEM_NODISCARD idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group,
                                              rd_kafka_t **ret_rk, idem_error *err);
 

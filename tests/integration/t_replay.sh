@@ -22,10 +22,13 @@ claims=$(idem_psql -c "SELECT md5(string_agg(business_key || ':' || processed_at
 consumed1=$(idem_psql -c "SELECT sum(consumed) FROM idem.partition_progress")
 dups1=$(idem_psql -c "SELECT sum(duplicates) FROM idem.partition_progress")
 
-# The group must be empty; the embedded Kafka takes a moment to forget the member that left.
-idem_wait_until 30 "group offsets reset to the beginning" \
-	"$IDEM_BIN/idem-kafkatool" reset --brokers "$IDEM_BROKERS" --group g-replay --topic payments \
-	--to-beginning
+# The operator's replay: idemctl resets the stopped group's offsets to the beginning.
+"$IDEM_BIN/idemctl" -c "$IDEM_TMP/idemd.yaml" replay --topic payments --to-offset 0 |
+	tee "$IDEM_TMP/replay.txt"
+grep -q "^total: messages=$IDEM_PRODUCED would_apply=0 " "$IDEM_TMP/replay.txt" ||
+	idem_fail "the replay plan should count $IDEM_PRODUCED messages and nothing to apply"
+"$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group g-replay --topic payments |
+	grep -q "^total committed=0 " || idem_fail "the group's offsets were not reset"
 idemd_start b "$IDEM_TMP/idemd.yaml"
 idem_wait_done g-replay 120
 idemd_stop b

@@ -1,0 +1,573 @@
+/*
+ * idem_inspect.c - status, verify and replay planning for idemctl.
+ */
+#include "idem_inspect.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idem_consumer.h"
+#include "idem_pg.h"
+
+#define KAFKA_TIMEOUT_MS 10000
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static idem_status partition_count(rd_kafka_t *rk, const char *topic, int *ret_n, idem_error *err)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+	rd_kafka_resp_err_t e;
+	idem_status r = IDEM_OK;
+
+	if (rkt == NULL)
+		return idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
+		                      rd_kafka_err2str(rd_kafka_last_error()));
+	e = rd_kafka_metadata(rk, 0, rkt, &md, KAFKA_TIMEOUT_MS);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "metadata of topic '%s': %s", topic,
+		                   rd_kafka_err2str(e));
+	else if (md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
+		                   md->topic_cnt ? rd_kafka_err2str(md->topics[0].err)
+		                                 : "not found");
+	else
+		*ret_n = md->topics[0].partition_cnt;
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	return r;
+}
+
+void idem_status_report_done(struct idem_status_report *r)
+{
+	if (r == NULL)
+		return;
+	for (size_t i = 0; i < r->n_parts; i++)
+		free(r->parts[i].topic);
+	free(r->parts);
+	memset(r, 0, sizeof(*r));
+}
+
+static idem_status add_part(struct idem_status_report *r, const char *topic,
+                            const struct idem_route *route, int32_t partition, idem_error *err)
+{
+	struct idem_part_status *np = realloc(r->parts, (r->n_parts + 1) * sizeof(*np));
+	struct idem_part_status *p;
+
+	if (np == NULL)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	r->parts = np;
+	p = &r->parts[r->n_parts];
+	memset(p, 0, sizeof(*p));
+	p->topic = strdup(topic);
+	if (p->topic == NULL)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	r->n_parts++;
+	p->route = route;
+	p->partition = partition;
+	p->committed = p->db_next = p->low = p->high = -1;
+	return IDEM_OK;
+}
+
+static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_error *err)
+{
+	char part[16];
+	const char *vals[3] = { p->route->consumer, p->topic, part };
+	PGresult *res;
+	idem_status r = IDEM_OK;
+
+	snprintf(part, sizeof(part), "%" PRId32, p->partition);
+	res = PQexecParams(
+	        conn,
+	        "SELECT next_offset, consumed, applied, duplicates, quarantined, (SELECT count(*) FROM idem.quarantine q WHERE q.consumer = $1 AND q.topic = $2 AND q.partition = $3) FROM idem.partition_progress RIGHT JOIN (SELECT 1) one ON consumer = $1 AND topic = $2 AND partition = $3",
+	        3, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		r = idem_pg_error(err, conn, res, "read idem.partition_progress");
+	} else if (PQntuples(res) == 1) {
+		p->db_next = PQgetisnull(res, 0, 0) ? -1 : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		p->consumed = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+		p->applied = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+		p->duplicates = strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+		p->quarantined = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
+		p->quarantine_rows = strtoll(PQgetvalue(res, 0, 5), NULL, 10);
+	}
+	PQclear(res);
+	return r;
+}
+
+idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGconn *conn,
+                                struct idem_status_report *ret, idem_error *err)
+{
+	struct idem_status_report rep = { 0 };
+	rd_kafka_topic_partition_list_t *list = NULL;
+	rd_kafka_resp_err_t e;
+	idem_status r = IDEM_OK;
+
+	for (size_t t = 0; t < cfg->n_topics; t++) {
+		const struct idem_route *route = idem_cfg_route_for(cfg, cfg->topics[t]);
+		int n = 0;
+
+		if ((r = partition_count(rk, cfg->topics[t], &n, err)) != IDEM_OK)
+			goto out_fail;
+		for (int p = 0; p < n; p++) {
+			if ((r = add_part(&rep, cfg->topics[t], route, p, err)) != IDEM_OK)
+				goto out_fail;
+		}
+	}
+	list = rd_kafka_topic_partition_list_new((int)rep.n_parts + 1);
+	for (size_t i = 0; i < rep.n_parts; i++)
+		rd_kafka_topic_partition_list_add(list, rep.parts[i].topic, rep.parts[i].partition);
+	e = rd_kafka_committed(rk, list, KAFKA_TIMEOUT_MS);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "read committed offsets of group '%s': %s",
+		                   cfg->group_id, rd_kafka_err2str(e));
+		goto out_fail;
+	}
+	for (size_t i = 0; i < rep.n_parts; i++) {
+		struct idem_part_status *p = &rep.parts[i];
+		int64_t c = list->elems[i].offset;
+
+		p->committed = c >= 0 ? c : -1;
+		e = rd_kafka_query_watermark_offsets(rk, p->topic, p->partition, &p->low, &p->high,
+		                                     KAFKA_TIMEOUT_MS);
+		if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+			r = idem_error_set(err, IDEM_ERR_KAFKA, "watermarks of %s/%" PRId32 ": %s",
+			                   p->topic, p->partition, rd_kafka_err2str(e));
+			goto out_fail;
+		}
+		if ((r = db_progress(conn, p, err)) != IDEM_OK)
+			goto out_fail;
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+	*ret = rep;
+	return IDEM_OK;
+
+out_fail:
+	if (list != NULL)
+		rd_kafka_topic_partition_list_destroy(list);
+	idem_status_report_done(&rep);
+	return r;
+}
+
+enum idem_verify_state idem_inspect_verify_state(const struct idem_part_status *p)
+{
+	int64_t db = p->db_next < 0 ? 0 : p->db_next;
+
+	if (p->committed < 0)
+		return IDEM_VERIFY_NO_COMMIT;
+	if (p->committed > db)
+		return IDEM_VERIFY_KAFKA_AHEAD;
+	if (p->committed < db)
+		return IDEM_VERIFY_DB_AHEAD;
+	return IDEM_VERIFY_OK;
+}
+
+const char *idem_verify_state_str(enum idem_verify_state s)
+{
+	switch (s) {
+	case IDEM_VERIFY_OK:
+		return "ok";
+	case IDEM_VERIFY_DB_AHEAD:
+		return "database ahead (harmless: the redelivered messages will be skipped)";
+	case IDEM_VERIFY_KAFKA_AHEAD:
+		return "KAFKA AHEAD OF DATABASE: messages were skipped without being applied (loss alarm)";
+	case IDEM_VERIFY_NO_COMMIT:
+		return "no committed offset yet";
+	}
+	return "unknown";
+}
+
+void idem_replay_report_done(struct idem_replay_report *r)
+{
+	if (r == NULL)
+		return;
+	for (size_t i = 0; i < r->n_plans; i++)
+		free(r->plans[i].topic);
+	free(r->plans);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Text array literal of @n keys from the buffer of NUL-separated keys. */
+static idem_status array_literal(struct idem_buf *a, char **keys, size_t n)
+{
+	idem_buf_reset(a);
+	if (idem_buf_append(a, "{", 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0 && idem_buf_append(a, ",", 1) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		if (idem_buf_append(a, "\"", 1) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		for (const char *s = keys[i]; *s; s++) {
+			if ((*s == '"' || *s == '\\') && idem_buf_append(a, "\\", 1) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+			if (idem_buf_append(a, s, 1) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+		}
+		if (idem_buf_append(a, "\"", 1) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return idem_buf_append(a, "}", 1);
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Count how many of the (sorted, distinct) @keys are claimed by @consumer. */
+static idem_status count_claimed(PGconn *conn, const char *consumer, char **keys, size_t n,
+                                 int64_t *ret, idem_error *err)
+{
+	struct idem_buf a = { 0 };
+	idem_status r = IDEM_OK;
+
+	*ret = 0;
+	for (size_t from = 0; from < n; from += 1000) {
+		size_t k = n - from < 1000 ? n - from : 1000;
+		const char *vals[2];
+		PGresult *res;
+
+		if (array_literal(&a, keys + from, k) != IDEM_OK) {
+			r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			break;
+		}
+		vals[0] = consumer;
+		vals[1] = a.data;
+		res = PQexecParams(
+		        conn,
+		        "SELECT count(*) FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])",
+		        2, NULL, vals, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+			r = idem_pg_error(err, conn, res, "count claims");
+			PQclear(res);
+			break;
+		}
+		*ret += strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		PQclear(res);
+	}
+	idem_buf_done(&a);
+	return r;
+}
+
+/* Read [plan->from, plan->to) of one partition and fill in the counts. */
+static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct idem_cfg *cfg,
+                                  const struct idem_route *route, struct idem_replay_plan *plan,
+                                  idem_error *err)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	struct idem_jsondoc doc;
+	struct idem_buf key = { 0 };
+	char **keys = NULL;
+	size_t n_keys = 0, cap_keys = 0, w = 0;
+	int64_t next = plan->from, deadline = mono_ms() + 60000;
+	idem_status r = IDEM_OK;
+	rd_kafka_resp_err_t e;
+
+	idem_jsondoc_init(&doc);
+	rd_kafka_topic_partition_list_add(list, plan->topic, plan->partition)->offset = plan->from;
+	e = rd_kafka_assign(rk, list);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "assign %s/%" PRId32 ": %s", plan->topic,
+		                   plan->partition, rd_kafka_err2str(e));
+		goto out;
+	}
+	while (next < plan->to) {
+		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 500);
+		rd_kafka_headers_t *hdrs = NULL;
+		struct idem_header hv[64];
+		struct idem_msgview m = { 0 };
+		rd_kafka_timestamp_type_t tst;
+		idem_error kerr;
+
+		if (rkm == NULL) {
+			if (mono_ms() > deadline) {
+				r = idem_error_set(err, IDEM_ERR_KAFKA,
+				                   "reading %s/%" PRId32
+				                   " stalled at offset %" PRId64
+				                   " (range ends at %" PRId64 ")",
+				                   plan->topic, plan->partition, next, plan->to);
+				goto out;
+			}
+			continue;
+		}
+		if (rkm->err != RD_KAFKA_RESP_ERR_NO_ERROR || rkm->offset < next) {
+			rd_kafka_message_destroy(rkm);
+			continue;
+		}
+		next = rkm->offset + 1;
+		if (rkm->offset >= plan->to) {
+			rd_kafka_message_destroy(rkm);
+			break;
+		}
+		plan->messages++;
+		m.topic = plan->topic;
+		m.partition = plan->partition;
+		m.offset = rkm->offset;
+		m.timestamp_ms = rd_kafka_message_timestamp(rkm, &tst);
+		if (m.timestamp_ms >= 0 &&
+		    (plan->oldest_ts_ms < 0 || m.timestamp_ms < plan->oldest_ts_ms))
+			plan->oldest_ts_ms = m.timestamp_ms;
+		m.key = rkm->key;
+		m.key_len = rkm->key_len;
+		m.value = rkm->payload;
+		m.value_len = rkm->len;
+		if (rd_kafka_message_headers(rkm, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR && hdrs) {
+			size_t nh = rd_kafka_header_cnt(hdrs);
+
+			for (size_t h = 0; h < nh && h < IDEM_ARRAY_SIZE(hv); h++) {
+				rd_kafka_header_get_all(hdrs, h, &hv[h].name, &hv[h].value,
+				                        &hv[h].len);
+				m.n_headers++;
+			}
+			m.headers = hv;
+		}
+		idem_jsondoc_reset(&doc);
+		if (idem_key_build(&route->key, &m, &doc, cfg->max_key_bytes, &key, &kerr) !=
+		    IDEM_OK) {
+			plan->undecodable++;
+		} else {
+			if (n_keys == cap_keys) {
+				size_t nc = cap_keys ? cap_keys * 2 : 1024;
+				char **nk = realloc(keys, nc * sizeof(*nk));
+
+				if (nk == NULL) {
+					rd_kafka_message_destroy(rkm);
+					r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+					goto out;
+				}
+				keys = nk;
+				cap_keys = nc;
+			}
+			keys[n_keys] = strdup(key.data);
+			if (keys[n_keys] == NULL) {
+				rd_kafka_message_destroy(rkm);
+				r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+				goto out;
+			}
+			n_keys++;
+		}
+		rd_kafka_message_destroy(rkm);
+	}
+	qsort(keys, n_keys, sizeof(*keys), str_cmp);
+	for (size_t i = 0; i < n_keys; i++) {
+		if (w > 0 && strcmp(keys[w - 1], keys[i]) == 0) {
+			free(keys[i]);
+			plan->in_range_dups++;
+			continue;
+		}
+		keys[w++] = keys[i];
+	}
+	n_keys = w;
+	if ((r = count_claimed(conn, route->consumer, keys, n_keys, &plan->already_claimed, err)) ==
+	    IDEM_OK)
+		plan->would_apply = (int64_t)n_keys - plan->already_claimed;
+out:
+	rd_kafka_assign(rk, NULL);
+	rd_kafka_topic_partition_list_destroy(list);
+	for (size_t i = 0; i < n_keys; i++)
+		free(keys[i]);
+	free(keys);
+	idem_buf_done(&key);
+	idem_jsondoc_done(&doc);
+	return r;
+}
+
+idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk, PGconn *conn,
+                                     const char *topic, int32_t partition, int64_t from,
+                                     struct idem_replay_report *ret, idem_error *err)
+{
+	const struct idem_route *route = idem_cfg_route_for(cfg, topic);
+	struct idem_replay_report rep = { 0 };
+	rd_kafka_topic_partition_list_t *list = NULL;
+	const char *vals[1];
+	PGresult *res;
+	rd_kafka_resp_err_t e;
+	idem_status r;
+	int n = 0;
+
+	if (route == NULL)
+		return idem_error_set(err, IDEM_ERR_INVALID,
+		                      "topic '%s' is not served by any route of the configuration",
+		                      topic);
+	if ((r = partition_count(rk, topic, &n, err)) != IDEM_OK)
+		return r;
+	if (partition >= n)
+		return idem_error_set(err, IDEM_ERR_INVALID,
+		                      "topic '%s' has no partition %" PRId32 " (it has %d)", topic,
+		                      partition, n);
+	rep.horizon_ms = -1;
+	vals[0] = route->consumer;
+	res = PQexecParams(
+	        conn,
+	        "SELECT (extract(epoch FROM purged_before) * 1000)::bigint FROM idem.retention_horizon WHERE consumer = $1",
+	        1, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		r = idem_pg_error(err, conn, res, "read idem.retention_horizon");
+		PQclear(res);
+		return r;
+	}
+	if (PQntuples(res) == 1)
+		rep.horizon_ms = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+
+	rep.plans = calloc((size_t)n, sizeof(*rep.plans));
+	list = rd_kafka_topic_partition_list_new(n);
+	if (rep.plans == NULL || list == NULL) {
+		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		goto out_fail;
+	}
+	for (int p = 0; p < n; p++) {
+		if (partition < 0 || p == partition)
+			rd_kafka_topic_partition_list_add(list, topic, p);
+	}
+	e = rd_kafka_committed(rk, list, KAFKA_TIMEOUT_MS);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "read committed offsets of group '%s': %s",
+		                   cfg->group_id, rd_kafka_err2str(e));
+		goto out_fail;
+	}
+	for (int i = 0; i < list->cnt; i++) {
+		struct idem_replay_plan *plan = &rep.plans[rep.n_plans];
+		int64_t low = 0, high = 0;
+
+		plan->topic = strdup(topic);
+		if (plan->topic == NULL) {
+			r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			goto out_fail;
+		}
+		rep.n_plans++;
+		plan->partition = list->elems[i].partition;
+		plan->committed = list->elems[i].offset >= 0 ? list->elems[i].offset : -1;
+		plan->oldest_ts_ms = -1;
+		e = rd_kafka_query_watermark_offsets(rk, topic, plan->partition, &low, &high,
+		                                     KAFKA_TIMEOUT_MS);
+		if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+			r = idem_error_set(err, IDEM_ERR_KAFKA, "watermarks of %s/%" PRId32 ": %s",
+			                   topic, plan->partition, rd_kafka_err2str(e));
+			goto out_fail;
+		}
+		plan->from = from;
+		if (plan->from < low) {
+			plan->from = low;
+			plan->clamped = true;
+		}
+		plan->to = plan->committed >= 0 ? plan->committed : high;
+		if (plan->to > high)
+			plan->to = high;
+		if (plan->from < plan->to &&
+		    (r = plan_partition(rk, conn, cfg, route, plan, err)) != IDEM_OK)
+			goto out_fail;
+		if (rep.horizon_ms >= 0 && plan->oldest_ts_ms >= 0 &&
+		    plan->oldest_ts_ms < rep.horizon_ms)
+			rep.past_horizon = true;
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+	*ret = rep;
+	return IDEM_OK;
+
+out_fail:
+	if (list != NULL)
+		rd_kafka_topic_partition_list_destroy(list);
+	idem_replay_report_done(&rep);
+	return r;
+}
+
+/* Join the group, wait until this member holds all @n partitions of @topic, commit @offs. */
+static rd_kafka_resp_err_t commit_as_member(const struct idem_cfg *cfg, const char *topic, int n,
+                                            rd_kafka_topic_partition_list_t *offs, int timeout_ms)
+{
+	rd_kafka_topic_partition_list_t *sub, *assigned = NULL;
+	int64_t deadline = mono_ms() + timeout_ms;
+	rd_kafka_resp_err_t e;
+	rd_kafka_t *rk;
+
+	if (idem_consumer_new(cfg, NULL, &rk, NULL) != IDEM_OK)
+		return RD_KAFKA_RESP_ERR__FAIL;
+	sub = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(sub, topic, RD_KAFKA_PARTITION_UA);
+	e = rd_kafka_subscribe(rk, sub);
+	rd_kafka_topic_partition_list_destroy(sub);
+	while (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 100);
+
+		if (rkm != NULL)
+			rd_kafka_message_destroy(rkm);
+		if (assigned != NULL)
+			rd_kafka_topic_partition_list_destroy(assigned);
+		assigned = NULL;
+		e = rd_kafka_assignment(rk, &assigned);
+		if (e == RD_KAFKA_RESP_ERR_NO_ERROR && assigned->cnt == n)
+			break;
+		if (mono_ms() > deadline)
+			e = RD_KAFKA_RESP_ERR__TIMED_OUT;
+	}
+	if (assigned != NULL)
+		rd_kafka_topic_partition_list_destroy(assigned);
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = rd_kafka_commit(rk, offs, 0);
+	for (int i = 0; e == RD_KAFKA_RESP_ERR_NO_ERROR && i < offs->cnt; i++)
+		e = offs->elems[i].err;
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	return e;
+}
+
+idem_status idem_inspect_reset(const struct idem_cfg *cfg, const struct idem_replay_report *plan,
+                               int timeout_ms, idem_error *err)
+{
+	rd_kafka_topic_partition_list_t *offs;
+	rd_kafka_resp_err_t e;
+	idem_status r = IDEM_OK;
+	rd_kafka_t *rk;
+	int n = 0;
+
+	if (plan->n_plans == 0)
+		return IDEM_OK;
+	if ((r = idem_consumer_new(cfg, NULL, &rk, err)) != IDEM_OK)
+		return r;
+	if ((r = partition_count(rk, plan->plans[0].topic, &n, err)) != IDEM_OK)
+		goto out_destroy;
+	offs = rd_kafka_topic_partition_list_new((int)plan->n_plans);
+	for (size_t i = 0; i < plan->n_plans; i++)
+		rd_kafka_topic_partition_list_add(offs, plan->plans[i].topic,
+		                                  plan->plans[i].partition)
+		        ->offset = plan->plans[i].from;
+	/* Reading the committed offsets first waits for the coordinator connection. */
+	e = rd_kafka_committed(rk, offs, KAFKA_TIMEOUT_MS);
+	for (size_t i = 0; i < plan->n_plans; i++) {
+		offs->elems[i].offset = plan->plans[i].from;
+		offs->elems[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
+	}
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = rd_kafka_commit(rk, offs, 0);
+	for (int i = 0; e == RD_KAFKA_RESP_ERR_NO_ERROR && i < offs->cnt; i++)
+		e = offs->elems[i].err;
+	if (e == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID || e == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION) {
+		for (int i = 0; i < offs->cnt; i++)
+			offs->elems[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
+		e = commit_as_member(cfg, plan->plans[0].topic, n, offs, timeout_ms);
+		if (e == RD_KAFKA_RESP_ERR__TIMED_OUT)
+			r = idem_error_set(
+			        err, IDEM_ERR_KAFKA,
+			        "group '%s' still has active members: stop every idemd of the group before a replay",
+			        cfg->group_id);
+	}
+	if (r == IDEM_OK && e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "commit offsets for group '%s': %s",
+		                   cfg->group_id, rd_kafka_err2str(e));
+	rd_kafka_topic_partition_list_destroy(offs);
+out_destroy:
+	rd_kafka_destroy(rk);
+	return r;
+}

@@ -1,0 +1,97 @@
+/*
+ * idem_inspect.h - what operators ask of a running (or stopped) idemd deployment: where each
+ * partition stands in Kafka and in the database, where a key was applied, and what a replay
+ * would do. Used by idemctl; nothing here changes idemd's state except idem_inspect_reset().
+ */
+#ifndef IDEM_INSPECT_H
+#define IDEM_INSPECT_H
+
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+#include "idem_cfg.h"
+#include "idem_common.h"
+
+/* One partition of a configured topic. Offsets are -1 when unknown or absent. */
+struct idem_part_status {
+	char *topic; /* owned */
+	const struct idem_route *route;
+	int32_t partition;
+	int64_t committed; /* the group's committed offset in Kafka */
+	int64_t db_next;   /* idem.partition_progress.next_offset */
+	int64_t low, high; /* Kafka watermarks */
+	int64_t consumed, applied, duplicates, quarantined; /* database counters */
+	int64_t quarantine_rows; /* rows in idem.quarantine for the partition */
+};
+
+struct idem_status_report {
+	struct idem_part_status *parts;
+	size_t n_parts;
+};
+
+/*
+ * @brief Read every partition of every configured topic: Kafka committed offsets of the group
+ * and watermarks (through @rk, a consumer of the group that is not subscribed), and the
+ * database's progress and counters (through @conn).
+ */
+IDEM_NODISCARD idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk,
+                                               PGconn *conn, struct idem_status_report *ret,
+                                               idem_error *err);
+void idem_status_report_done(struct idem_status_report *r);
+
+/* verify's reading of one partition. */
+enum idem_verify_state {
+	IDEM_VERIFY_OK = 0,      /* Kafka committed == database progress */
+	IDEM_VERIFY_DB_AHEAD,    /* database ahead: harmless, the redelivery will be skipped */
+	IDEM_VERIFY_KAFKA_AHEAD, /* Kafka ahead of the database: messages skipped, loss alarm */
+	IDEM_VERIFY_NO_COMMIT,   /* nothing committed in Kafka yet */
+};
+
+enum idem_verify_state idem_inspect_verify_state(const struct idem_part_status *p);
+const char *idem_verify_state_str(enum idem_verify_state s);
+
+/* What a replay of one partition from @from to the group's committed offset would do. */
+struct idem_replay_plan {
+	char *topic; /* owned */
+	int32_t partition;
+	int64_t from; /* requested start, clamped to the log start */
+	int64_t to;   /* exclusive end: the committed offset (or high watermark) */
+	int64_t committed;
+	int64_t messages;        /* messages read in [from, to) */
+	int64_t already_claimed; /* would be no-ops */
+	int64_t would_apply;     /* keys not claimed yet (first occurrence in the range) */
+	int64_t in_range_dups;   /* later copies of a key that occurs earlier in the range */
+	int64_t undecodable;     /* no business key: would be quarantined */
+	int64_t oldest_ts_ms;    /* oldest message timestamp in the range, -1 if none */
+	bool clamped;            /* @from was below the log start */
+};
+
+struct idem_replay_report {
+	struct idem_replay_plan *plans;
+	size_t n_plans;
+	int64_t horizon_ms; /* idem.retention_horizon.purged_before in ms, -1 if nothing purged */
+	bool past_horizon;  /* some message in a range is older than the horizon */
+};
+
+/*
+ * @brief Plan a replay of @topic (all partitions, or only @partition when >= 0) from offset
+ * @from: read the messages between @from and the committed offset, build their business keys
+ * with the topic's route and count which are already claimed.
+ */
+IDEM_NODISCARD idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
+                                                    PGconn *conn, const char *topic,
+                                                    int32_t partition, int64_t from,
+                                                    struct idem_replay_report *ret,
+                                                    idem_error *err);
+void idem_replay_report_done(struct idem_replay_report *r);
+
+/*
+ * @brief Commit the planned start offsets for the group. The group must have no active
+ * member: a direct commit is tried first, then (where the broker insists on membership) a
+ * join that must receive every partition of the topic within @timeout_ms.
+ */
+IDEM_NODISCARD idem_status idem_inspect_reset(const struct idem_cfg *cfg,
+                                              const struct idem_replay_report *plan, int timeout_ms,
+                                              idem_error *err);
+
+#endif
