@@ -27,6 +27,7 @@ export IDEM_SRC IDEM_BIN
 IDEM_TEST_NAME=$(basename "$0" .sh)
 
 IDEM__PIDS=() # process group leaders started by idem_spawn, stopped by the EXIT trap
+IDEM_CLEANUP_HOOKS=() # commands the EXIT trap runs first (e.g. removing an installed package)
 
 # ---- messages and assertions ------------------------------------------------------------------
 
@@ -101,6 +102,9 @@ idem__cleanup() {
 	if [ "$rc" -ne 0 ] && [ -n "${IDEM_TMP:-}" ]; then
 		idem__dump_logs
 	fi
+	for pid in "${IDEM_CLEANUP_HOOKS[@]}"; do
+		eval "$pid"
+	done
 	for pid in "${IDEM__PIDS[@]}"; do
 		kill -TERM -- "-$pid" 2>/dev/null
 	done
