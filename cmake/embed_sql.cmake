@@ -1,4 +1,5 @@
-# Writes OUT: a C file with every migration in FILES as a string, in order.
+# Writes OUT: a C file with every migration in FILES ('|'-separated) as a string, in order.
+string(REPLACE "|" ";" FILES "${FILES}")
 set(body "/* Generated from sql/NNNN_*.sql by cmake/embed_sql.cmake; do not edit. */\n")
 string(APPEND body "#include \"idem_migrate.h\"\n\n")
 set(table "const struct idem_migration idem_migrations[] = {\n")

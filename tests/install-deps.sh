@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(
 	build-essential cmake pkg-config
 	librdkafka-dev libpq-dev libyaml-dev libjson-c-dev libssl-dev
-	libcmocka-dev postgresql clang clang-format libclang-rt-14-dev
+	libcmocka-dev libmicrohttpd-dev postgresql clang clang-format libclang-rt-14-dev
+	prometheus dpkg-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

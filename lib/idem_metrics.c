@@ -1,0 +1,461 @@
+/*
+ * idem_metrics.c - counters, histograms and gauges behind one mutex, served by libmicrohttpd
+ * (a well-kept HTTP server library: idemd does not parse HTTP itself).
+ */
+#include "idem_metrics.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double batch_size_bounds[] = { 1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000 };
+static const double batch_secs_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	                                    0.1,   0.25,   0.5,   1,    2.5,   5 };
+#define N_SIZE IDEM_ARRAY_SIZE(batch_size_bounds)
+#define N_SECS IDEM_ARRAY_SIZE(batch_secs_bounds)
+
+static const char *const dup_kind_names[IDEM_DUP_KINDS] = { "in_batch", "redelivery", "replay",
+	                                                    "upstream" };
+static const char *const retry_classes[] = { "transient", "message", "broken" };
+
+struct part_gauge {
+	char *topic;
+	int32_t partition;
+	int64_t db_next;
+	int64_t lag;
+};
+
+struct idem_metrics {
+	pthread_mutex_t lock;
+	struct MHD_Daemon *mhd;
+	uint64_t consumed, applied, quarantined, batches;
+	uint64_t dups[IDEM_DUP_KINDS];
+	uint64_t retries[IDEM_ARRAY_SIZE(retry_classes)];
+	uint64_t size_buckets[N_SIZE + 1], secs_buckets[N_SECS + 1];
+	double size_sum, secs_sum;
+	struct part_gauge *parts;
+	size_t n_parts, cap_parts;
+	bool connected, assigned, halted;
+	double oldest_claim_age;
+};
+
+idem_metrics *idem_metrics_new(void)
+{
+	idem_metrics *m = calloc(1, sizeof(*m));
+
+	if (m == NULL)
+		return NULL;
+	pthread_mutex_init(&m->lock, NULL);
+	m->oldest_claim_age = -1;
+	return m;
+}
+
+void idem_metrics_free(idem_metrics *m)
+{
+	if (m == NULL)
+		return;
+	if (m->mhd != NULL)
+		MHD_stop_daemon(m->mhd);
+	for (size_t i = 0; i < m->n_parts; i++)
+		free(m->parts[i].topic);
+	free(m->parts);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+static void observe(uint64_t *buckets, const double *bounds, size_t n, double v)
+{
+	size_t i = 0;
+
+	while (i < n && v > bounds[i])
+		i++;
+	buckets[i]++;
+}
+
+void idem_metrics_batch(idem_metrics *m, uint64_t consumed, uint64_t applied, uint64_t quarantined,
+                        double seconds)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->consumed += consumed;
+	m->applied += applied;
+	m->quarantined += quarantined;
+	m->batches++;
+	observe(m->size_buckets, batch_size_bounds, N_SIZE, (double)consumed);
+	observe(m->secs_buckets, batch_secs_bounds, N_SECS, seconds);
+	m->size_sum += (double)consumed;
+	m->secs_sum += seconds;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_duplicates(idem_metrics *m, enum idem_dup_kind kind, uint64_t n)
+{
+	if (m == NULL || kind >= IDEM_DUP_KINDS)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->dups[kind] += n;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_retry(idem_metrics *m, const char *cls)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(retry_classes); i++) {
+		if (strcmp(cls, retry_classes[i]) == 0)
+			m->retries[i]++;
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+static struct part_gauge *find_part(idem_metrics *m, const char *topic, int32_t partition)
+{
+	for (size_t i = 0; i < m->n_parts; i++) {
+		if (m->parts[i].partition == partition && strcmp(m->parts[i].topic, topic) == 0)
+			return &m->parts[i];
+	}
+	return NULL;
+}
+
+void idem_metrics_partition(idem_metrics *m, const char *topic, int32_t partition, int64_t db_next,
+                            int64_t lag)
+{
+	struct part_gauge *g;
+
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	g = find_part(m, topic, partition);
+	if (g == NULL && m->n_parts == m->cap_parts) {
+		size_t nc = m->cap_parts ? m->cap_parts * 2 : 16;
+		struct part_gauge *np = realloc(m->parts, nc * sizeof(*np));
+
+		if (np == NULL)
+			goto out;
+		m->parts = np;
+		m->cap_parts = nc;
+	}
+	if (g == NULL) {
+		char *t = strdup(topic);
+
+		if (t == NULL)
+			goto out;
+		g = &m->parts[m->n_parts++];
+		g->topic = t;
+		g->partition = partition;
+	}
+	g->db_next = db_next;
+	g->lag = lag;
+out:
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_partition_remove(idem_metrics *m, const char *topic, int32_t partition)
+{
+	struct part_gauge *g;
+
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	g = find_part(m, topic, partition);
+	if (g != NULL) {
+		free(g->topic);
+		*g = m->parts[--m->n_parts];
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_ready(idem_metrics *m, bool connected, bool assigned, bool halted)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->connected = connected;
+	m->assigned = assigned;
+	m->halted = halted;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->oldest_claim_age = seconds;
+	pthread_mutex_unlock(&m->lock);
+}
+
+bool idem_metrics_is_ready(idem_metrics *m, char *why, size_t len)
+{
+	bool ok;
+
+	pthread_mutex_lock(&m->lock);
+	ok = m->connected && m->assigned && !m->halted;
+	snprintf(why, len, "%s",
+	         !m->connected  ? "not connected to postgres"
+	         : !m->assigned ? "no partition assigned"
+	         : m->halted    ? "a partition is halted"
+	                        : "ready");
+	pthread_mutex_unlock(&m->lock);
+	return ok;
+}
+
+/* Label values are topic names (Kafka allows [a-zA-Z0-9._-]); escape anyway. */
+static idem_status label(struct idem_buf *o, const char *v)
+{
+	for (; *v; v++) {
+		if ((*v == '\\' || *v == '"') && idem_buf_append(o, "\\", 1) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		if (*v == '\n') {
+			if (idem_buf_append(o, "\\n", 2) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+			continue;
+		}
+		if (idem_buf_append(o, v, 1) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+static idem_status histogram(struct idem_buf *o, const char *name, const char *help,
+                             const uint64_t *buckets, const double *bounds, size_t n, double sum)
+{
+	uint64_t cum = 0;
+
+	if (idem_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		cum += buckets[i];
+		if (idem_buf_printf(o, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, bounds[i], cum))
+			return IDEM_ERR_NOMEM;
+	}
+	cum += buckets[n];
+	if (idem_buf_printf(
+	            o, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.6f\n%s_count %" PRIu64 "\n",
+	            name, cum, name, sum, name, cum))
+		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
+{
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} counters[] = {
+		{ "idemd_messages_consumed_total",
+		  "Messages taken from Kafka and committed in a batch (redeliveries count again).",
+		  offsetof(struct idem_metrics, consumed) },
+		{ "idemd_messages_applied_total",
+		  "Messages whose business key was newly claimed and whose handler ran.",
+		  offsetof(struct idem_metrics, applied) },
+		{ "idemd_messages_quarantined_total",
+		  "Messages written to idem.quarantine instead of being applied.",
+		  offsetof(struct idem_metrics, quarantined) },
+		{ "idemd_batches_total", "Batches committed.",
+		  offsetof(struct idem_metrics, batches) },
+	};
+
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(counters); i++) {
+		uint64_t v = *(const uint64_t *)(const void *)((const char *)m + counters[i].off);
+
+		if (idem_buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %" PRIu64 "\n",
+		                    counters[i].name, counters[i].help, counters[i].name,
+		                    counters[i].name, v))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_buf_append_str(
+	            o,
+	            "# HELP idemd_duplicates_total Messages skipped because their business key was already claimed, by kind.\n# TYPE idemd_duplicates_total counter\n"))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < IDEM_DUP_KINDS; k++) {
+		if (idem_buf_printf(o, "idemd_duplicates_total{kind=\"%s\"} %" PRIu64 "\n",
+		                    dup_kind_names[k], m->dups[k]))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_buf_append_str(
+	            o,
+	            "# HELP idemd_batch_retries_total Failed batch attempts that were retried, by error class.\n# TYPE idemd_batch_retries_total counter\n"))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < IDEM_ARRAY_SIZE(retry_classes); k++) {
+		if (idem_buf_printf(o, "idemd_batch_retries_total{class=\"%s\"} %" PRIu64 "\n",
+		                    retry_classes[k], m->retries[k]))
+			return IDEM_ERR_NOMEM;
+	}
+	if (histogram(o, "idemd_batch_size_messages", "Messages per committed batch.",
+	              m->size_buckets, batch_size_bounds, N_SIZE, m->size_sum) ||
+	    histogram(o, "idemd_batch_duration_seconds", "Time from BEGIN to COMMIT of a batch.",
+	              m->secs_buckets, batch_secs_bounds, N_SECS, m->secs_sum))
+		return IDEM_ERR_NOMEM;
+	if (idem_buf_append_str(
+	            o,
+	            "# HELP idemd_partition_lag_messages Messages in Kafka after the partition's position (consumer lag).\n# TYPE idemd_partition_lag_messages gauge\n"))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < m->n_parts; i++) {
+		if (m->parts[i].lag < 0)
+			continue;
+		if (idem_buf_append_str(o, "idemd_partition_lag_messages{topic=\"") ||
+		    label(o, m->parts[i].topic) ||
+		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
+		                    m->parts[i].partition, m->parts[i].lag))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_buf_append_str(
+	            o,
+	            "# HELP idemd_partition_database_progress Next offset the database has recorded for the partition.\n# TYPE idemd_partition_database_progress gauge\n"))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < m->n_parts; i++) {
+		if (m->parts[i].db_next < 0)
+			continue;
+		if (idem_buf_append_str(o, "idemd_partition_database_progress{topic=\"") ||
+		    label(o, m->parts[i].topic) ||
+		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
+		                    m->parts[i].partition, m->parts[i].db_next))
+			return IDEM_ERR_NOMEM;
+	}
+	if (m->oldest_claim_age >= 0 &&
+	    idem_buf_printf(
+	            o,
+	            "# HELP idemd_oldest_claim_age_seconds Age of the oldest claim kept in idem.processed_messages.\n# TYPE idemd_oldest_claim_age_seconds gauge\nidemd_oldest_claim_age_seconds %.3f\n",
+	            m->oldest_claim_age))
+		return IDEM_ERR_NOMEM;
+	if (idem_buf_printf(
+	            o,
+	            "# HELP idemd_ready Whether idemd is connected, assigned partitions and not halted.\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
+	            m->connected && m->assigned && !m->halted) ||
+	    idem_buf_printf(
+	            o,
+	            "# HELP idemd_build_info idemd build information.\n# TYPE idemd_build_info gauge\nidemd_build_info{version=\"%s\"} 1\n",
+	            IDEM_VERSION))
+		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+idem_status idem_metrics_render(idem_metrics *m, struct idem_buf *out)
+{
+	idem_status r;
+
+	pthread_mutex_lock(&m->lock);
+	r = render_locked(m, out);
+	pthread_mutex_unlock(&m->lock);
+	return r;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned int code, const char *type,
+                               char *body, size_t len)
+{
+	struct MHD_Response *resp =
+	        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	enum MHD_Result r;
+
+	if (resp == NULL) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", type);
+	r = MHD_queue_response(conn, code, resp);
+	MHD_destroy_response(resp);
+	return r;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **ctx)
+{
+	idem_metrics *m = cls;
+	struct idem_buf body = { 0 };
+	char why[64];
+	unsigned int code = MHD_HTTP_OK;
+	const char *type = "text/plain; charset=utf-8";
+
+	(void)version;
+	(void)upload;
+	(void)upload_size;
+	(void)ctx;
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+		code = MHD_HTTP_METHOD_NOT_ALLOWED;
+		if (idem_buf_append_str(&body, "method not allowed\n"))
+			return MHD_NO;
+	} else if (strcmp(url, "/metrics") == 0) {
+		type = "text/plain; version=0.0.4; charset=utf-8";
+		if (idem_metrics_render(m, &body) != IDEM_OK) {
+			idem_buf_done(&body);
+			return MHD_NO;
+		}
+	} else if (strcmp(url, "/healthz") == 0) {
+		if (idem_buf_append_str(&body, "ok\n"))
+			return MHD_NO;
+	} else if (strcmp(url, "/readyz") == 0) {
+		if (!idem_metrics_is_ready(m, why, sizeof(why)))
+			code = MHD_HTTP_SERVICE_UNAVAILABLE;
+		if (idem_buf_printf(&body, "%s\n", why))
+			return MHD_NO;
+	} else {
+		code = MHD_HTTP_NOT_FOUND;
+		if (idem_buf_append_str(&body, "not found: try /metrics, /healthz or /readyz\n"))
+			return MHD_NO;
+	}
+	return respond(conn, code, type, body.data, body.len);
+}
+
+idem_status idem_metrics_listen(idem_metrics *m, const char *listen, idem_error *err)
+{
+	struct sockaddr_in6 a6;
+	struct sockaddr_in a4;
+	const struct sockaddr *sa;
+	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+	const char *colon = strrchr(listen, ':');
+	char host[64];
+	size_t hl;
+	long port;
+	char *end;
+
+	if (colon == NULL)
+		return idem_error_set(
+		        err, IDEM_ERR_CONFIG,
+		        "metrics listen address '%s' has no port (expected HOST:PORT)", listen);
+	port = strtol(colon + 1, &end, 10);
+	hl = (size_t)(colon - listen);
+	if (*end != '\0' || port < 1 || port > 65535 || hl >= sizeof(host))
+		return idem_error_set(err, IDEM_ERR_CONFIG, "metrics listen address '%s': bad port",
+		                      listen);
+	memcpy(host, listen, hl);
+	host[hl] = '\0';
+	memset(&a4, 0, sizeof(a4));
+	memset(&a6, 0, sizeof(a6));
+	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+		host[hl - 1] = '\0';
+		a6.sin6_family = AF_INET6;
+		a6.sin6_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET6, host + 1, &a6.sin6_addr) != 1)
+			return idem_error_set(err, IDEM_ERR_CONFIG,
+			                      "metrics listen address '%s': bad IPv6 address",
+			                      listen);
+		sa = (const struct sockaddr *)&a6;
+		flags |= MHD_USE_IPv6;
+	} else {
+		a4.sin_family = AF_INET;
+		a4.sin_port = htons((uint16_t)port);
+		if (host[0] == '\0')
+			a4.sin_addr.s_addr = htonl(INADDR_ANY);
+		else if (inet_pton(AF_INET, host, &a4.sin_addr) != 1)
+			return idem_error_set(err, IDEM_ERR_CONFIG,
+			                      "metrics listen address '%s': bad IPv4 address",
+			                      listen);
+		sa = (const struct sockaddr *)&a4;
+	}
+	m->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, m,
+	                          MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_LIMIT, 16u,
+	                          MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+	if (m->mhd == NULL)
+		return idem_error_set(err, IDEM_ERR_IO, "cannot listen for metrics on '%s'",
+		                      listen);
+	return IDEM_OK;
+}

@@ -1,0 +1,55 @@
+/*
+ * idem_metrics.h - Prometheus metrics and health endpoints.
+ *
+ * The main loop records what it does (a few calls per batch, never per message); an HTTP
+ * listener (libmicrohttpd, its own thread) serves /metrics in the Prometheus text format,
+ * /healthz (the process answers) and /readyz (connected to Postgres, partitions assigned,
+ * none halted). All calls are thread-safe.
+ */
+#ifndef IDEM_METRICS_H
+#define IDEM_METRICS_H
+
+#include "idem_common.h"
+
+typedef struct idem_metrics idem_metrics;
+
+/* Duplicate kinds, the label values of idemd_duplicates_total{kind}. */
+enum idem_dup_kind {
+	IDEM_DUP_IN_BATCH = 0, /* a second copy inside one batch */
+	IDEM_DUP_REDELIVERY,   /* the same topic/partition/offset as the claim */
+	IDEM_DUP_REPLAY,       /* below the partition's recorded progress */
+	IDEM_DUP_UPSTREAM,     /* another message with the same business key */
+	IDEM_DUP_KINDS
+};
+
+/* @brief A registry with nothing recorded, not listening. NULL on out of memory. */
+idem_metrics *idem_metrics_new(void);
+void idem_metrics_free(idem_metrics *m);
+
+/*
+ * @brief Serve HTTP on @listen ("127.0.0.1:9187", "[::1]:9187" or ":9187" for all addresses).
+ * @returns IDEM_ERR_CONFIG for an address that does not parse, IDEM_ERR_IO if it cannot bind.
+ */
+IDEM_NODISCARD idem_status idem_metrics_listen(idem_metrics *m, const char *listen,
+                                               idem_error *err);
+
+/* One committed batch of @n messages that took @seconds from BEGIN to COMMIT. */
+void idem_metrics_batch(idem_metrics *m, uint64_t consumed, uint64_t applied, uint64_t quarantined,
+                        double seconds);
+void idem_metrics_duplicates(idem_metrics *m, enum idem_dup_kind kind, uint64_t n);
+/* A failed batch attempt that will be retried; @cls is "transient", "message" or "broken". */
+void idem_metrics_retry(idem_metrics *m, const char *cls);
+/* Per-partition gauges; @lag < 0 means unknown. */
+void idem_metrics_partition(idem_metrics *m, const char *topic, int32_t partition, int64_t db_next,
+                            int64_t lag);
+void idem_metrics_partition_remove(idem_metrics *m, const char *topic, int32_t partition);
+void idem_metrics_ready(idem_metrics *m, bool connected, bool assigned, bool halted);
+/* Age in seconds of the oldest claim kept (retention), < 0 if unknown. */
+void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds);
+
+/* @brief Render /metrics into @out (appended). */
+IDEM_NODISCARD idem_status idem_metrics_render(idem_metrics *m, struct idem_buf *out);
+/* @brief What /readyz answers: true when ready; @why says what is missing otherwise. */
+bool idem_metrics_is_ready(idem_metrics *m, char *why, size_t len);
+
+#endif

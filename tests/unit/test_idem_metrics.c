@@ -1,0 +1,142 @@
+/*
+ * Unit tests for idem_metrics: the exposition text and readiness.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idem_metrics.h"
+
+static char *render(idem_metrics *m)
+{
+	struct idem_buf b = { 0 };
+
+	assert_int_equal(idem_metrics_render(m, &b), IDEM_OK);
+	return b.data;
+}
+
+static void has_line(const char *text, const char *line)
+{
+	const char *p = text;
+	size_t n = strlen(line);
+
+	while ((p = strstr(p, line)) != NULL) {
+		if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
+			return;
+		p += n;
+	}
+	fail_msg("missing line '%s' in:\n%s", line, text);
+}
+
+static void test_counters_and_histograms(void **state)
+{
+	idem_metrics *m = idem_metrics_new();
+	char *t;
+
+	(void)state;
+	assert_non_null(m);
+	idem_metrics_batch(m, 500, 300, 1, 0.004);
+	idem_metrics_batch(m, 3, 3, 0, 0.2);
+	idem_metrics_duplicates(m, IDEM_DUP_IN_BATCH, 150);
+	idem_metrics_duplicates(m, IDEM_DUP_UPSTREAM, 49);
+	idem_metrics_retry(m, "transient");
+	idem_metrics_retry(m, "transient");
+	idem_metrics_retry(m, "broken");
+	t = render(m);
+	has_line(t, "# TYPE idemd_messages_consumed_total counter");
+	has_line(t, "idemd_messages_consumed_total 503");
+	has_line(t, "idemd_messages_applied_total 303");
+	has_line(t, "idemd_messages_quarantined_total 1");
+	has_line(t, "idemd_batches_total 2");
+	has_line(t, "idemd_duplicates_total{kind=\"in_batch\"} 150");
+	has_line(t, "idemd_duplicates_total{kind=\"upstream\"} 49");
+	has_line(t, "idemd_duplicates_total{kind=\"replay\"} 0");
+	has_line(t, "idemd_batch_retries_total{class=\"transient\"} 2");
+	has_line(t, "idemd_batch_retries_total{class=\"broken\"} 1");
+	/* Cumulative buckets: 3 <= 5, 500 <= 500. */
+	has_line(t, "idemd_batch_size_messages_bucket{le=\"1\"} 0");
+	has_line(t, "idemd_batch_size_messages_bucket{le=\"5\"} 1");
+	has_line(t, "idemd_batch_size_messages_bucket{le=\"250\"} 1");
+	has_line(t, "idemd_batch_size_messages_bucket{le=\"500\"} 2");
+	has_line(t, "idemd_batch_size_messages_bucket{le=\"+Inf\"} 2");
+	has_line(t, "idemd_batch_size_messages_count 2");
+	has_line(t, "idemd_batch_size_messages_sum 503.000000");
+	has_line(t, "idemd_batch_duration_seconds_bucket{le=\"0.005\"} 1");
+	has_line(t, "idemd_batch_duration_seconds_bucket{le=\"0.1\"} 1");
+	has_line(t, "idemd_batch_duration_seconds_bucket{le=\"0.25\"} 2");
+	has_line(t, "idemd_build_info{version=\"" IDEM_VERSION "\"} 1");
+	free(t);
+	idem_metrics_free(m);
+}
+
+static void test_partitions(void **state)
+{
+	idem_metrics *m = idem_metrics_new();
+	char *t;
+
+	(void)state;
+	idem_metrics_partition(m, "payments", 0, 100, 5);
+	idem_metrics_partition(m, "payments", 1, -1, -1);
+	idem_metrics_partition(m, "payments", 0, 120, 0);
+	t = render(m);
+	has_line(t, "idemd_partition_lag_messages{topic=\"payments\",partition=\"0\"} 0");
+	has_line(t, "idemd_partition_database_progress{topic=\"payments\",partition=\"0\"} 120");
+	assert_null(strstr(t, "partition=\"1\""));
+	free(t);
+	idem_metrics_partition_remove(m, "payments", 0);
+	t = render(m);
+	assert_null(strstr(t, "partition=\"0\""));
+	free(t);
+	idem_metrics_free(m);
+}
+
+static void test_ready(void **state)
+{
+	idem_metrics *m = idem_metrics_new();
+	char why[64];
+
+	(void)state;
+	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
+	assert_string_equal(why, "not connected to postgres");
+	idem_metrics_ready(m, true, false, false);
+	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
+	assert_string_equal(why, "no partition assigned");
+	idem_metrics_ready(m, true, true, true);
+	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
+	assert_string_equal(why, "a partition is halted");
+	idem_metrics_ready(m, true, true, false);
+	assert_true(idem_metrics_is_ready(m, why, sizeof(why)));
+	idem_metrics_free(m);
+}
+
+static void test_listen_errors(void **state)
+{
+	idem_metrics *m = idem_metrics_new();
+	idem_error err;
+
+	(void)state;
+	assert_int_equal(idem_metrics_listen(m, "localhost", &err), IDEM_ERR_CONFIG);
+	assert_string_equal(err.msg,
+	                    "metrics listen address 'localhost' has no port (expected HOST:PORT)");
+	assert_int_equal(idem_metrics_listen(m, "127.0.0.1:99999", &err), IDEM_ERR_CONFIG);
+	assert_int_equal(idem_metrics_listen(m, "example.com:80", &err), IDEM_ERR_CONFIG);
+	assert_string_equal(err.msg, "metrics listen address 'example.com:80': bad IPv4 address");
+	idem_metrics_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_counters_and_histograms),
+		cmocka_unit_test(test_partitions),
+		cmocka_unit_test(test_ready),
+		cmocka_unit_test(test_listen_errors),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
