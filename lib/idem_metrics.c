@@ -19,8 +19,8 @@ static const double batch_secs_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 #define N_SIZE IDEM_ARRAY_SIZE(batch_size_bounds)
 #define N_SECS IDEM_ARRAY_SIZE(batch_secs_bounds)
 
-static const char *const dup_kind_names[IDEM_DUP_KINDS] = { "in_batch", "redelivery", "replay",
-	                                                    "upstream" };
+static const char *const dup_kind_names[IDEM_METRICS_DUP_KINDS] = { "in_batch", "redelivery",
+	                                                            "replay", "upstream" };
 static const char *const retry_classes[] = { "transient", "message", "broken" };
 
 struct part_gauge {
@@ -34,7 +34,7 @@ struct idem_metrics {
 	pthread_mutex_t lock;
 	struct MHD_Daemon *mhd;
 	uint64_t consumed, applied, quarantined, batches;
-	uint64_t dups[IDEM_DUP_KINDS];
+	uint64_t dups[IDEM_METRICS_DUP_KINDS];
 	uint64_t retries[IDEM_ARRAY_SIZE(retry_classes)];
 	uint64_t size_buckets[N_SIZE + 1], secs_buckets[N_SECS + 1];
 	double size_sum, secs_sum;
@@ -94,9 +94,9 @@ void idem_metrics_batch(idem_metrics *m, uint64_t consumed, uint64_t applied, ui
 	pthread_mutex_unlock(&m->lock);
 }
 
-void idem_metrics_duplicates(idem_metrics *m, enum idem_dup_kind kind, uint64_t n)
+void idem_metrics_duplicates(idem_metrics *m, enum idem_metrics_dup kind, uint64_t n)
 {
-	if (m == NULL || kind >= IDEM_DUP_KINDS)
+	if (m == NULL || kind >= IDEM_METRICS_DUP_KINDS)
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->dups[kind] += n;
@@ -275,7 +275,7 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            o,
 	            "# HELP idemd_duplicates_total Messages skipped because their business key was already claimed, by kind.\n# TYPE idemd_duplicates_total counter\n"))
 		return IDEM_ERR_NOMEM;
-	for (size_t k = 0; k < IDEM_DUP_KINDS; k++) {
+	for (size_t k = 0; k < IDEM_METRICS_DUP_KINDS; k++) {
 		if (idem_buf_printf(o, "idemd_duplicates_total{kind=\"%s\"} %" PRIu64 "\n",
 		                    dup_kind_names[k], m->dups[k]))
 			return IDEM_ERR_NOMEM;

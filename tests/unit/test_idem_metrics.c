@@ -43,8 +43,8 @@ static void test_counters_and_histograms(void **state)
 	assert_non_null(m);
 	idem_metrics_batch(m, 500, 300, 1, 0.004);
 	idem_metrics_batch(m, 3, 3, 0, 0.2);
-	idem_metrics_duplicates(m, IDEM_DUP_IN_BATCH, 150);
-	idem_metrics_duplicates(m, IDEM_DUP_UPSTREAM, 49);
+	idem_metrics_duplicates(m, IDEM_METRICS_DUP_IN_BATCH, 150);
+	idem_metrics_duplicates(m, IDEM_METRICS_DUP_UPSTREAM, 49);
 	idem_metrics_retry(m, "transient");
 	idem_metrics_retry(m, "transient");
 	idem_metrics_retry(m, "broken");

@@ -1,0 +1,235 @@
+/*
+ * idem_retention.c - the purge of old claims and its background thread.
+ */
+#include "idem_retention.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idem_log.h"
+#include "idem_pg.h"
+
+idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t keep_seconds,
+                                 int batch, int64_t *ret_deleted, idem_error *err)
+{
+	char keep[32], lim[16];
+	const char *vals[3] = { consumer, keep, lim };
+	char cutoff[64] = "";
+	int64_t total = 0;
+	PGresult *res;
+	idem_status r = IDEM_OK;
+
+	snprintf(keep, sizeof(keep), "%" PRId64, keep_seconds);
+	snprintf(lim, sizeof(lim), "%d", batch);
+	/* One cutoff for the whole purge, so the horizon says exactly what was removed. */
+	res = PQexecParams(conn, "SELECT now() - make_interval(secs => $1::bigint)", 1, NULL,
+	                   vals + 1, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		r = idem_pg_error(err, conn, res, "retention cutoff");
+		PQclear(res);
+		return r;
+	}
+	snprintf(cutoff, sizeof(cutoff), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	vals[1] = cutoff;
+	for (;;) {
+		int64_t n;
+
+		/* Each statement is its own short transaction. */
+		res = PQexecParams(
+		        conn,
+		        "DELETE FROM idem.processed_messages WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem.processed_messages WHERE consumer = $1 AND processed_at < $2::timestamptz LIMIT $3::int))",
+		        3, NULL, vals, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+			r = idem_pg_error(err, conn, res, "retention purge");
+			PQclear(res);
+			break;
+		}
+		n = strtoll(PQcmdTuples(res), NULL, 10);
+		PQclear(res);
+		total += n;
+		if (n < batch)
+			break;
+	}
+	if (total > 0) {
+		res = PQexecParams(
+		        conn,
+		        "INSERT INTO idem.retention_horizon (consumer, purged_before) VALUES ($1, $2::timestamptz) ON CONFLICT (consumer) DO UPDATE SET purged_before = greatest(idem.retention_horizon.purged_before, excluded.purged_before)",
+		        2, NULL, vals, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK && r == IDEM_OK)
+			r = idem_pg_error(err, conn, res, "record retention horizon");
+		PQclear(res);
+	}
+	*ret_deleted = total;
+	return r;
+}
+
+idem_status idem_retention_oldest_age(PGconn *conn, const char *consumer, double *ret_age,
+                                      idem_error *err)
+{
+	const char *vals[1] = { consumer };
+	PGresult *res = PQexecParams(
+	        conn,
+	        "SELECT extract(epoch FROM now() - min(processed_at)) FROM idem.processed_messages WHERE consumer = $1",
+	        1, NULL, vals, NULL, NULL, 0);
+	idem_status r = IDEM_OK;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		r = idem_pg_error(err, conn, res, "oldest claim");
+	else
+		*ret_age = PQgetisnull(res, 0, 0) ? -1 : strtod(PQgetvalue(res, 0, 0), NULL);
+	PQclear(res);
+	return r;
+}
+
+idem_status idem_retention_topic_ms(rd_kafka_t *rk, const char *topic, int64_t *ret_ms,
+                                    idem_error *err)
+{
+	rd_kafka_ConfigResource_t *res =
+	        rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+	rd_kafka_AdminOptions_t *opts =
+	        rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+	rd_kafka_event_t *ev;
+	idem_status r = IDEM_ERR_NOT_FOUND;
+
+	rd_kafka_AdminOptions_set_request_timeout(opts, 5000, NULL, 0);
+	rd_kafka_DescribeConfigs(rk, &res, 1, opts, q);
+	ev = rd_kafka_queue_poll(q, 6000);
+	if (ev != NULL && rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		const rd_kafka_DescribeConfigs_result_t *dr =
+		        rd_kafka_event_DescribeConfigs_result(ev);
+		size_t n = 0, nc = 0;
+		const rd_kafka_ConfigResource_t **rs =
+		        dr ? rd_kafka_DescribeConfigs_result_resources(dr, &n) : NULL;
+		const rd_kafka_ConfigEntry_t **ce =
+		        n == 1 ? rd_kafka_ConfigResource_configs(rs[0], &nc) : NULL;
+
+		for (size_t i = 0; i < nc; i++) {
+			const char *v = rd_kafka_ConfigEntry_value(ce[i]);
+
+			if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), "retention.ms") == 0 &&
+			    v != NULL && strtoll(v, NULL, 10) > 0) {
+				*ret_ms = strtoll(v, NULL, 10);
+				r = IDEM_OK;
+			}
+		}
+	}
+	if (r != IDEM_OK)
+		idem_error_set(err, r, "the broker does not tell the retention of topic '%s'%s%s",
+		               topic, ev ? ": " : "", ev ? rd_kafka_event_error_string(ev) : "");
+	if (ev != NULL)
+		rd_kafka_event_destroy(ev);
+	rd_kafka_AdminOptions_destroy(opts);
+	rd_kafka_queue_destroy(q);
+	rd_kafka_ConfigResource_destroy(res);
+	return r;
+}
+
+struct idem_retention {
+	const struct idem_cfg *cfg;
+	int64_t keep, interval;
+	int batch;
+	idem_metrics *metrics;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop;
+};
+
+static void *retention_main(void *arg)
+{
+	idem_retention *rt = arg;
+	PGconn *conn = NULL;
+
+	pthread_mutex_lock(&rt->lock);
+	while (!rt->stop) {
+		struct timespec until;
+		idem_error err;
+		double oldest = -1;
+
+		pthread_mutex_unlock(&rt->lock);
+		if (conn != NULL && PQstatus(conn) != CONNECTION_OK) {
+			PQfinish(conn);
+			conn = NULL;
+		}
+		if (conn == NULL &&
+		    idem_pg_conn_open(rt->cfg, "idemd-retention", &conn, &err) != IDEM_OK) {
+			idem_log_warn("retention", "%s, retrying in %" PRId64 "s", err.msg,
+			              rt->interval);
+			conn = NULL;
+		}
+		for (size_t i = 0; conn != NULL && i < rt->cfg->n_routes; i++) {
+			const char *consumer = rt->cfg->routes[i].consumer;
+			int64_t deleted = 0;
+			double age;
+
+			if (idem_retention_purge(conn, consumer, rt->keep, rt->batch, &deleted,
+			                         &err) != IDEM_OK)
+				idem_log_warn("retention",
+				              "purge consumer=%s: %s, retrying in %" PRId64 "s",
+				              consumer, err.msg, rt->interval);
+			else if (deleted > 0)
+				idem_log_info("retention",
+				              "purged consumer=%s claims=%" PRId64
+				              " older_than_s=%" PRId64,
+				              consumer, deleted, rt->keep);
+			if (idem_retention_oldest_age(conn, consumer, &age, &err) == IDEM_OK &&
+			    age > oldest)
+				oldest = age;
+		}
+		idem_metrics_oldest_claim_age(rt->metrics, oldest);
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += (time_t)rt->interval;
+		pthread_mutex_lock(&rt->lock);
+		while (!rt->stop && pthread_cond_timedwait(&rt->cond, &rt->lock, &until) == 0)
+			;
+	}
+	pthread_mutex_unlock(&rt->lock);
+	if (conn != NULL)
+		PQfinish(conn);
+	return NULL;
+}
+
+idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_seconds,
+                                 int64_t interval_seconds, int batch, idem_metrics *metrics,
+                                 idem_retention **ret, idem_error *err)
+{
+	idem_retention *rt = calloc(1, sizeof(*rt));
+
+	if (rt == NULL)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	rt->cfg = cfg;
+	rt->keep = keep_seconds;
+	rt->interval = interval_seconds > 0 ? interval_seconds : 1;
+	rt->batch = batch > 0 ? batch : 1000;
+	rt->metrics = metrics;
+	pthread_mutex_init(&rt->lock, NULL);
+	pthread_cond_init(&rt->cond, NULL);
+	if (pthread_create(&rt->thread, NULL, retention_main, rt) != 0) {
+		pthread_cond_destroy(&rt->cond);
+		pthread_mutex_destroy(&rt->lock);
+		free(rt);
+		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot start the retention thread");
+	}
+	*ret = rt;
+	return IDEM_OK;
+}
+
+void idem_retention_stop(idem_retention *rt)
+{
+	if (rt == NULL)
+		return;
+	pthread_mutex_lock(&rt->lock);
+	rt->stop = true;
+	pthread_cond_signal(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+	pthread_join(rt->thread, NULL);
+	pthread_cond_destroy(&rt->cond);
+	pthread_mutex_destroy(&rt->lock);
+	free(rt);
+}

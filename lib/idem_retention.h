@@ -1,0 +1,53 @@
+/*
+ * idem_retention.h - purging old claims, in small batches, off the pipeline's path.
+ *
+ * A claim must outlive every redelivery and every replay that could bring its message back,
+ * so the default keep is longer than any sensible topic retention. What a purge deleted is
+ * recorded in idem.retention_horizon, which `idemctl replay` consults.
+ */
+#ifndef IDEM_RETENTION_H
+#define IDEM_RETENTION_H
+
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+#include "idem_cfg.h"
+#include "idem_common.h"
+#include "idem_metrics.h"
+
+/*
+ * @brief Delete the claims of @consumer older than @keep_seconds, @batch rows per transaction
+ * (short transactions: the pipeline's claims never wait long), and record the cutoff as the
+ * consumer's horizon if anything was deleted.
+ * @param ret_deleted rows deleted.
+ */
+IDEM_NODISCARD idem_status idem_retention_purge(PGconn *conn, const char *consumer,
+                                                int64_t keep_seconds, int batch,
+                                                int64_t *ret_deleted, idem_error *err);
+
+/* @brief Age in seconds of the oldest claim of @consumer; -1 when it has none. */
+IDEM_NODISCARD idem_status idem_retention_oldest_age(PGconn *conn, const char *consumer,
+                                                     double *ret_age, idem_error *err);
+
+/*
+ * @brief Ask the broker for @topic's retention.ms. IDEM_ERR_NOT_FOUND when the broker cannot
+ * tell (no DescribeConfigs, infinite retention).
+ */
+IDEM_NODISCARD idem_status idem_retention_topic_ms(rd_kafka_t *rk, const char *topic,
+                                                   int64_t *ret_ms, idem_error *err);
+
+typedef struct idem_retention idem_retention;
+
+/*
+ * @brief Start a background thread with its own Postgres connection that purges every
+ * route's consumer every @interval_seconds and publishes the oldest claim age to @metrics
+ * (may be NULL). @cfg must outlive it.
+ */
+IDEM_NODISCARD idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_seconds,
+                                                int64_t interval_seconds, int batch,
+                                                idem_metrics *metrics, idem_retention **ret,
+                                                idem_error *err);
+/* @brief Stop the thread (waits for a purge in progress to finish its batch). */
+void idem_retention_stop(idem_retention *r);
+
+#endif
