@@ -11,10 +11,17 @@
 #include "idem_cfg.h"
 #include "idem_migrate.h"
 #include "idem_pg.h"
+#include "idem_retention.h"
 
 #define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
 
 static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv);
+
+int64_t idemctl_retention_keep(const struct idem_cfg *cfg)
+{
+	(void)cfg;
+	return IDEM_RETENTION_KEEP_S;
+}
 
 static void usage(FILE *f)
 {
@@ -39,9 +46,10 @@ static const struct {
 	const char *name;
 	int (*run)(const struct idem_cfg *cfg, int argc, char **argv);
 } commands[] = {
-	{ "migrate", cmd_migrate },   { "status", idemctl_status },
-	{ "verify", idemctl_verify }, { "lookup", idemctl_lookup },
-	{ "replay", idemctl_replay }, { "quarantine", idemctl_quarantine },
+	{ "migrate", cmd_migrate },           { "status", idemctl_status },
+	{ "verify", idemctl_verify },         { "lookup", idemctl_lookup },
+	{ "replay", idemctl_replay },         { "purge", idemctl_purge },
+	{ "quarantine", idemctl_quarantine },
 };
 
 static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv)

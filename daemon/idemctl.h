@@ -24,6 +24,9 @@ int idemctl_status(const struct idem_cfg *cfg, int argc, char **argv);
 int idemctl_verify(const struct idem_cfg *cfg, int argc, char **argv);
 int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv);
 int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv);
+int idemctl_purge(const struct idem_cfg *cfg, int argc, char **argv);
+/* The configured retention.keep in seconds (daemon/idemctl.c). */
+int64_t idemctl_retention_keep(const struct idem_cfg *cfg);
 void idemctl_ops_usage(FILE *f);
 
 #endif

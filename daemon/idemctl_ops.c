@@ -12,6 +12,7 @@
 #include "idem_consumer.h"
 #include "idem_inspect.h"
 #include "idem_pg.h"
+#include "idem_retention.h"
 #include "idemctl.h"
 
 void idemctl_ops_usage(FILE *f)
@@ -28,7 +29,56 @@ void idemctl_ops_usage(FILE *f)
 	        "                      reset the stopped group's offsets so the range is read again;\n"
 	        "                      --dry-run only counts what would apply and what is already\n"
 	        "                      claimed; refuses a range older than the retention horizon\n"
-	        "                      unless --force\n");
+	        "                      unless --force\n"
+	        "  purge [--older-than DURATION]\n"
+	        "                      delete the claims older than DURATION (default: the\n"
+	        "                      configured retention.keep) of this configuration's routes\n"
+	        "                      and record the retention horizon, as idemd does itself\n");
+}
+
+int idemctl_purge(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	int64_t keep = idemctl_retention_keep(cfg);
+	idem_error err = { 0 };
+	PGconn *conn;
+	int rc = IDEMCTL_EXIT_OK;
+
+	if (argc == 3 && strcmp(argv[1], "--older-than") == 0) {
+		if (!idem_duration_parse(argv[2], &keep)) {
+			fprintf(stderr,
+			        "idemctl: purge: '%s' is not a duration (e.g. 30d, 12h, 90m, 3600s)\n",
+			        argv[2]);
+			return IDEMCTL_EXIT_USAGE;
+		}
+	} else if (argc != 1) {
+		fprintf(stderr, "usage: idemctl purge [--older-than DURATION]\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
+	if (idem_pg_conn_open(cfg, "idemctl", &conn, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		return IDEMCTL_EXIT_FAILURE;
+	}
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		int64_t deleted = 0;
+
+		/* Two routes may share a consumer: purge each namespace once. */
+		bool seen = false;
+
+		for (size_t j = 0; j < i; j++)
+			seen |= strcmp(cfg->routes[j].consumer, cfg->routes[i].consumer) == 0;
+		if (seen)
+			continue;
+		if (idem_retention_purge(conn, cfg->routes[i].consumer, keep, IDEM_RETENTION_BATCH,
+		                         &deleted, &err) != IDEM_OK) {
+			fprintf(stderr, "idemctl: purge: %s\n", err.msg);
+			rc = IDEMCTL_EXIT_FAILURE;
+			break;
+		}
+		printf("consumer=%s purged=%" PRId64 " older_than_s=%" PRId64 "\n",
+		       cfg->routes[i].consumer, deleted, keep);
+	}
+	PQfinish(conn);
+	return rc;
 }
 
 /* Connections for a subcommand: Postgres and a non-committing consumer of the group. */

@@ -126,6 +126,41 @@ idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, ...)
 	return IDEM_OK;
 }
 
+bool idem_duration_parse(const char *s, int64_t *ret_seconds)
+{
+	int64_t v = 0, mult = 1;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		if (v > (INT64_MAX - (*s - '0')) / 10)
+			return false;
+		v = v * 10 + (*s - '0');
+	}
+	switch (*s) {
+	case '\0':
+	case 's':
+		break;
+	case 'm':
+		mult = 60;
+		break;
+	case 'h':
+		mult = 3600;
+		break;
+	case 'd':
+		mult = 86400;
+		break;
+	default:
+		return false;
+	}
+	if (*s != '\0' && s[1] != '\0')
+		return false;
+	if (v > INT64_MAX / mult)
+		return false;
+	*ret_seconds = v * mult;
+	return true;
+}
+
 bool idem_utf8_valid(const void *p, size_t n)
 {
 	const unsigned char *s = p;

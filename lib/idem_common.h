@@ -74,6 +74,13 @@ IDEM_NODISCARD idem_status idem_buf_append_str(struct idem_buf *b, const char *s
 IDEM_NODISCARD idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, ...)
         IDEM_PRINTF(2, 3);
 
+/*
+ * @brief Parse a duration: a non-negative integer with an optional unit s, m, h or d
+ * ("30d", "90m", "3600"; no unit means seconds).
+ * @returns false if @s is not one (out of range included).
+ */
+bool idem_duration_parse(const char *s, int64_t *ret_seconds);
+
 /* @brief true if @p[0..n) is valid UTF-8 without NUL bytes. */
 bool idem_utf8_valid(const void *p, size_t n);
 

@@ -15,6 +15,11 @@
 #include "idem_common.h"
 #include "idem_metrics.h"
 
+/* Defaults: keep claims 30 days, purge every 10 minutes, 1000 rows per transaction. */
+#define IDEM_RETENTION_KEEP_S     (30 * 86400)
+#define IDEM_RETENTION_INTERVAL_S 600
+#define IDEM_RETENTION_BATCH      1000
+
 /*
  * @brief Delete the claims of @consumer older than @keep_seconds, @batch rows per transaction
  * (short transactions: the pipeline's claims never wait long), and record the cutoff as the

@@ -67,6 +67,35 @@ static void test_error_set(void **state)
 	assert_int_equal(idem_error_set(NULL, IDEM_ERR_IO, "ignored"), IDEM_ERR_IO);
 }
 
+static void test_duration(void **state)
+{
+	int64_t v = -1;
+
+	(void)state;
+	assert_true(idem_duration_parse("0", &v));
+	assert_int_equal(v, 0);
+	assert_true(idem_duration_parse("3600", &v));
+	assert_int_equal(v, 3600);
+	assert_true(idem_duration_parse("45s", &v));
+	assert_int_equal(v, 45);
+	assert_true(idem_duration_parse("90m", &v));
+	assert_int_equal(v, 5400);
+	assert_true(idem_duration_parse("12h", &v));
+	assert_int_equal(v, 43200);
+	assert_true(idem_duration_parse("30d", &v));
+	assert_int_equal(v, 2592000);
+	v = 7;
+	assert_false(idem_duration_parse("", &v));
+	assert_false(idem_duration_parse("d", &v));
+	assert_false(idem_duration_parse("-1d", &v));
+	assert_false(idem_duration_parse("1w", &v));
+	assert_false(idem_duration_parse("1dd", &v));
+	assert_false(idem_duration_parse("1 d", &v));
+	assert_false(idem_duration_parse("99999999999999999999", &v));
+	assert_false(idem_duration_parse("999999999999999999d", &v));
+	assert_int_equal(v, 7); /* untouched on failure */
+}
+
 static void test_classify(void **state)
 {
 	(void)state;
@@ -95,9 +124,8 @@ static void test_classify(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_buf),
-		cmocka_unit_test(test_utf8),
-		cmocka_unit_test(test_error_set),
+		cmocka_unit_test(test_buf),       cmocka_unit_test(test_utf8),
+		cmocka_unit_test(test_error_set), cmocka_unit_test(test_duration),
 		cmocka_unit_test(test_classify),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
