@@ -16,7 +16,7 @@ static const struct {
 	/* Stored offsets are committed in the background; a crash between the two is covered by
 	 * the claims, so a short interval only shortens the redelivery after a crash. */
 	{ "enable.auto.commit", "true" },
-	{ "auto.commit.interval.ms", "1000" },
+	{ "auto.commit.interval.ms", "500" },
 	/* A group with no committed offset starts at the oldest message: idemd never skips
 	 * messages by default. */
 	{ "auto.offset.reset", "earliest" },

@@ -110,7 +110,7 @@ idem__cleanup() {
 	done
 	for pid in "${IDEM__PIDS[@]}"; do
 		idem__wait_gone "$pid" 5 || kill -KILL -- "-$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		{ wait "$pid"; } 2>/dev/null
 	done
 	if [ -n "${IDEM_PGDATA:-}" ] && [ -f "$IDEM_PGDATA/postmaster.pid" ]; then
 		idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_PGDATA" -m immediate -s stop >/dev/null 2>&1
@@ -168,7 +168,7 @@ idem_kill() {
 idem_wait_exit() {
 	idem__wait_gone "$1" "$2" || idem_fail "process $1 did not exit within $2s"
 	IDEM_EXIT_STATUS=0
-	wait "$1" 2>/dev/null || IDEM_EXIT_STATUS=$?
+	{ wait "$1"; } 2>/dev/null || IDEM_EXIT_STATUS=$?
 }
 
 # idem_stop PID [TIMEOUT_SECONDS] : SIGTERM, wait (default 10 s), then SIGKILL the group.
@@ -182,7 +182,7 @@ idem_stop() {
 		idem__wait_gone "$pid" 5 || idem_fail "process $pid survived SIGKILL"
 	fi
 	IDEM_EXIT_STATUS=0
-	wait "$pid" 2>/dev/null || IDEM_EXIT_STATUS=$?
+	{ wait "$pid"; } 2>/dev/null || IDEM_EXIT_STATUS=$?
 }
 
 # ---- Postgres ---------------------------------------------------------------------------------
