@@ -1,20 +1,509 @@
 /*
  * idemctl_quarantine.c - idemctl quarantine list|show|retry|discard.
  */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "idem_pg.h"
+#include "idem_quarantine.h"
 #include "idemctl.h"
+
+#define SHOW_MAX_BYTES 4096 /* of a key or value printed by 'show' without --json */
 
 void idemctl_quarantine_usage(FILE *f)
 {
-	fprintf(f, "  quarantine list|show|retry|discard   (not available yet)\n");
+	fprintf(f,
+	        "  quarantine list [--all] [--consumer C] [--topic T] [--limit N] [--json]\n"
+	        "            messages that could not be applied, oldest first (--all: resolved ones\n"
+	        "            too)\n"
+	        "  quarantine show ID [--json]\n"
+	        "            one message with its key, value, headers and failure\n"
+	        "  quarantine retry ID... | --all [--consumer C] [--topic T]\n"
+	        "            apply again through the same claim, in one transaction that resolves the\n"
+	        "            entry: applied, or a duplicate if its key was applied meanwhile, never\n"
+	        "            twice; a message that fails again stays quarantined (exit status 1)\n"
+	        "  quarantine discard ID...\n"
+	        "            resolve as discarded: the message will never be applied\n");
+}
+
+struct qopts {
+	struct idem_quarantine_filter filter;
+	bool json;
+};
+
+/* Parse the options after "quarantine SUB"; the operands are left in argv[optind..]. */
+static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowed)
+{
+	static const struct option longopts[] = {
+		{ "all", no_argument, NULL, 'a' },
+		{ "consumer", required_argument, NULL, 'C' },
+		{ "topic", required_argument, NULL, 't' },
+		{ "limit", required_argument, NULL, 'l' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char *end;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	optind = 0; /* glibc: start over, with the default (permuting) scan */
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		if (c == '?' || strchr(allowed, c) == NULL) {
+			fprintf(stderr, "idemctl: quarantine %s: option not accepted here\n",
+			        argv[0]);
+			return IDEMCTL_EXIT_USAGE;
+		}
+		switch (c) {
+		case 'a':
+			o->filter.all = true;
+			break;
+		case 'C':
+			o->filter.consumer = optarg;
+			break;
+		case 't':
+			o->filter.topic = optarg;
+			break;
+		case 'l':
+			errno = 0;
+			o->filter.limit = (size_t)strtoull(optarg, &end, 10);
+			if (errno != 0 || *end != '\0' || optarg[0] == '-' || optarg[0] == '\0') {
+				fprintf(stderr, "idemctl: --limit: invalid number '%s'\n", optarg);
+				return IDEMCTL_EXIT_USAGE;
+			}
+			break;
+		case 'j':
+			o->json = true;
+			break;
+		}
+	}
+	return IDEMCTL_EXIT_OK;
+}
+
+static bool parse_id(const char *s, int64_t *ret_id)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0' || s[0] == '\0' || v <= 0) {
+		fprintf(stderr, "idemctl: invalid quarantine id '%s'\n", s);
+		return false;
+	}
+	*ret_id = v;
+	return true;
+}
+
+/* Print @n bytes of @p for a terminal: printable ASCII as is, the rest as \xNN. */
+static void print_escaped(const char *p, size_t n, size_t max)
+{
+	for (size_t i = 0; i < n && i < max; i++) {
+		unsigned char c = (unsigned char)p[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			putchar(c);
+		else
+			printf("\\x%02x", c);
+	}
+	if (n > max)
+		printf("... (%zu bytes)", n);
+}
+
+static void print_cell(const char *s, size_t width)
+{
+	size_t n = s ? strlen(s) : 0, w = 0;
+
+	if (s == NULL) {
+		printf("%-*s", (int)width, "-");
+		return;
+	}
+	for (size_t i = 0; i < n && w + 1 < width; i++, w++) {
+		unsigned char c = (unsigned char)s[i];
+
+		putchar(c >= 0x20 && c != 0x7f ? c : '?');
+	}
+	if (n >= width) {
+		putchar('~');
+		w++;
+	}
+	for (; w < width; w++)
+		putchar(' ');
+}
+
+static json_object *jstr(const char *s)
+{
+	return s ? json_object_new_string(s) : NULL;
+}
+
+/* Bytes as JSON: the text when it is UTF-8 without NULs, else null (see the _hex field). */
+static void jbytes(json_object *o, const char *name, const char *p, size_t n)
+{
+	char hexname[32];
+	char *hex;
+
+	snprintf(hexname, sizeof(hexname), "%s_hex", name);
+	if (p == NULL) {
+		json_object_object_add(o, name, NULL);
+		json_object_object_add(o, hexname, NULL);
+		return;
+	}
+	json_object_object_add(
+	        o, name, idem_utf8_valid(p, n) ? json_object_new_string_len(p, (int)n) : NULL);
+	hex = malloc(2 * n + 1);
+	if (hex == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)p[i]);
+	hex[2 * n] = '\0';
+	json_object_object_add(o, hexname, json_object_new_string(hex));
+	free(hex);
+}
+
+static json_object *entry_json(const struct idem_quarantine_entry *e, bool full)
+{
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "id", json_object_new_int64(e->id));
+	json_object_object_add(o, "consumer", jstr(e->consumer));
+	json_object_object_add(o, "topic", jstr(e->topic));
+	json_object_object_add(o, "partition", json_object_new_int(e->partition));
+	json_object_object_add(o, "offset", json_object_new_int64(e->offset));
+	json_object_object_add(o, "business_key", jstr(e->business_key));
+	json_object_object_add(o, "reason", jstr(e->reason));
+	json_object_object_add(o, "sqlstate", e->sqlstate[0] ? jstr(e->sqlstate) : NULL);
+	json_object_object_add(o, "attempts", json_object_new_int(e->attempts));
+	json_object_object_add(o, "first_failed_at", jstr(e->first_failed_at));
+	json_object_object_add(o, "last_failed_at", jstr(e->last_failed_at));
+	json_object_object_add(o, "resolved_at", jstr(e->resolved_at));
+	json_object_object_add(o, "resolution", jstr(e->resolution));
+	if (full) {
+		json_object *hs = json_object_new_array();
+
+		jbytes(o, "key", e->key, e->key_len);
+		jbytes(o, "value", e->value, e->value_len);
+		json_object_object_add(o, "timestamp_ms",
+		                       e->timestamp_ms >= 0 ? json_object_new_int64(e->timestamp_ms)
+		                                            : NULL);
+		for (size_t i = 0; i < e->n_headers; i++) {
+			json_object *h = json_object_new_object();
+
+			json_object_object_add(h, "name", jstr(e->headers[i].name));
+			jbytes(h, "value", e->headers[i].value, e->headers[i].value_len);
+			json_object_array_add(hs, h);
+		}
+		json_object_object_add(o, "headers", hs);
+	}
+	return o;
+}
+
+static void print_json(json_object *o)
+{
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+	                                                         JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+static int open_conn(const struct idem_cfg *cfg, PGconn **ret_conn)
+{
+	idem_error err = { 0 };
+
+	if (idem_pg_conn_open(cfg, "idemctl", ret_conn, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		return IDEMCTL_EXIT_FAILURE;
+	}
+	return IDEMCTL_EXIT_OK;
+}
+
+static int cmd_list(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	struct idem_quarantine_entry *v = NULL;
+	idem_error err = { 0 };
+	PGconn *conn = NULL;
+	struct qopts o;
+	size_t n = 0;
+	int rc;
+
+	if ((rc = parse_opts(argc, argv, &o, "aCtlj")) != IDEMCTL_EXIT_OK)
+		return rc;
+	if (optind < argc) {
+		fprintf(stderr, "idemctl: quarantine list takes no operands\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
+	if ((rc = open_conn(cfg, &conn)) != IDEMCTL_EXIT_OK)
+		return rc;
+	if (idem_quarantine_list(conn, &o.filter, &v, &n, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		rc = IDEMCTL_EXIT_FAILURE;
+		goto out_finish;
+	}
+	if (o.json) {
+		json_object *a = json_object_new_array();
+
+		for (size_t i = 0; i < n; i++)
+			json_object_array_add(a, entry_json(&v[i], false));
+		print_json(a);
+		json_object_put(a);
+		goto out_free;
+	}
+	printf("%-8s %-28s %-8s %-8s %-10s %-24s %s\n", "ID", "TOPIC/PARTITION@OFFSET", "ATTEMPTS",
+	       "SQLSTATE", "STATUS", "BUSINESS KEY", "REASON");
+	for (size_t i = 0; i < n; i++) {
+		char where[64];
+
+		snprintf(where, sizeof(where), "%s/%" PRId32 "@%" PRId64, v[i].topic,
+		         v[i].partition, v[i].offset);
+		printf("%-8" PRId64 " ", v[i].id);
+		print_cell(where, 29);
+		printf("%-8d %-8s ", v[i].attempts, v[i].sqlstate[0] ? v[i].sqlstate : "-");
+		print_cell(v[i].resolution ? v[i].resolution : "open", 11);
+		print_cell(v[i].business_key, 25);
+		print_cell(v[i].reason, 80);
+		printf("\n");
+	}
+out_free:
+	idem_quarantine_entries_free(v, n);
+out_finish:
+	PQfinish(conn);
+	return rc;
+}
+
+static void show_text(const struct idem_quarantine_entry *e)
+{
+	printf("id:              %" PRId64 "\n", e->id);
+	printf("consumer:        %s\n", e->consumer);
+	printf("topic:           %s\n", e->topic);
+	printf("partition:       %" PRId32 "\n", e->partition);
+	printf("offset:          %" PRId64 "\n", e->offset);
+	printf("business key:    ");
+	if (e->business_key != NULL)
+		print_escaped(e->business_key, strlen(e->business_key), SHOW_MAX_BYTES);
+	else
+		printf("(none)");
+	printf("\nreason:          %s\n", e->reason);
+	printf("sqlstate:        %s\n", e->sqlstate[0] ? e->sqlstate : "(none)");
+	printf("attempts:        %d\n", e->attempts);
+	printf("first failed at: %s\n", e->first_failed_at);
+	printf("last failed at:  %s\n", e->last_failed_at);
+	printf("status:          %s%s%s\n", e->resolution ? e->resolution : "open",
+	       e->resolved_at ? " at " : "", e->resolved_at ? e->resolved_at : "");
+	if (e->timestamp_ms >= 0)
+		printf("timestamp ms:    %" PRId64 "\n", e->timestamp_ms);
+	printf("key:             ");
+	if (e->key != NULL)
+		print_escaped(e->key, e->key_len, SHOW_MAX_BYTES);
+	else
+		printf("(none)");
+	printf("\nvalue:           ");
+	if (e->value != NULL)
+		print_escaped(e->value, e->value_len, SHOW_MAX_BYTES);
+	else
+		printf("(none)");
+	printf("\nheaders:         %zu\n", e->n_headers);
+	for (size_t i = 0; i < e->n_headers; i++) {
+		printf("  %s: ", e->headers[i].name);
+		if (e->headers[i].value != NULL)
+			print_escaped(e->headers[i].value, e->headers[i].value_len, SHOW_MAX_BYTES);
+		else
+			printf("(null)");
+		printf("\n");
+	}
+}
+
+static int cmd_show(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	struct idem_quarantine_entry e;
+	idem_error err = { 0 };
+	PGconn *conn = NULL;
+	struct qopts o;
+	int64_t id;
+	int rc;
+
+	if ((rc = parse_opts(argc, argv, &o, "j")) != IDEMCTL_EXIT_OK)
+		return rc;
+	if (optind + 1 != argc) {
+		fprintf(stderr, "idemctl: quarantine show takes one ID\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
+	if (!parse_id(argv[optind], &id))
+		return IDEMCTL_EXIT_USAGE;
+	if ((rc = open_conn(cfg, &conn)) != IDEMCTL_EXIT_OK)
+		return rc;
+	if (idem_quarantine_get(conn, id, &e, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		PQfinish(conn);
+		return IDEMCTL_EXIT_FAILURE;
+	}
+	if (o.json) {
+		json_object *j = entry_json(&e, true);
+
+		print_json(j);
+		json_object_put(j);
+	} else {
+		show_text(&e);
+	}
+	idem_quarantine_entry_done(&e);
+	PQfinish(conn);
+	return IDEMCTL_EXIT_OK;
+}
+
+/* The ids to act on: the operands, or with --all the open entries the routes of @cfg serve. */
+static int collect_ids(const struct idem_cfg *cfg, PGconn *conn, int argc, char **argv,
+                       const struct qopts *o, int64_t **ret_ids, size_t *ret_n)
+{
+	struct idem_quarantine_entry *v = NULL;
+	struct idem_quarantine_filter f = o->filter;
+	idem_error err = { 0 };
+	int64_t *ids;
+	size_t n = 0, k = 0;
+
+	if (!o->filter.all) {
+		ids = calloc((size_t)(argc - optind) + 1, sizeof(*ids));
+		if (ids == NULL)
+			return IDEMCTL_EXIT_FAILURE;
+		for (int i = optind; i < argc; i++) {
+			if (!parse_id(argv[i], &ids[k++])) {
+				free(ids);
+				return IDEMCTL_EXIT_USAGE;
+			}
+		}
+		*ret_ids = ids;
+		*ret_n = k;
+		return IDEMCTL_EXIT_OK;
+	}
+	f.all = false; /* open entries only */
+	if (idem_quarantine_list(conn, &f, &v, &n, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		return IDEMCTL_EXIT_FAILURE;
+	}
+	ids = calloc(n + 1, sizeof(*ids));
+	if (ids == NULL) {
+		idem_quarantine_entries_free(v, n);
+		return IDEMCTL_EXIT_FAILURE;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct idem_route *r = idem_cfg_route_for(cfg, v[i].topic);
+
+		if (r != NULL && strcmp(r->consumer, v[i].consumer) == 0)
+			ids[k++] = v[i].id;
+	}
+	idem_quarantine_entries_free(v, n);
+	*ret_ids = ids;
+	*ret_n = k;
+	return IDEMCTL_EXIT_OK;
+}
+
+static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	enum idem_quarantine_outcome outcome;
+	idem_error err = { 0 };
+	int64_t *ids = NULL;
+	idem_pg *pg = NULL;
+	char detail[1024];
+	struct qopts o;
+	size_t n = 0, counts[3] = { 0, 0, 0 };
+	int rc;
+
+	if ((rc = parse_opts(argc, argv, &o, "aCt")) != IDEMCTL_EXIT_OK)
+		return rc;
+	if (o.filter.all == (optind < argc)) {
+		fprintf(stderr, "idemctl: quarantine retry takes IDs or --all\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
+	/* The daemon's own connection: schema checked, every handler prepared (a broken one
+	 * fails here), the same timeouts. */
+	if (idem_pg_new(cfg, &pg, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		return IDEMCTL_EXIT_FAILURE;
+	}
+	if ((rc = collect_ids(cfg, idem_pg_conn(pg), argc, argv, &o, &ids, &n)) != IDEMCTL_EXIT_OK)
+		goto out_free;
+	for (size_t i = 0; i < n; i++) {
+		detail[0] = '\0';
+		if (idem_quarantine_retry(pg, cfg, ids[i], &outcome, detail, sizeof(detail),
+		                          &err) != IDEM_OK) {
+			fprintf(stderr, "idemctl: quarantine entry %" PRId64 ": %s\n", ids[i],
+			        err.msg);
+			rc = IDEMCTL_EXIT_FAILURE;
+			if (!idem_pg_connected(pg))
+				break;
+			continue;
+		}
+		counts[outcome]++;
+		printf("%" PRId64 ": %s: %s\n", ids[i], idem_quarantine_outcome_str(outcome),
+		       detail);
+		if (outcome == IDEM_QUARANTINE_FAILED)
+			rc = IDEMCTL_EXIT_FAILURE;
+	}
+	if (n > 1 || o.filter.all)
+		printf("retried %zu: applied %zu, duplicate %zu, failed %zu\n", n,
+		       counts[IDEM_QUARANTINE_APPLIED], counts[IDEM_QUARANTINE_DUPLICATE],
+		       counts[IDEM_QUARANTINE_FAILED]);
+out_free:
+	free(ids);
+	idem_pg_free(pg);
+	return rc;
+}
+
+static int cmd_discard(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	idem_error err = { 0 };
+	PGconn *conn = NULL;
+	struct qopts o;
+	int rc;
+
+	if ((rc = parse_opts(argc, argv, &o, "")) != IDEMCTL_EXIT_OK)
+		return rc;
+	if (optind >= argc) {
+		fprintf(stderr, "idemctl: quarantine discard takes one or more IDs\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
+	for (int i = optind; i < argc; i++) {
+		int64_t id;
+
+		if (!parse_id(argv[i], &id))
+			return IDEMCTL_EXIT_USAGE;
+	}
+	if ((rc = open_conn(cfg, &conn)) != IDEMCTL_EXIT_OK)
+		return rc;
+	for (int i = optind; i < argc; i++) {
+		int64_t id = strtoll(argv[i], NULL, 10);
+
+		if (idem_quarantine_discard(conn, id, &err) != IDEM_OK) {
+			fprintf(stderr, "idemctl: %s\n", err.msg);
+			rc = IDEMCTL_EXIT_FAILURE;
+			continue;
+		}
+		printf("%" PRId64 ": discarded\n", id);
+	}
+	PQfinish(conn);
+	return rc;
 }
 
 int idemctl_quarantine(const struct idem_cfg *cfg, int argc, char **argv)
 {
-	(void)cfg;
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "idemctl: quarantine: not available yet\n");
-	return IDEMCTL_EXIT_FAILURE;
+	static const struct {
+		const char *name;
+		int (*run)(const struct idem_cfg *cfg, int argc, char **argv);
+	} subs[] = {
+		{ "list", cmd_list },
+		{ "show", cmd_show },
+		{ "retry", cmd_retry },
+		{ "discard", cmd_discard },
+	};
+
+	if (argc < 2) {
+		fprintf(stderr,
+		        "idemctl: quarantine needs a subcommand: list, show, retry or discard\n");
+		return IDEMCTL_EXIT_USAGE;
+	}
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(subs); i++) {
+		if (strcmp(argv[1], subs[i].name) == 0)
+			return subs[i].run(cfg, argc - 1, argv + 1);
+	}
+	fprintf(stderr, "idemctl: unknown quarantine subcommand '%s'\n", argv[1]);
+	return IDEMCTL_EXIT_USAGE;
 }

@@ -121,10 +121,10 @@ static void notify_alive(idem_daemon *d, uint64_t wd_usec)
 	last_status = now;
 	idem_daemon_stats(d, &st);
 	idem_notify(
-	        "STATUS=consumed=%llu applied=%llu duplicates=%llu quarantined=%llu retries=%llu partitions=%zu",
+	        "STATUS=consumed=%llu applied=%llu duplicates=%llu quarantined=%llu retries=%llu partitions=%zu halted=%zu",
 	        (unsigned long long)st.consumed, (unsigned long long)st.applied,
 	        (unsigned long long)st.duplicates, (unsigned long long)st.quarantined,
-	        (unsigned long long)st.retries, st.partitions);
+	        (unsigned long long)st.retries, st.partitions, st.halted);
 }
 
 static void reload(const char *path)

@@ -50,6 +50,7 @@ idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route
 	b->route = route;
 	b->partition = partition;
 	b->topic = strdup(topic);
+	b->fetch_next = -1;
 	if (b->topic == NULL)
 		return IDEM_ERR_NOMEM;
 	idem_jsondoc_init(&b->doc);
@@ -78,15 +79,66 @@ void idem_batch_reset(struct idem_batch *b)
 	b->n_params = 0;
 	b->n_order = 0;
 	b->opened_ms = 0;
+	b->claim_timeouts = 0;
 	idem_buf_reset(&b->arena);
+}
+
+void idem_batch_truncate(struct idem_batch *b, size_t n)
+{
+	if (n < b->n_msgs)
+		b->n_msgs = n;
+	b->n_order = 0;
+}
+
+enum idem_dup_kind idem_batch_dup_kind(int32_t partition, int64_t offset,
+                                       const struct idem_batch_claim *claim, int64_t progress_next)
+{
+	if (claim != NULL && claim->found && claim->same_topic && claim->partition == partition &&
+	    claim->offset == offset)
+		return IDEM_DUP_REDELIVERY;
+	if (progress_next >= 0 && offset < progress_next)
+		return IDEM_DUP_REPLAY;
+	return IDEM_DUP_UPSTREAM;
+}
+
+const char *idem_batch_dup_str(enum idem_dup_kind k)
+{
+	switch (k) {
+	case IDEM_DUP_REDELIVERY:
+		return "redelivery";
+	case IDEM_DUP_REPLAY:
+		return "replay";
+	case IDEM_DUP_UPSTREAM:
+		return "upstream";
+	case IDEM_DUP_NONE:
+		break;
+	}
+	return "none";
+}
+
+bool idem_batch_payload_differs(const struct idem_batch *b, size_t i,
+                                const struct idem_batch_claim *claim)
+{
+	const struct idem_span *h = &b->msgs[i].hash;
+
+	if (claim == NULL || !claim->found)
+		return false;
+	if (h->null || claim->hash.null)
+		return h->null != claim->hash.null;
+	return h->len != claim->hash.len ||
+	       memcmp(b->arena.data + h->off, b->arena.data + claim->hash.off, h->len) != 0;
 }
 
 idem_status idem_batch_set_reason(struct idem_batch *b, size_t i, const char *reason,
                                   const char *sqlstate)
 {
 	struct idem_batch_msg *msg = &b->msgs[i];
+	char state[sizeof(msg->sqlstate)];
 
-	snprintf(msg->sqlstate, sizeof(msg->sqlstate), "%s", sqlstate ? sqlstate : "");
+	/* @sqlstate may be msg->sqlstate itself: copy through a buffer (snprintf must not
+	 * overlap). */
+	snprintf(state, sizeof(state), "%s", sqlstate ? sqlstate : "");
+	memcpy(msg->sqlstate, state, sizeof(state));
 	return arena_put(b, reason, strlen(reason), &msg->reason);
 }
 
@@ -134,6 +186,7 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 		         "message is %zu bytes, larger than limits.max_message_bytes %zu",
 		         m->key_len + m->value_len, cfg->max_message_bytes);
 		msg->state = IDEM_MSG_BAD;
+		msg->undecodable = true;
 		return idem_batch_set_reason(b, i, why, NULL);
 	}
 	r = idem_key_build(&route->key, m, &b->doc, cfg->max_key_bytes, &b->scratch, &err);
@@ -144,6 +197,7 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 
 		snprintf(why, sizeof(why), "business key: %s", err.msg);
 		msg->state = IDEM_MSG_BAD;
+		msg->undecodable = true;
 		return idem_batch_set_reason(b, i, why, NULL);
 	}
 	r = arena_put(b, b->scratch.data, b->scratch.len, &msg->bkey);
@@ -167,6 +221,7 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 
 			snprintf(why, sizeof(why), "parameter $%zu: %s", p + 1, err.msg);
 			msg->state = IDEM_MSG_BAD;
+			msg->undecodable = true;
 			return idem_batch_set_reason(b, i, why, NULL);
 		}
 		/* Text parameters are NUL-terminated on the wire: a NUL inside would cut the
@@ -176,6 +231,17 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 
 			snprintf(why, sizeof(why), "parameter $%zu contains a NUL byte", p + 1);
 			msg->state = IDEM_MSG_BAD;
+			msg->undecodable = true;
+			return idem_batch_set_reason(b, i, why, NULL);
+		}
+		/* Postgres refuses text parameters that are not valid in its encoding (UTF-8):
+		 * say so here, precisely, instead of failing the handler max_attempts times. */
+		if (!is_null && !idem_utf8_valid(b->scratch.data, b->scratch.len)) {
+			char why[64];
+
+			snprintf(why, sizeof(why), "parameter $%zu is not valid UTF-8", p + 1);
+			msg->state = IDEM_MSG_BAD;
+			msg->undecodable = true;
 			return idem_batch_set_reason(b, i, why, NULL);
 		}
 		r = arena_put(b, is_null ? NULL : b->scratch.data, b->scratch.len,
@@ -251,6 +317,61 @@ static int order_cmp(const void *a, const void *b)
 	       (sort_batch->msgs[x].offset < sort_batch->msgs[y].offset);
 }
 
+void idem_batch_sort_by_key(const struct idem_batch *b, size_t *idx, size_t n)
+{
+	sort_batch = b;
+	qsort(idx, n, sizeof(*idx), order_cmp);
+	sort_batch = NULL;
+}
+
+/* Compare message @x's business key with @k. */
+static int key_cmp_bytes(const struct idem_batch *b, size_t x, const char *k, size_t klen)
+{
+	const struct idem_batch_msg *m = &b->msgs[x];
+	size_t n = m->bkey.len < klen ? m->bkey.len : klen;
+	int c = memcmp(b->arena.data + m->bkey.off, k, n);
+
+	if (c != 0)
+		return c;
+	return (m->bkey.len > klen) - (m->bkey.len < klen);
+}
+
+size_t idem_batch_lower_bound(const struct idem_batch *b, const size_t *idx, size_t n,
+                              const char *k, size_t klen)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (key_cmp_bytes(b, idx[mid], k, klen) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && key_cmp_bytes(b, idx[lo], k, klen) == 0 ? lo : n;
+}
+
+idem_status idem_batch_set_claim(struct idem_batch *b, size_t i, const char *topic,
+                                 int32_t partition, int64_t offset, const char *hash,
+                                 size_t hash_len)
+{
+	struct idem_batch_claim c = { 0 };
+	idem_status r;
+
+	c.found = true;
+	c.same_topic = strcmp(topic, b->topic) == 0;
+	c.partition = partition;
+	c.offset = offset;
+	c.topic = (struct idem_span){ 0, 0, true };
+	if (!c.same_topic && (r = arena_put(b, topic, strlen(topic), &c.topic)) != IDEM_OK)
+		return r;
+	if ((r = arena_put(b, hash, hash_len, &c.hash)) != IDEM_OK)
+		return r;
+	b->msgs[i].claim = c;
+	return IDEM_OK;
+}
+
 idem_status idem_batch_collapse(struct idem_batch *b)
 {
 	size_t n = 0, w = 0;
@@ -261,14 +382,14 @@ idem_status idem_batch_collapse(struct idem_batch *b)
 		if (b->msgs[i].state == IDEM_MSG_PENDING)
 			b->order[n++] = i;
 	}
-	sort_batch = b;
-	qsort(b->order, n, sizeof(*b->order), order_cmp);
-	sort_batch = NULL;
+	idem_batch_sort_by_key(b, b->order, n);
 	for (size_t k = 0; k < n; k++) {
 		if (w > 0 && key_cmp(b, b->order[w - 1], b->order[k]) == 0) {
 			b->msgs[b->order[k]].state = IDEM_MSG_DUP_IN_BATCH;
+			b->msgs[b->order[k]].winner = b->order[w - 1];
 			continue;
 		}
+		b->msgs[b->order[k]].winner = b->order[k];
 		b->order[w++] = b->order[k];
 	}
 	b->n_order = w;
@@ -277,22 +398,7 @@ idem_status idem_batch_collapse(struct idem_batch *b)
 
 ssize_t idem_batch_find_key(const struct idem_batch *b, const char *k, size_t klen)
 {
-	size_t lo = 0, hi = b->n_order;
+	size_t pos = idem_batch_lower_bound(b, b->order, b->n_order, k, klen);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const struct idem_batch_msg *m = &b->msgs[b->order[mid]];
-		size_t n = m->bkey.len < klen ? m->bkey.len : klen;
-		int c = memcmp(b->arena.data + m->bkey.off, k, n);
-
-		if (c == 0)
-			c = (m->bkey.len > klen) - (m->bkey.len < klen);
-		if (c == 0)
-			return (ssize_t)b->order[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
+	return pos < b->n_order ? (ssize_t)b->order[pos] : -1;
 }

@@ -24,11 +24,30 @@ enum idem_msg_state {
 	IDEM_MSG_QUARANTINED,  /* written to idem.quarantine */
 };
 
+/* Why a duplicate is one (DESIGN §4, sql/0002_failures.sql). */
+enum idem_dup_kind {
+	IDEM_DUP_NONE = 0,
+	IDEM_DUP_REDELIVERY, /* the claim was made by this very message (same
+	                        topic/partition/offset) */
+	IDEM_DUP_REPLAY,   /* claimed by another message; this one is below the recorded progress */
+	IDEM_DUP_UPSTREAM, /* claimed by another message; this one is new */
+};
+
 /* A span of the batch arena; off/len in bytes. */
 struct idem_span {
 	size_t off;
 	size_t len;
 	bool null;
+};
+
+/* The claim a duplicate ran into, as found in idem.processed_messages. */
+struct idem_batch_claim {
+	bool found;             /* false: not looked up, or gone (purged) */
+	bool same_topic;        /* claim's topic is the batch's topic */
+	struct idem_span topic; /* claim's topic, when not the batch's */
+	int32_t partition;      /* claim's partition */
+	int64_t offset;         /* claim's offset */
+	struct idem_span hash;  /* claim's payload_hash, hex; null if it has none */
 };
 
 struct idem_batch_msg {
@@ -46,6 +65,11 @@ struct idem_batch_msg {
 	char sqlstate[6];
 	int attempts;
 	enum idem_msg_state state;
+	bool undecodable;              /* BAD since idem_batch_add(): no attempt can change that */
+	size_t winner;                 /* DUP_IN_BATCH: index of the message whose key wins */
+	enum idem_dup_kind dup;        /* DUPLICATE and DUP_IN_BATCH, once classified */
+	bool mismatch;                 /* a duplicate whose payload differs from its claim's */
+	struct idem_batch_claim claim; /* DUPLICATE: the claim it ran into */
 };
 
 struct idem_batch_hdr {
@@ -72,14 +96,28 @@ struct idem_batch {
 	/* scratch, reused */
 	struct idem_jsondoc doc;
 	struct idem_buf scratch;
+
+	/* Failed commits of these messages, kept across attempts; cleared by idem_batch_reset(). */
+	int claim_timeouts; /* attempts whose claim ran into lock_timeout/statement_timeout */
+
+	/* Delivery state of the partition, kept by the daemon across batches (not reset). */
+	int failures;        /* consecutive failed commits of the current batch */
+	int64_t retry_at_ms; /* monotonic time of the next attempt; 0: none pending */
+	int64_t fetch_next;  /* offset expected next from Kafka; -1: unknown */
 };
 
 /* @brief Initialise an empty batch for @topic/@partition served by @route. */
 IDEM_NODISCARD idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
                                            const char *topic, int32_t partition);
 void idem_batch_done(struct idem_batch *b);
-/* @brief Forget every message, keep the memory. */
+/* @brief Forget every message, keep the memory (and the delivery state). */
 void idem_batch_reset(struct idem_batch *b);
+
+/*
+ * @brief Keep only the first @n messages (offset order), for a batch about to be committed up
+ * to a poison message. Their bytes stay in the arena.
+ */
+void idem_batch_truncate(struct idem_batch *b, size_t n);
 
 /*
  * @brief Copy @m into the batch and decode it (business key, parameters, payload hash).
@@ -95,6 +133,42 @@ IDEM_NODISCARD idem_status idem_batch_add(struct idem_batch *b, const struct ide
  * lock keys in one global order and cannot deadlock).
  */
 IDEM_NODISCARD idem_status idem_batch_collapse(struct idem_batch *b);
+
+/*
+ * @brief Classify a duplicate at @offset of the batch's partition, given the claim it ran into
+ * (@claim, NULL or not found when unknown) and the partition's recorded progress before this
+ * batch (@progress_next, -1 when none).
+ */
+enum idem_dup_kind idem_batch_dup_kind(int32_t partition, int64_t offset,
+                                       const struct idem_batch_claim *claim, int64_t progress_next);
+
+/* @brief Name of a duplicate kind ("redelivery", "replay", "upstream", "none"). */
+const char *idem_batch_dup_str(enum idem_dup_kind k);
+
+/*
+ * @brief Does message @i's payload differ from that of the claim @claim (same arena)?
+ * false when the claim is unknown.
+ */
+bool idem_batch_payload_differs(const struct idem_batch *b, size_t i,
+                                const struct idem_batch_claim *claim);
+
+/*
+ * @brief Record the claim that message @i ran into (@topic and @hash are copied into the arena;
+ * @hash NULL when the claim has none).
+ */
+IDEM_NODISCARD idem_status idem_batch_set_claim(struct idem_batch *b, size_t i, const char *topic,
+                                                int32_t partition, int64_t offset, const char *hash,
+                                                size_t hash_len);
+
+/* @brief Sort @idx[0..n) (indices into b->msgs) by business key bytes, then offset. */
+void idem_batch_sort_by_key(const struct idem_batch *b, size_t *idx, size_t n);
+
+/*
+ * @brief The first position in @idx[0..n) (sorted by idem_batch_sort_by_key()) whose message has
+ * business key @k, or n if none has.
+ */
+size_t idem_batch_lower_bound(const struct idem_batch *b, const size_t *idx, size_t n,
+                              const char *k, size_t klen);
 
 /* @brief Index in b->msgs of the PENDING message with business key @k (in b->order), or -1. */
 ssize_t idem_batch_find_key(const struct idem_batch *b, const char *k, size_t klen);

@@ -33,6 +33,7 @@ enum cfg_type {
 	CFG_INT,        /* int, min..max */
 	CFG_SIZE,       /* size_t, min..max */
 	CFG_LOG_LEVEL,  /* enum idem_log_level */
+	CFG_ENUM,       /* an enum, one of the key's names (their index is the value) */
 	CFG_TOPICS,     /* char ** and a size_t count: a non-empty list of topic names */
 	CFG_PROPERTIES, /* struct idem_kv * and a size_t count: librdkafka properties */
 	CFG_TEMPLATE,   /* struct idem_template */
@@ -66,6 +67,7 @@ struct cfg_key {
 	size_t n_off; /* CFG_TOPICS, CFG_PROPERTIES, CFG_FIELDS: where the count goes */
 	const struct cfg_section *sub;
 	cfg_check_value_fn *check; /* CFG_STRING: further validation */
+	const char *const *names;  /* CFG_ENUM: the accepted words, NULL-terminated */
 };
 
 struct cfg_section {
@@ -130,7 +132,14 @@ static const struct cfg_key kafka_keys[] = {
 };
 static const struct cfg_section kafka_section = { kafka_keys, KAFKA_N, NULL };
 
-enum { PG_CONNINFO, PG_PASSWORD_ENV, PG_PASSWORD_FILE, PG_N };
+enum {
+	PG_CONNINFO,
+	PG_PASSWORD_ENV,
+	PG_PASSWORD_FILE,
+	PG_LOCK_TIMEOUT_MS,
+	PG_STATEMENT_TIMEOUT_MS,
+	PG_N
+};
 static const struct cfg_key postgres_keys[] = {
 	[PG_CONNINFO] = { .name = "conninfo",
 	                  .type = CFG_STRING,
@@ -143,6 +152,18 @@ static const struct cfg_key postgres_keys[] = {
 	[PG_PASSWORD_FILE] = { .name = "password_file",
 	                       .type = CFG_STRING,
 	                       .off = offsetof(struct idem_cfg, password_file) },
+	[PG_LOCK_TIMEOUT_MS] = { .name = "lock_timeout_ms",
+	                         .type = CFG_INT,
+	                         .def = 10000,
+	                         .min = 0,
+	                         .max = 3600000,
+	                         .off = offsetof(struct idem_cfg, lock_timeout_ms) },
+	[PG_STATEMENT_TIMEOUT_MS] = { .name = "statement_timeout_ms",
+	                              .type = CFG_INT,
+	                              .def = 30000,
+	                              .min = 0,
+	                              .max = 86400000,
+	                              .off = offsetof(struct idem_cfg, statement_timeout_ms) },
 };
 static const struct cfg_section postgres_section = { postgres_keys, PG_N, cfg_check_postgres };
 
@@ -159,7 +180,23 @@ static const struct cfg_key handler_keys[] = {
 };
 static const struct cfg_section handler_section = { handler_keys, HANDLER_N, cfg_check_handler };
 
-enum { ROUTE_NAME, ROUTE_TOPICS, ROUTE_CONSUMER, ROUTE_KEY, ROUTE_HANDLER, ROUTE_N };
+/* CFG_ENUM values are stored through an int. */
+_Static_assert(sizeof(enum idem_cfg_poison) == sizeof(int) &&
+                       sizeof(enum idem_cfg_mismatch) == sizeof(int),
+               "CFG_ENUM targets must be int-sized");
+static const char *const cfg_poison_names[] = { "quarantine", "halt", NULL };
+static const char *const cfg_mismatch_names[] = { "ignore", "log", "quarantine", NULL };
+
+enum {
+	ROUTE_NAME,
+	ROUTE_TOPICS,
+	ROUTE_CONSUMER,
+	ROUTE_KEY,
+	ROUTE_HANDLER,
+	ROUTE_ON_POISON,
+	ROUTE_ON_PAYLOAD_MISMATCH,
+	ROUTE_N
+};
 static const struct cfg_key route_keys[] = {
 	[ROUTE_NAME] = { .name = "name",
 	                 .type = CFG_STRING,
@@ -181,6 +218,16 @@ static const struct cfg_key route_keys[] = {
 	                    .type = CFG_SECTION,
 	                    .required = true,
 	                    .sub = &handler_section },
+	[ROUTE_ON_POISON] = { .name = "on_poison",
+	                      .type = CFG_ENUM,
+	                      .def = IDEM_CFG_POISON_QUARANTINE,
+	                      .off = offsetof(struct idem_route, on_poison),
+	                      .names = cfg_poison_names },
+	[ROUTE_ON_PAYLOAD_MISMATCH] = { .name = "on_payload_mismatch",
+	                                .type = CFG_ENUM,
+	                                .def = IDEM_CFG_MISMATCH_LOG,
+	                                .off = offsetof(struct idem_route, on_payload_mismatch),
+	                                .names = cfg_mismatch_names },
 };
 static const struct cfg_section route_section = { route_keys, ROUTE_N, NULL };
 
@@ -220,7 +267,7 @@ static const struct cfg_key limits_keys[] = {
 };
 static const struct cfg_section limits_section = { limits_keys, LIMITS_N, NULL };
 
-enum { RETRY_INITIAL_MS, RETRY_MAX_MS, RETRY_N };
+enum { RETRY_INITIAL_MS, RETRY_MAX_MS, RETRY_MAX_ATTEMPTS, RETRY_N };
 static const struct cfg_key retry_keys[] = {
 	[RETRY_INITIAL_MS] = { .name = "initial_ms",
 	                       .type = CFG_INT,
@@ -236,6 +283,12 @@ static const struct cfg_key retry_keys[] = {
 	                   .min = 1,
 	                   .max = 3600000,
 	                   .off = offsetof(struct idem_cfg, retry_max_ms) },
+	[RETRY_MAX_ATTEMPTS] = { .name = "max_attempts",
+	                         .type = CFG_INT,
+	                         .def = 3,
+	                         .min = 1,
+	                         .max = 100,
+	                         .off = offsetof(struct idem_cfg, max_attempts) },
 };
 static const struct cfg_section retry_section = { retry_keys, RETRY_N, cfg_check_retry };
 
@@ -1017,6 +1070,37 @@ static bool cfg_int(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t 
 	return true;
 }
 
+static bool cfg_enum(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
+                     const char *path, void *target)
+{
+	const char *s = cfg_text(ctx, node, path);
+	struct idem_buf choices = { 0 };
+	size_t n = 0;
+
+	if (s == NULL)
+		return false;
+	for (size_t i = 0; key->names[i] != NULL; i++) {
+		if (strcmp(s, key->names[i]) == 0) {
+			*(int *)cfg_field(target, key->off) = (int)i;
+			return true;
+		}
+		n++;
+	}
+	/* "a, b or c", from the table, so the message never goes stale. */
+	for (size_t i = 0; i < n; i++) {
+		const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+
+		if (idem_buf_printf(&choices, "%s%s", sep, key->names[i]) != IDEM_OK) {
+			idem_buf_done(&choices);
+			ctx->nomem = true;
+			return false;
+		}
+	}
+	cfg_error(ctx, node, "'%s' must be %s, got '%s'", path, choices.data, cfg_qs(ctx, s));
+	idem_buf_done(&choices);
+	return false;
+}
+
 static bool cfg_log_level(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
                           const char *path, void *target)
 {
@@ -1292,6 +1376,7 @@ static bool cfg_properties(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_
 
 static bool cfg_section_walk(struct cfg_ctx *ctx, yaml_node_t *node, const char *path,
                              const struct cfg_section *sec, void *target);
+static void cfg_set_defaults(const struct cfg_section *sec, void *target);
 
 static bool cfg_routes(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
                        const char *path, void *target)
@@ -1315,6 +1400,7 @@ static bool cfg_routes(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node
 	for (size_t i = 0; i < n; i++) {
 		yaml_node_t *item = cfg_seq_get(ctx, node, i);
 
+		cfg_set_defaults(key->sub, &cfg->routes[i]);
 		cfg_path(item_path, "%s[%zu]", path, i);
 		if (item != NULL)
 			cfg_section_walk(ctx, item, item_path, key->sub, &cfg->routes[i]);
@@ -1333,6 +1419,8 @@ static bool cfg_value(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_
 		return cfg_int(ctx, key, node, path, target);
 	case CFG_LOG_LEVEL:
 		return cfg_log_level(ctx, key, node, path, target);
+	case CFG_ENUM:
+		return cfg_enum(ctx, key, node, path, target);
 	case CFG_TOPICS:
 		return cfg_topics(ctx, key, node, path, target);
 	case CFG_PROPERTIES:
@@ -1659,6 +1747,9 @@ static void cfg_set_defaults(const struct cfg_section *sec, void *target)
 		case CFG_LOG_LEVEL:
 			*(enum idem_log_level *)cfg_field(target, key->off) =
 			        (enum idem_log_level)key->def;
+			break;
+		case CFG_ENUM:
+			*(int *)cfg_field(target, key->off) = (int)key->def;
 			break;
 		case CFG_SECTION:
 			cfg_set_defaults(key->sub, target);

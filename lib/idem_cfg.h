@@ -11,6 +11,19 @@
 #include "idem_field.h"
 #include "idem_log.h"
 
+/* routes[].on_poison: what happens to a message that cannot be applied (DESIGN §3). */
+enum idem_cfg_poison {
+	IDEM_CFG_POISON_QUARANTINE = 0, /* write it to idem.quarantine and go on */
+	IDEM_CFG_POISON_HALT,           /* stop the partition at it (strict per-key ordering) */
+};
+
+/* routes[].on_payload_mismatch: a duplicate key whose payload differs from the claim's. */
+enum idem_cfg_mismatch {
+	IDEM_CFG_MISMATCH_IGNORE = 0, /* count it (payload_mismatches) only */
+	IDEM_CFG_MISMATCH_LOG,        /* count it and log a warning */
+	IDEM_CFG_MISMATCH_QUARANTINE, /* count it and quarantine the message */
+};
+
 /* One route: which topics, how to build the business key, which handler to run. */
 struct idem_route {
 	char *name;    /* routes[].name, required, unique */
@@ -21,7 +34,9 @@ struct idem_route {
 	char *handler_sql;         /* routes[].handler.sql: one statement with $1..$n */
 	struct idem_field *params; /* routes[].handler.params: $1..$n, in order */
 	size_t n_params;
-	bool needs_json; /* computed: key or a param uses json: */
+	enum idem_cfg_poison on_poison;             /* routes[].on_poison, default quarantine */
+	enum idem_cfg_mismatch on_payload_mismatch; /* routes[].on_payload_mismatch, default log */
+	bool needs_json;                            /* computed: key or a param uses json: */
 };
 
 struct idem_kv {
@@ -44,6 +59,8 @@ struct idem_cfg {
 	char *conninfo;      /* postgres.conninfo, required; must not contain a password */
 	char *password_env;  /* postgres.password_env: name of an environment variable */
 	char *password_file; /* postgres.password_file: file whose first line is the password */
+	int lock_timeout_ms; /* postgres.lock_timeout_ms, default 10000, 0..3600000 (0: none) */
+	int statement_timeout_ms; /* postgres.statement_timeout_ms, default 30000, 0..86400000 */
 
 	/* routes: */
 	struct idem_route *routes;
@@ -61,6 +78,7 @@ struct idem_cfg {
 	/* retry: */
 	int retry_initial_ms; /* retry.initial_ms, default 100 */
 	int retry_max_ms;     /* retry.max_ms, default 30000 */
+	int max_attempts; /* retry.max_attempts: tries of a failing message, default 3, 1..100 */
 
 	/* log: */
 	enum idem_log_level log_level; /* log.level, default info */

@@ -92,79 +92,229 @@ static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 	rd_kafka_topic_partition_list_destroy(list);
 }
 
+/* Stop fetching @p (its batch waits for a retry, or it is halted). */
+static void pause_part(idem_daemon *d, struct idem_part *p)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_resp_err_t e;
+
+	rd_kafka_topic_partition_list_add(list, p->topic, p->partition);
+	e = rd_kafka_pause_partitions(d->rk, list);
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = list->elems[0].err;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		idem_log_warn("kafka",
+		              "cannot pause topic=%s partition=%" PRId32
+		              ": %s, ignoring (its messages are dropped until it resumes)",
+		              p->topic, p->partition, rd_kafka_err2str(e));
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
 /*
- * Commit partition @p's batch. Retries transient and broken-handler failures with backoff until
- * it succeeds, a stop is requested, or (@max_attempts > 0) the attempts run out; in the last two
- * cases the batch is left as it is (its messages will be redelivered: nothing was committed).
+ * Fetch @p again from @offset. Messages that arrived while it waited were dropped (take()), so
+ * the position is set explicitly; a seek with a timeout also guarantees that nothing fetched
+ * before it reaches us afterwards.
  */
-static idem_status flush(idem_daemon *d, struct idem_part *p, int max_attempts, idem_error *err)
+static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_error_t *error;
+	rd_kafka_resp_err_t e;
+
+	rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = offset;
+	error = rd_kafka_seek_partitions(d->rk, list, 5000);
+	if (error == NULL && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		error = rd_kafka_error_new(list->elems[0].err, "%s",
+		                           rd_kafka_err2str(list->elems[0].err));
+	if (error != NULL) {
+		idem_log_warn("kafka",
+		              "cannot seek topic=%s partition=%" PRId32 " to offset=%" PRId64
+		              ": %s, ignoring (the claims make a redelivery harmless)",
+		              p->topic, p->partition, offset, rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	}
+	e = rd_kafka_resume_partitions(d->rk, list);
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = list->elems[0].err;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		idem_log_error("kafka", "cannot resume topic=%s partition=%" PRId32 ": %s",
+		               p->topic, p->partition, rd_kafka_err2str(e));
+	rd_kafka_topic_partition_list_destroy(list);
+	p->batch.fetch_next = offset;
+}
+
+/* Mismatching duplicates of a committed batch, for routes[].on_payload_mismatch: log. */
+static void log_mismatches(const struct idem_batch *b)
+{
+	int shown = 0;
+
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+		const struct idem_batch_claim *c =
+		        m->state == IDEM_MSG_DUP_IN_BATCH ? &b->msgs[m->winner].claim : &m->claim;
+		int64_t claim_offset = m->state == IDEM_MSG_DUP_IN_BATCH && !c->found
+		                               ? b->msgs[m->winner].offset
+		                               : c->offset;
+
+		if (!m->mismatch || m->state == IDEM_MSG_QUARANTINED)
+			continue;
+		if (++shown > 10) {
+			idem_log_warn(
+			        "batch",
+			        "more duplicates with a different payload in topic=%s partition=%" PRId32
+			        ", not shown (see idem.partition_progress.payload_mismatches)",
+			        b->topic, b->partition);
+			return;
+		}
+		idem_log_warn(
+		        "batch",
+		        "duplicate with a different payload: route=%s topic=%s partition=%" PRId32
+		        " offset=%" PRId64 " key='%s' kind=%s first applied at offset=%" PRId64
+		        ", ignoring it as a duplicate (routes[].on_payload_mismatch)",
+		        b->route->name, b->topic, b->partition, m->offset,
+		        idem_batch_ptr(b, m->bkey), idem_batch_dup_str(m->dup), claim_offset);
+	}
+}
+
+static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
+{
+	d->stats.batches++;
+	d->stats.slow_batches += st->slow_path;
+	d->stats.consumed += st->consumed;
+	d->stats.applied += st->applied;
+	d->stats.duplicates += st->duplicates;
+	d->stats.quarantined += st->quarantined;
+	d->stats.dup_redelivery += st->dup_redelivery;
+	d->stats.dup_replay += st->dup_replay;
+	d->stats.dup_upstream += st->dup_upstream;
+	d->stats.payload_mismatches += st->payload_mismatches;
+}
+
+/* A batch of @p committed: count it, hand its offset to Kafka, resume or halt the partition. */
+static void committed(idem_daemon *d, struct idem_part *p, const struct idem_flush_stats *st,
+                      int64_t first, int64_t last, int64_t t0)
 {
 	struct idem_batch *b = &p->batch;
-	struct idem_flush_stats st;
-	int64_t next, t0;
-	idem_error e;
-	idem_status r;
+	bool was_paused = b->retry_at_ms != 0;
 
-	if (b->n_msgs == 0)
-		return IDEM_OK;
-	next = b->msgs[b->n_msgs - 1].offset + 1;
-	for (int attempt = 1;; attempt++) {
-		enum idem_pg_class cls;
-		int wait;
-
-		t0 = now_ms();
-		r = idem_pg_flush(d->pg, b, &st, &e);
-		if (r == IDEM_OK)
-			break;
-		if (r == IDEM_ERR_NOMEM)
-			return idem_error_set(err, r, "%s", e.msg);
-		cls = idem_pg_classify(e.sqlstate);
-		d->stats.retries++;
-		if (max_attempts > 0 && attempt >= max_attempts) {
-			idem_log_warn("batch",
-			              "giving up on batch topic=%s partition=%" PRId32
-			              " offsets=%" PRId64 "..%" PRId64
-			              " class=%s sqlstate=%s: %s; it will be redelivered",
-			              b->topic, b->partition, b->msgs[0].offset, next - 1,
-			              idem_pg_class_str(cls), e.sqlstate, e.msg);
-			return IDEM_ERR_PG;
-		}
-		wait = backoff_ms(d, attempt);
-		if (cls == IDEM_PG_BROKEN)
-			idem_log_error(
-			        "batch",
-			        "handler or schema broken, partition paused: route=%s topic=%s partition=%" PRId32
-			        " sqlstate=%s: %s, retrying in %dms",
-			        b->route->name, b->topic, b->partition, e.sqlstate, e.msg, wait);
-		else
-			idem_log_warn("batch",
-			              "batch failed topic=%s partition=%" PRId32
-			              " class=%s sqlstate=%s: %s, retrying in %dms",
-			              b->topic, b->partition, idem_pg_class_str(cls),
-			              e.sqlstate[0] ? e.sqlstate : "-", e.msg, wait);
-		nap(d, wait);
-		if (stopping(d) && max_attempts == 0)
-			return IDEM_ERR_PG;
-	}
-	d->stats.batches++;
-	d->stats.slow_batches += st.slow_path;
-	d->stats.consumed += st.consumed;
-	d->stats.applied += st.applied;
-	d->stats.duplicates += st.duplicates;
-	d->stats.quarantined += st.quarantined;
-	if (st.quarantined > 0)
+	add_stats(d, st);
+	if (st->quarantined > 0)
 		idem_log_warn("batch",
 		              "quarantined %" PRIu64 " message(s) topic=%s partition=%" PRId32
 		              " offsets=%" PRId64 "..%" PRId64 " (see idem.quarantine)",
-		              st.quarantined, b->topic, b->partition, b->msgs[0].offset, next - 1);
+		              st->quarantined, b->topic, b->partition, first, last);
+	if (st->payload_mismatches > 0 && b->route->on_payload_mismatch == IDEM_CFG_MISMATCH_LOG)
+		log_mismatches(b);
 	idem_log_debug("batch",
 	               "committed topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64
 	               " consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
-	               " quarantined=%" PRIu64 " ms=%" PRId64,
-	               b->topic, b->partition, b->msgs[0].offset, next - 1, st.consumed, st.applied,
-	               st.duplicates, st.quarantined, now_ms() - t0);
-	store_offset(d, p, next);
+	               " quarantined=%" PRIu64 " slow=%d ms=%" PRId64,
+	               b->topic, b->partition, first, st->next_offset - 1, st->consumed,
+	               st->applied, st->duplicates, st->quarantined, st->slow_path, now_ms() - t0);
+	if (b->failures > 0)
+		idem_log_info(
+		        "batch",
+		        "batch committed after %d failed attempt(s) topic=%s partition=%" PRId32,
+		        b->failures, b->topic, b->partition);
+	store_offset(d, p, st->next_offset);
 	idem_batch_reset(b);
+	b->failures = 0;
+	b->retry_at_ms = 0;
+	if (st->halted) {
+		/* Offsets below the poison message are stored; it and what follows are dropped
+		 * here and fetched again when the partition is retried. */
+		p->halted = true;
+		b->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
+		b->fetch_next = st->next_offset;
+		if (!was_paused)
+			pause_part(d, p);
+		idem_log_error(
+		        "batch",
+		        "partition halted at a poison message (routes[].on_poison: halt): route=%s topic=%s partition=%" PRId32
+		        " offset=%" PRId64
+		        ": %s; nothing at or after it is applied until it goes through, retrying in %dms",
+		        b->route->name, b->topic, b->partition, st->next_offset, st->halt_reason,
+		        d->cfg->retry_max_ms);
+		return;
+	}
+	if (was_paused)
+		resume_part(d, p, last + 1);
+}
+
+/*
+ * One attempt at committing partition @p's batch. On a transient or broken-handler failure the
+ * batch is kept, the partition paused and a retry scheduled with exponential backoff and jitter
+ * (flush_due() retries it); nothing was committed, so its offsets do not move. Only running out
+ * of memory is returned as an error.
+ */
+static idem_status flush_once(idem_daemon *d, struct idem_part *p, idem_error *err)
+{
+	struct idem_batch *b = &p->batch;
+	struct idem_flush_stats st;
+	int64_t first, last, t0;
+	enum idem_pg_class cls;
+	idem_error e;
+	idem_status r;
+	int wait;
+
+	if (b->n_msgs == 0)
+		return IDEM_OK;
+	first = b->msgs[0].offset;
+	last = b->msgs[b->n_msgs - 1].offset;
+	t0 = now_ms();
+	r = idem_pg_flush(d->pg, b, &st, &e);
+	if (r == IDEM_OK) {
+		committed(d, p, &st, first, last, t0);
+		return IDEM_OK;
+	}
+	if (r == IDEM_ERR_NOMEM)
+		return idem_error_set(err, r, "%s", e.msg);
+	cls = idem_pg_classify(e.sqlstate);
+	d->stats.retries++;
+	wait = backoff_ms(d, ++b->failures);
+	if (b->retry_at_ms == 0)
+		pause_part(d, p);
+	b->retry_at_ms = now_ms() + wait;
+	if (cls == IDEM_PG_BROKEN)
+		idem_log_error(
+		        "batch",
+		        "handler or schema broken, partition paused: route=%s topic=%s partition=%" PRId32
+		        " offsets=%" PRId64 "..%" PRId64 " sqlstate=%s: %s, retrying in %dms",
+		        b->route->name, b->topic, b->partition, first, last, e.sqlstate, e.msg,
+		        wait);
+	else
+		idem_log_warn("batch",
+		              "batch failed topic=%s partition=%" PRId32 " offsets=%" PRId64
+		              "..%" PRId64 " class=%s sqlstate=%s: %s, retrying in %dms",
+		              b->topic, b->partition, first, last, idem_pg_class_str(cls),
+		              e.sqlstate[0] ? e.sqlstate : "-", e.msg, wait);
+	return IDEM_OK;
+}
+
+/*
+ * Commit @p's batch now, retrying with backoff up to @max_attempts times (shutdown, revoke).
+ * A batch that still fails is left: nothing was committed, its messages will be redelivered.
+ */
+static idem_status flush_bounded(idem_daemon *d, struct idem_part *p, int max_attempts,
+                                 idem_error *err)
+{
+	idem_status r;
+
+	for (int attempt = 1; p->batch.n_msgs > 0 && !p->halted; attempt++) {
+		if ((r = flush_once(d, p, err)) != IDEM_OK)
+			return r;
+		if (p->batch.retry_at_ms == 0 || p->halted)
+			return IDEM_OK;
+		if (attempt >= max_attempts) {
+			idem_log_warn("batch",
+			              "giving up on batch topic=%s partition=%" PRId32
+			              " offsets=%" PRId64 "..%" PRId64 "; it will be redelivered",
+			              p->topic, p->partition, p->batch.msgs[0].offset,
+			              p->batch.msgs[p->batch.n_msgs - 1].offset);
+			return IDEM_ERR_PG;
+		}
+		nap(d, (int)(p->batch.retry_at_ms - now_ms()));
+	}
 	return IDEM_OK;
 }
 
@@ -207,6 +357,9 @@ static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 	} else if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		idem_log_error("kafka", "assign failed: %s", rd_kafka_err2str(e));
 	}
+	/* A partition this instance paused (retry, halt) and lost may come back: start it
+	 * fetching whatever librdkafka remembers of that. */
+	rd_kafka_resume_partitions(d->rk, list);
 }
 
 /*
@@ -222,7 +375,8 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
-		if (p != NULL && p->batch.n_msgs > 0 && flush(d, p, 1, NULL) != IDEM_OK)
+		if (p != NULL && p->batch.n_msgs > 0 && !p->halted &&
+		    flush_bounded(d, p, 1, NULL) != IDEM_OK)
 			idem_log_warn(
 			        "kafka",
 			        "abandoned batch of revoked partition topic=%s partition=%" PRId32
@@ -339,10 +493,20 @@ void idem_daemon_free(idem_daemon *d)
 	free(d);
 }
 
+static size_t halted_count(const idem_daemon *d)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < d->parts.n; i++)
+		n += d->parts.v[i]->halted;
+	return n;
+}
+
 void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats)
 {
 	*ret_stats = d->stats;
 	ret_stats->partitions = d->parts.n;
+	ret_stats->halted = halted_count(d);
 }
 
 /* Copy the headers of @rkm into d->hdrs (valid while @rkm lives). */
@@ -391,6 +555,11 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		/* A message of a partition this instance no longer owns: its new owner gets it. */
 		return IDEM_OK;
 	}
+	/* The partition waits for a retry or is halted: it is paused, and what still arrives is
+	 * fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
+	if (p->halted || p->batch.retry_at_ms != 0 ||
+	    (p->batch.fetch_next >= 0 && rkm->offset < p->batch.fetch_next))
+		return IDEM_OK;
 	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
 		return idem_error_set(err, r, "out of memory");
 	m.topic = topic;
@@ -408,8 +577,9 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	if ((r = idem_batch_add(&p->batch, &m, d->cfg, now_ms())) != IDEM_OK)
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
+	p->batch.fetch_next = rkm->offset + 1;
 	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages)
-		return flush(d, p, 0, err);
+		return flush_once(d, p, err);
 	return IDEM_OK;
 }
 
@@ -419,17 +589,33 @@ static idem_status flush_due(idem_daemon *d, bool all, idem_error *err)
 	int64_t now = now_ms();
 	idem_status r;
 
-	/* flush() may run a rebalance-free Postgres transaction only; the parts table does not
+	/* flush_once() runs a Postgres transaction only, no rebalance; the parts table does not
 	 * change under it, so indexing is safe. */
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
+		struct idem_batch *b = &p->batch;
 
-		if (p->batch.n_msgs == 0)
+		if (b->retry_at_ms != 0) {
+			if (now < b->retry_at_ms)
+				continue;
+			if (p->halted) {
+				/* Fetch the poison message again: it may go through now. */
+				idem_log_info(
+				        "batch",
+				        "retrying halted partition topic=%s partition=%" PRId32
+				        " from offset=%" PRId64,
+				        p->topic, p->partition, b->fetch_next);
+				p->halted = false;
+				b->retry_at_ms = 0;
+				resume_part(d, p, b->fetch_next);
+				continue;
+			}
+		} else if (b->n_msgs == 0 ||
+		           (!all && now - b->opened_ms < d->cfg->batch_max_wait_ms)) {
 			continue;
-		if (all || now - p->batch.opened_ms >= d->cfg->batch_max_wait_ms) {
-			if ((r = flush(d, p, 0, err)) != IDEM_OK)
-				return r;
 		}
+		if ((r = flush_once(d, p, err)) != IDEM_OK)
+			return r;
 		if (stopping(d))
 			break;
 	}
@@ -444,9 +630,12 @@ static int poll_timeout(const idem_daemon *d)
 		const struct idem_batch *b = &d->parts.v[i]->batch;
 		int64_t left;
 
-		if (b->n_msgs == 0)
+		if (b->retry_at_ms != 0)
+			left = b->retry_at_ms - now;
+		else if (b->n_msgs > 0)
+			left = b->opened_ms + d->cfg->batch_max_wait_ms - now;
+		else
 			continue;
-		left = b->opened_ms + d->cfg->batch_max_wait_ms - now;
 		if (left < t)
 			t = left < 0 ? 0 : left;
 	}
@@ -462,11 +651,13 @@ static void log_stats(idem_daemon *d)
 	d->last_stats_ms = now;
 	idem_log_info("stats",
 	              "consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
-	              " quarantined=%" PRIu64 " batches=%" PRIu64 " slow_batches=%" PRIu64
-	              " retries=%" PRIu64 " partitions=%zu",
+	              " (redelivery=%" PRIu64 " replay=%" PRIu64 " upstream=%" PRIu64
+	              ") payload_mismatches=%" PRIu64 " quarantined=%" PRIu64 " batches=%" PRIu64
+	              " slow_batches=%" PRIu64 " retries=%" PRIu64 " partitions=%zu halted=%zu",
 	              d->stats.consumed, d->stats.applied, d->stats.duplicates,
-	              d->stats.quarantined, d->stats.batches, d->stats.slow_batches,
-	              d->stats.retries, d->parts.n);
+	              d->stats.dup_redelivery, d->stats.dup_replay, d->stats.dup_upstream,
+	              d->stats.payload_mismatches, d->stats.quarantined, d->stats.batches,
+	              d->stats.slow_batches, d->stats.retries, d->parts.n, halted_count(d));
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
@@ -507,7 +698,7 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 
 	d->closing = true;
 	for (size_t i = 0; i < d->parts.n; i++) {
-		if (flush(d, d->parts.v[i], 5, err) == IDEM_ERR_NOMEM)
+		if (flush_bounded(d, d->parts.v[i], 5, err) == IDEM_ERR_NOMEM)
 			r = IDEM_ERR_NOMEM;
 	}
 	commit_sync(d, "shutdown");

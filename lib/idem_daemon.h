@@ -17,10 +17,15 @@ struct idem_daemon_stats {
 	uint64_t applied;
 	uint64_t duplicates;
 	uint64_t quarantined;
+	uint64_t dup_redelivery; /* duplicates by kind (they add up to duplicates) */
+	uint64_t dup_replay;
+	uint64_t dup_upstream;
+	uint64_t payload_mismatches;
 	uint64_t batches;
 	uint64_t slow_batches;
 	uint64_t retries;
 	size_t partitions; /* currently assigned */
+	size_t halted;     /* of which stopped at a poison message (routes[].on_poison: halt) */
 };
 
 /* Asked between retries and during waits: true when the process should stop. */
@@ -37,8 +42,10 @@ IDEM_NODISCARD idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop
 
 /*
  * @brief One turn of the main loop: poll Kafka for up to ~100 ms, add messages to their
- * partition's batch, commit the batches that are full or due. Transient Postgres failures are
- * retried inside (with backoff) until they succeed or a stop is requested.
+ * partition's batch, commit the batches that are full or due. A batch that fails for a transient
+ * reason or a broken handler pauses its partition and is retried the same, after an exponential
+ * backoff with jitter (retry.initial_ms..retry.max_ms), while other partitions go on; a halted
+ * partition (routes[].on_poison: halt) is retried every retry.max_ms from its poison message.
  * @returns IDEM_OK, or a fatal error (out of memory).
  */
 IDEM_NODISCARD idem_status idem_daemon_tick(idem_daemon *d, idem_error *err);

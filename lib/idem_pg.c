@@ -2,13 +2,16 @@
  * idem_pg.c - the batch transaction.
  *
  * Fast path, in libpq pipeline mode (three round trips per batch whatever its size):
- *   1. BEGIN; claim every unique key of the batch with one INSERT ... ON CONFLICT DO NOTHING
- *      RETURNING over unnest()ed arrays, keys in sorted order;
- *   2. the handler once per newly claimed message, in offset order;
- *   3. store the handlers' results; quarantine undecodable messages; advance
+ *   1. BEGIN; read the partition's recorded progress; claim every unique key of the batch with
+ *      one INSERT ... ON CONFLICT DO NOTHING RETURNING over unnest()ed arrays, keys in sorted
+ *      order;
+ *   2. only if some keys were claimed already: where (topic/partition/offset, payload hash),
+ *      to classify the duplicates; the handler once per newly claimed message, in offset order;
+ *   3. store the handlers' results; quarantine what cannot be applied; advance
  *      idem.partition_progress with the batch's counters; COMMIT.
- * Slow path, only after a message-specific handler failure: the same work with a SAVEPOINT
- * around each message's claim and handler, so a failing message takes its claim with it.
+ * Slow path, only after a message-specific handler failure (or a handler timeout, or claims that
+ * kept running into lock_timeout): the same work with a SAVEPOINT around each message's claim
+ * and handler, so a failing message takes its claim with it and its neighbours still commit.
  */
 #include "idem_pg.h"
 
@@ -27,11 +30,19 @@ struct idem_pg {
 	struct idem_buf keys, offs, hashes; /* array literals for the claim */
 	struct idem_buf rkeys, rvals;       /* array literals for the results */
 	struct idem_buf hnames, hvals;      /* array literals for quarantined headers */
+	struct idem_buf dkeys;              /* array literal: keys of the duplicates */
 	const char **vals;                  /* parameter pointers, reused */
 	int *lens, *fmts;
 	size_t cap_vals;
 	size_t *applied; /* indices of messages whose handler must run, in offset order */
-	size_t cap_applied;
+	size_t *dups;    /* indices of messages that ran into an existing claim */
+	size_t cap_idx;
+	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
+	struct {
+		bool on;
+		int64_t offset;
+		char reason[512];
+	} halt; /* on_poison: halt stopped the batch being flushed */
 };
 
 static const char SQL_CLAIM[] =
@@ -45,16 +56,33 @@ static const char SQL_RESULTS[] = "UPDATE idem.processed_messages AS p SET resul
                                   " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
                                   " WHERE p.consumer = $1 AND p.business_key = u.k";
 
+static const char SQL_PROGRESS_GET[] = "SELECT next_offset FROM idem.partition_progress"
+                                       " WHERE consumer = $1 AND topic = $2 AND partition = $3";
+
+/* Sent only when a batch has duplicates; sees the claims this transaction made, too. */
+static const char SQL_CLAIMS_GET[] =
+        "SELECT business_key, topic, partition, \"offset\", encode(payload_hash, 'hex')"
+        " FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])";
+
 static const char SQL_PROGRESS[] =
         "INSERT INTO idem.partition_progress AS p"
-        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
+        " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
+        " halt_reason)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = greatest(p.next_offset, excluded.next_offset),"
         " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
         " duplicates = p.duplicates + excluded.duplicates,"
-        " quarantined = p.quarantined + excluded.quarantined, updated_at = now()";
+        " quarantined = p.quarantined + excluded.quarantined,"
+        " dup_redelivery = p.dup_redelivery + excluded.dup_redelivery,"
+        " dup_replay = p.dup_replay + excluded.dup_replay,"
+        " dup_upstream = p.dup_upstream + excluded.dup_upstream,"
+        " payload_mismatches = p.payload_mismatches + excluded.payload_mismatches,"
+        " halted_offset = excluded.halted_offset, halt_reason = excluded.halt_reason,"
+        " updated_at = now()";
 
+/* Idempotent per offset: a message quarantined again (a replay) reopens its row. */
 static const char SQL_QUARANTINE[] =
         "INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\", business_key,"
         " msg_key, msg_value, header_names, header_values, msg_timestamp, reason, sqlstate,"
@@ -63,7 +91,9 @@ static const char SQL_QUARANTINE[] =
         " to_timestamp($10::bigint / 1000.0), $11, nullif($12, ''), $13)"
         " ON CONFLICT (consumer, topic, partition, \"offset\") DO UPDATE SET"
         " attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
-        " sqlstate = excluded.sqlstate, last_failed_at = now()";
+        " sqlstate = excluded.sqlstate,"
+        " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
+        " last_failed_at = now(), resolved_at = NULL, resolution = NULL";
 
 enum idem_pg_class idem_pg_classify(const char *s)
 {
@@ -79,6 +109,11 @@ enum idem_pg_class idem_pg_classify(const char *s)
 	/* 42 (undefined object, syntax, privileges) and everything unexpected: do not turn a
 	 * broken handler or schema into a flood of quarantined messages. */
 	return IDEM_PG_BROKEN;
+}
+
+bool idem_pg_timeout(const char *s)
+{
+	return s != NULL && (strcmp(s, "55P03") == 0 || strcmp(s, "57014") == 0);
 }
 
 const char *idem_pg_class_str(enum idem_pg_class c)
@@ -230,9 +265,33 @@ out_clear:
 	return r;
 }
 
+/* @sql on one line, shortened to fit @len, for a message that names the statement. */
+static void sql_excerpt(const char *sql, char *buf, size_t len)
+{
+	size_t o = 0;
+	bool space = false;
+	const char *p;
+
+	for (p = sql; *p != '\0' && o + 5 < len; p++) {
+		if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
+			space = o > 0;
+			continue;
+		}
+		if (space)
+			buf[o++] = ' ';
+		space = false;
+		buf[o++] = *p;
+	}
+	if (*p != '\0') {
+		memcpy(buf + o, "...", 3);
+		o += 3;
+	}
+	buf[o] = '\0';
+}
+
 static idem_status setup(idem_pg *pg, idem_error *err)
 {
-	char name[32], what[256];
+	char name[32], what[512], sql[160], set[128];
 	idem_status r;
 
 	r = idem_pg_conn_open(pg->cfg, "idemd", &pg->conn, err);
@@ -240,10 +299,21 @@ static idem_status setup(idem_pg *pg, idem_error *err)
 		return r;
 	if ((r = check_schema(pg->conn, err)) != IDEM_OK)
 		return r;
+	/* Per connection, so they also hold after a reconnect. A claim waits at most
+	 * lock_timeout for a key another transaction is claiming; a handler runs at most
+	 * statement_timeout. 0 means no limit, as in Postgres. */
+	snprintf(set, sizeof(set), "SET lock_timeout = %d; SET statement_timeout = %d",
+	         pg->cfg->lock_timeout_ms, pg->cfg->statement_timeout_ms);
+	if ((r = exec_ok(pg->conn, set, "set timeouts", err)) != IDEM_OK)
+		return r;
 	if ((r = prepare(pg->conn, "idem_claim", SQL_CLAIM, 6, "prepare claim", err)) != IDEM_OK ||
 	    (r = prepare(pg->conn, "idem_results", SQL_RESULTS, 3, "prepare results", err)) !=
 	            IDEM_OK ||
-	    (r = prepare(pg->conn, "idem_progress", SQL_PROGRESS, 8, "prepare progress", err)) !=
+	    (r = prepare(pg->conn, "idem_progress_get", SQL_PROGRESS_GET, 3, "prepare progress",
+	                 err)) != IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_claims_get", SQL_CLAIMS_GET, 2, "prepare claims", err)) !=
+	            IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_progress", SQL_PROGRESS, 14, "prepare progress", err)) !=
 	            IDEM_OK ||
 	    (r = prepare(pg->conn, "idem_quarantine", SQL_QUARANTINE, 13, "prepare quarantine",
 	                 err)) != IDEM_OK)
@@ -252,7 +322,9 @@ static idem_status setup(idem_pg *pg, idem_error *err)
 		const struct idem_route *rt = &pg->cfg->routes[i];
 
 		snprintf(name, sizeof(name), "idem_h%zu", i);
-		snprintf(what, sizeof(what), "route '%s': handler sql does not prepare", rt->name);
+		sql_excerpt(rt->handler_sql, sql, sizeof(sql));
+		snprintf(what, sizeof(what), "route '%s': handler sql '%s' does not prepare",
+		         rt->name, sql);
 		r = prepare(pg->conn, name, rt->handler_sql, (int)rt->n_params, what, err);
 		if (r != IDEM_OK)
 			return r;
@@ -290,10 +362,12 @@ void idem_pg_free(idem_pg *pg)
 	idem_buf_done(&pg->rvals);
 	idem_buf_done(&pg->hnames);
 	idem_buf_done(&pg->hvals);
+	idem_buf_done(&pg->dkeys);
 	free(pg->vals);
 	free(pg->lens);
 	free(pg->fmts);
 	free(pg->applied);
+	free(pg->dups);
 	free(pg);
 }
 
@@ -308,6 +382,11 @@ idem_status idem_pg_reconnect(idem_pg *pg, idem_error *err)
 bool idem_pg_connected(const idem_pg *pg)
 {
 	return pg->conn != NULL && PQstatus(pg->conn) == CONNECTION_OK;
+}
+
+PGconn *idem_pg_conn(idem_pg *pg)
+{
+	return pg->conn;
 }
 
 /* Append one element to a text-format array literal ("{...}" built by the caller). */
@@ -359,19 +438,37 @@ static idem_status need_vals(idem_pg *pg, size_t n)
 	return IDEM_OK;
 }
 
-/* Parameters for the claim of the keys b->order[from..to). */
-static idem_status claim_params(idem_pg *pg, const struct idem_batch *b, size_t from, size_t to,
-                                char *part, const char **vals)
+static idem_status need_idx(idem_pg *pg, size_t n)
+{
+	size_t *a, *d;
+
+	if (n <= pg->cap_idx)
+		return IDEM_OK;
+	a = realloc(pg->applied, n * sizeof(*a));
+	if (a == NULL)
+		return IDEM_ERR_NOMEM;
+	pg->applied = a;
+	d = realloc(pg->dups, n * sizeof(*d));
+	if (d == NULL)
+		return IDEM_ERR_NOMEM;
+	pg->dups = d;
+	pg->cap_idx = n;
+	return IDEM_OK;
+}
+
+/* Parameters for the claim of the keys of messages idx[0..n). */
+static idem_status claim_params(idem_pg *pg, const struct idem_batch *b, const size_t *idx,
+                                size_t n, char *part, const char **vals)
 {
 	if (arr_open(&pg->keys) || arr_open(&pg->offs) || arr_open(&pg->hashes))
 		return IDEM_ERR_NOMEM;
-	for (size_t k = from; k < to; k++) {
-		const struct idem_batch_msg *m = &b->msgs[b->order[k]];
+	for (size_t k = 0; k < n; k++) {
+		const struct idem_batch_msg *m = &b->msgs[idx[k]];
 		char off[24];
-		int n = snprintf(off, sizeof(off), "%" PRId64, m->offset);
+		int len = snprintf(off, sizeof(off), "%" PRId64, m->offset);
 
 		if (arr_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-		    arr_add(&pg->offs, off, (size_t)n, false) ||
+		    arr_add(&pg->offs, off, (size_t)len, false) ||
 		    arr_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
 			return IDEM_ERR_NOMEM;
 	}
@@ -387,6 +484,164 @@ static idem_status claim_params(idem_pg *pg, const struct idem_batch *b, size_t 
 	return IDEM_OK;
 }
 
+/* Parameters for the progress lookup. */
+static void progress_get_params(const struct idem_batch *b, char *part, const char **vals)
+{
+	snprintf(part, 16, "%" PRId32, b->partition);
+	vals[0] = b->route->consumer;
+	vals[1] = b->topic;
+	vals[2] = part;
+}
+
+static void read_progress(idem_pg *pg, const PGresult *res)
+{
+	pg->progress_next = -1;
+	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+		pg->progress_next = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+}
+
+/*
+ * Keys of the messages that ran into an existing claim, into pg->dups (sorted by key) and
+ * pg->dkeys (an array literal). *ret_n: how many; 0 means nothing to look up.
+ */
+static idem_status claims_params(idem_pg *pg, const struct idem_batch *b, size_t *ret_n)
+{
+	size_t n = 0;
+
+	if (need_idx(pg, b->n_msgs) != IDEM_OK || arr_open(&pg->dkeys))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+
+		if (m->state != IDEM_MSG_DUPLICATE)
+			continue;
+		pg->dups[n++] = i;
+		if (arr_add(&pg->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
+			return IDEM_ERR_NOMEM;
+	}
+	if (arr_close(&pg->dkeys))
+		return IDEM_ERR_NOMEM;
+	idem_batch_sort_by_key(b, pg->dups, n);
+	*ret_n = n;
+	return IDEM_OK;
+}
+
+/* Record the claims found by SQL_CLAIMS_GET on the duplicates pg->dups[0..n). */
+static idem_status read_claims(idem_pg *pg, struct idem_batch *b, size_t n, const PGresult *res)
+{
+	for (int row = 0; row < PQntuples(res); row++) {
+		const char *k = PQgetvalue(res, row, 0);
+		size_t klen = (size_t)PQgetlength(res, row, 0);
+		int32_t part = (int32_t)strtol(PQgetvalue(res, row, 2), NULL, 10);
+		int64_t off = strtoll(PQgetvalue(res, row, 3), NULL, 10);
+		bool no_hash = PQgetisnull(res, row, 4);
+
+		for (size_t pos = idem_batch_lower_bound(b, pg->dups, n, k, klen);
+		     pos < n && b->msgs[pg->dups[pos]].bkey.len == klen &&
+		     memcmp(idem_batch_ptr(b, b->msgs[pg->dups[pos]].bkey), k, klen) == 0;
+		     pos++) {
+			if (idem_batch_set_claim(b, pg->dups[pos], PQgetvalue(res, row, 1), part,
+			                         off, no_hash ? NULL : PQgetvalue(res, row, 4),
+			                         (size_t)PQgetlength(res, row, 4)) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+		}
+	}
+	return IDEM_OK;
+}
+
+/* Shorten a hex hash for a message. */
+static void short_hash(const struct idem_batch *b, struct idem_span h, char *buf, size_t len)
+{
+	if (h.null)
+		snprintf(buf, len, "none");
+	else
+		snprintf(buf, len, "%.12s", idem_batch_ptr(b, h));
+}
+
+/*
+ * Classify every duplicate (redelivery, replay, upstream) and compare its payload with its
+ * claim's. routes[].on_payload_mismatch: quarantine turns a mismatching duplicate into BAD.
+ */
+static idem_status classify_dups(idem_pg *pg, struct idem_batch *b)
+{
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+		struct idem_batch_claim winner;
+		const struct idem_batch_claim *c;
+		char why[512], h1[16], h2[16];
+
+		if (m->state == IDEM_MSG_DUPLICATE) {
+			c = &m->claim;
+		} else if (m->state == IDEM_MSG_DUP_IN_BATCH) {
+			const struct idem_batch_msg *w = &b->msgs[m->winner];
+
+			/* A key that is new to the database was claimed by its winner in this
+			 * very transaction. */
+			if (w->state == IDEM_MSG_APPLIED) {
+				winner = (struct idem_batch_claim){ .found = true,
+					                            .same_topic = true,
+					                            .topic = { 0, 0, true },
+					                            .partition = b->partition,
+					                            .offset = w->offset,
+					                            .hash = w->hash };
+				c = &winner;
+			} else {
+				c = &w->claim;
+			}
+		} else {
+			continue;
+		}
+		m->dup = idem_batch_dup_kind(b->partition, m->offset, c, pg->progress_next);
+		m->mismatch = idem_batch_payload_differs(b, i, c);
+		if (!m->mismatch || b->route->on_payload_mismatch != IDEM_CFG_MISMATCH_QUARANTINE)
+			continue;
+		short_hash(b, c->hash, h1, sizeof(h1));
+		short_hash(b, m->hash, h2, sizeof(h2));
+		snprintf(
+		        why, sizeof(why),
+		        "payload mismatch: business key already applied from topic '%s' partition %" PRId32
+		        " offset %" PRId64
+		        " with a different payload (sha256 %s..., this message %s...)",
+		        c->same_topic ? b->topic : idem_batch_ptr(b, c->topic), c->partition,
+		        c->offset, h1, h2);
+		m->state = IDEM_MSG_BAD;
+		m->attempts = 1;
+		if (idem_batch_set_reason(b, i, why, NULL) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+static void count(const struct idem_batch *b, struct idem_flush_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->consumed = b->n_msgs;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+
+		st->payload_mismatches += m->mismatch;
+		switch (m->state) {
+		case IDEM_MSG_APPLIED:
+			st->applied++;
+			break;
+		case IDEM_MSG_DUPLICATE:
+		case IDEM_MSG_DUP_IN_BATCH:
+			st->duplicates++;
+			st->dup_redelivery += m->dup == IDEM_DUP_REDELIVERY;
+			st->dup_replay += m->dup == IDEM_DUP_REPLAY;
+			/* Unclassified ones (a claim purged meanwhile) count as upstream. */
+			st->dup_upstream += m->dup == IDEM_DUP_UPSTREAM || m->dup == IDEM_DUP_NONE;
+			break;
+		case IDEM_MSG_BAD:
+		case IDEM_MSG_QUARANTINED:
+			st->quarantined++;
+			break;
+		case IDEM_MSG_PENDING:
+			break;
+		}
+	}
+}
+
 /* Bind the handler parameters of message @i into pg->vals. */
 static idem_status handler_params(idem_pg *pg, const struct idem_batch *b, size_t i)
 {
@@ -398,29 +653,6 @@ static idem_status handler_params(idem_pg *pg, const struct idem_batch *b, size_
 	for (size_t p = 0; p < np; p++)
 		pg->vals[p] = idem_batch_ptr(b, b->params[m->param_first + p]);
 	return IDEM_OK;
-}
-
-static void count(const struct idem_batch *b, struct idem_flush_stats *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->consumed = b->n_msgs;
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		switch (b->msgs[i].state) {
-		case IDEM_MSG_APPLIED:
-			st->applied++;
-			break;
-		case IDEM_MSG_DUPLICATE:
-		case IDEM_MSG_DUP_IN_BATCH:
-			st->duplicates++;
-			break;
-		case IDEM_MSG_BAD:
-		case IDEM_MSG_QUARANTINED:
-			st->quarantined++;
-			break;
-		case IDEM_MSG_PENDING:
-			break;
-		}
-	}
 }
 
 static int send_prepared(PGconn *conn, const char *name, int n, const char *const *vals,
@@ -522,13 +754,25 @@ static idem_status quarantine_params(idem_pg *pg, const struct idem_batch *b, si
 	return IDEM_OK;
 }
 
-/* The message of a failed result, for the quarantine reason. */
-static void result_reason(const PGresult *res, char *buf, size_t len)
+/* Why a handler failed, for the quarantine: the limit it hit, or Postgres's message. */
+static void handler_reason(const idem_pg *pg, const PGresult *res, char *buf, size_t len)
 {
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 	const char *prim = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 	const char *det = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+	char head[128];
 
-	snprintf(buf, len, "handler failed: %s%s%s", prim ? prim : "unknown error", det ? ": " : "",
+	if (state != NULL && strcmp(state, "57014") == 0)
+		snprintf(head, sizeof(head),
+		         "handler timed out (postgres.statement_timeout_ms is %d)",
+		         pg->cfg->statement_timeout_ms);
+	else if (state != NULL && strcmp(state, "55P03") == 0)
+		snprintf(head, sizeof(head),
+		         "handler waited for a lock longer than postgres.lock_timeout_ms (%d)",
+		         pg->cfg->lock_timeout_ms);
+	else
+		snprintf(head, sizeof(head), "handler failed");
+	snprintf(buf, len, "%s: %s%s%s", head, prim ? prim : "unknown error", det ? ": " : "",
 	         det ? det : "");
 }
 
@@ -539,8 +783,8 @@ static void result_reason(const PGresult *res, char *buf, size_t len)
 static idem_status send_closing(idem_pg *pg, const struct idem_batch *b,
                                 const struct idem_flush_stats *st, int *ret_n, idem_error *err)
 {
-	char part[16], off[24], ts[24], att[16], nx[24], c1[24], c2[24], c3[24], c4[24];
-	const char *pv[8];
+	char part[16], off[24], ts[24], att[16], nx[24], c[8][24];
+	const char *pv[14];
 	bool any;
 	int n = 0;
 
@@ -564,24 +808,53 @@ static idem_status send_closing(idem_pg *pg, const struct idem_batch *b,
 		n++;
 	}
 	snprintf(part, sizeof(part), "%" PRId32, b->partition);
-	snprintf(nx, sizeof(nx), "%" PRId64, b->msgs[b->n_msgs - 1].offset + 1);
-	snprintf(c1, sizeof(c1), "%" PRIu64, st->consumed);
-	snprintf(c2, sizeof(c2), "%" PRIu64, st->applied);
-	snprintf(c3, sizeof(c3), "%" PRIu64, st->duplicates);
-	snprintf(c4, sizeof(c4), "%" PRIu64, st->quarantined);
+	snprintf(nx, sizeof(nx), "%" PRId64, st->next_offset);
+	snprintf(c[0], sizeof(c[0]), "%" PRIu64, st->consumed);
+	snprintf(c[1], sizeof(c[1]), "%" PRIu64, st->applied);
+	snprintf(c[2], sizeof(c[2]), "%" PRIu64, st->duplicates);
+	snprintf(c[3], sizeof(c[3]), "%" PRIu64, st->quarantined);
+	snprintf(c[4], sizeof(c[4]), "%" PRIu64, st->dup_redelivery);
+	snprintf(c[5], sizeof(c[5]), "%" PRIu64, st->dup_replay);
+	snprintf(c[6], sizeof(c[6]), "%" PRIu64, st->dup_upstream);
+	snprintf(c[7], sizeof(c[7]), "%" PRIu64, st->payload_mismatches);
 	pv[0] = b->route->consumer;
 	pv[1] = b->topic;
 	pv[2] = part;
 	pv[3] = nx;
-	pv[4] = c1;
-	pv[5] = c2;
-	pv[6] = c3;
-	pv[7] = c4;
-	if (!send_prepared(pg->conn, "idem_progress", 8, pv, NULL, NULL) ||
+	for (int k = 0; k < 8; k++)
+		pv[4 + k] = c[k];
+	pv[12] = st->halted ? nx : NULL;
+	pv[13] = st->halted ? st->halt_reason : NULL;
+	if (!send_prepared(pg->conn, "idem_progress", 14, pv, NULL, NULL) ||
 	    !PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
 		return idem_pg_error(err, pg->conn, NULL, "send commit");
 	*ret_n = n + 2;
 	return IDEM_OK;
+}
+
+/* Counters, where the partition is done, and the halt if any, for the closing statements. */
+static void finish_stats(const idem_pg *pg, const struct idem_batch *b, struct idem_flush_stats *st)
+{
+	count(b, st);
+	st->halted = pg->halt.on;
+	if (pg->halt.on) {
+		st->next_offset = pg->halt.offset;
+		snprintf(st->halt_reason, sizeof(st->halt_reason), "%s", pg->halt.reason);
+	} else {
+		st->next_offset = b->msgs[b->n_msgs - 1].offset + 1;
+	}
+}
+
+/* Stop the batch at message @i (on_poison: halt): it and what follows stay unprocessed. */
+static void halt_at(idem_pg *pg, struct idem_batch *b, size_t i)
+{
+	const struct idem_batch_msg *m = &b->msgs[i];
+
+	pg->halt.on = true;
+	pg->halt.offset = m->offset;
+	snprintf(pg->halt.reason, sizeof(pg->halt.reason), "%s",
+	         m->reason.null ? "unknown" : idem_batch_ptr(b, m->reason));
+	idem_batch_truncate(b, i);
 }
 
 /*
@@ -634,153 +907,6 @@ static void pipeline_abort(idem_pg *pg, bool sync_sent)
 	PQclear(res);
 }
 
-/* Outcome of the fast path: done, or redo on the slow path, or an error to return. */
-enum fast_outcome { FAST_DONE, FAST_SLOW, FAST_ERROR };
-
-static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
-                                   idem_error *err)
-{
-	char part[16];
-	const char *cv[6];
-	PGresult *res = NULL;
-	size_t n_apply = 0;
-	int n_close = 0;
-	char hname[32];
-
-	snprintf(hname, sizeof(hname), "idem_h%zu", (size_t)(b->route - pg->cfg->routes));
-	if (!PQenterPipelineMode(pg->conn)) {
-		idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
-		return FAST_ERROR;
-	}
-
-	/* Round trip 1: BEGIN and the claim. */
-	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
-		goto fail_conn;
-	if (b->n_order > 0) {
-		if (claim_params(pg, b, 0, b->n_order, part, cv) != IDEM_OK)
-			goto fail_nomem;
-		if (!send_prepared(pg->conn, "idem_claim", 6, cv, NULL, NULL))
-			goto fail_conn;
-	}
-	if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
-		goto fail_conn;
-	if (next_result(pg->conn, &res) != PGRES_COMMAND_OK)
-		goto fail_res;
-	PQclear(res);
-	res = NULL;
-	if (b->n_order > 0) {
-		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
-			goto fail_res;
-		for (int r = 0; r < PQntuples(res); r++) {
-			ssize_t i = idem_batch_find_key(b, PQgetvalue(res, r, 0),
-			                                (size_t)PQgetlength(res, r, 0));
-
-			if (i >= 0)
-				b->msgs[i].state = IDEM_MSG_APPLIED;
-		}
-		PQclear(res);
-		res = NULL;
-	}
-	/* Unclaimed keys belong to someone else already: duplicates. The handler runs for the
-	 * claimed ones in offset order. */
-	if (b->n_msgs > pg->cap_applied) {
-		free(pg->applied);
-		pg->applied = malloc(b->n_msgs * sizeof(*pg->applied));
-		pg->cap_applied = pg->applied ? b->n_msgs : 0;
-		if (pg->applied == NULL)
-			goto fail_nomem;
-	}
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		if (b->msgs[i].state == IDEM_MSG_PENDING)
-			b->msgs[i].state = IDEM_MSG_DUPLICATE;
-		else if (b->msgs[i].state == IDEM_MSG_APPLIED)
-			pg->applied[n_apply++] = i;
-	}
-
-	/* Round trip 2: the handlers. */
-	for (size_t k = 0; k < n_apply; k++) {
-		if (handler_params(pg, b, pg->applied[k]) != IDEM_OK)
-			goto fail_nomem;
-		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->vals, NULL,
-		                         NULL, 0))
-			goto fail_conn;
-	}
-	if (n_apply > 0) {
-		if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
-			goto fail_conn;
-		for (size_t k = 0; k < n_apply; k++) {
-			ExecStatusType s = next_result(pg->conn, &res);
-			size_t i = pg->applied[k];
-
-			if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
-				const char *state =
-				        res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-
-				if (res != NULL && idem_pg_classify(state) == IDEM_PG_MESSAGE) {
-					PQclear(res);
-					pipeline_abort(pg, false);
-					return FAST_SLOW;
-				}
-				goto fail_res;
-			}
-			if (PQntuples(res) > 0 && PQnfields(res) > 0 &&
-			    idem_batch_set_result(b, i, PQgetvalue(res, 0, 0),
-			                          (size_t)PQgetlength(res, 0, 0),
-			                          PQgetisnull(res, 0, 0)) != IDEM_OK)
-				goto fail_nomem;
-			PQclear(res);
-			res = NULL;
-		}
-	}
-
-	/* Round trip 3: results, quarantine, progress, COMMIT. */
-	count(b, st);
-	if (send_closing(pg, b, st, &n_close, err) != IDEM_OK) {
-		pipeline_abort(pg, false);
-		return FAST_ERROR;
-	}
-	if (!PQpipelineSync(pg->conn))
-		goto fail_conn;
-	for (int k = 0; k < n_close; k++) {
-		ExecStatusType s = next_result(pg->conn, &res);
-
-		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
-			idem_pg_error(err, pg->conn, res, "batch commit");
-			PQclear(res);
-			pipeline_abort(pg, true);
-			return FAST_ERROR;
-		}
-		PQclear(res);
-		res = NULL;
-	}
-	if (next_result(pg->conn, &res) != PGRES_PIPELINE_SYNC) {
-		idem_pg_error(err, pg->conn, res, "batch sync");
-		PQclear(res);
-		return FAST_ERROR;
-	}
-	PQclear(res);
-	PQexitPipelineMode(pg->conn);
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		if (b->msgs[i].state == IDEM_MSG_BAD)
-			b->msgs[i].state = IDEM_MSG_QUARANTINED;
-	}
-	return FAST_DONE;
-
-fail_nomem:
-	idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-	pipeline_abort(pg, false);
-	return FAST_ERROR;
-fail_conn:
-	idem_pg_error(err, pg->conn, NULL, "batch send");
-	pipeline_abort(pg, false);
-	return FAST_ERROR;
-fail_res:
-	idem_pg_error(err, pg->conn, res, "batch");
-	PQclear(res);
-	pipeline_abort(pg, false);
-	return FAST_ERROR;
-}
-
 static idem_status exec_params(idem_pg *pg, const char *name, int n, const char *const *vals,
                                const int *lens, const int *fmts, PGresult **ret_res)
 {
@@ -791,111 +917,14 @@ static idem_status exec_params(idem_pg *pg, const char *name, int n, const char 
 	return (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) ? IDEM_OK : IDEM_ERR_PG;
 }
 
-/*
- * One message on the slow path, inside SAVEPOINT m: claim, then handler. A message-specific
- * failure rolls back to the savepoint (taking the claim with it) and is retried up to
- * IDEM_PG_MAX_ATTEMPTS times, then the message becomes BAD. Other failures end the batch.
- */
-static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const char *hname,
-                            idem_error *err)
+/* Send the closing statements and sync, read their results; the pipeline is left on success. */
+static idem_status close_batch(idem_pg *pg, const struct idem_batch *b,
+                               const struct idem_flush_stats *st, idem_error *err)
 {
-	struct idem_batch_msg *m = &b->msgs[i];
-	const char *cv[6];
-	char part[16], why[512] = "";
-	PGresult *res;
-	size_t pos;
-	idem_status r;
-
-	/* A one-key claim: reuse the claim statement over a one-element slice of b->order. */
-	for (pos = 0; pos < b->n_order && b->order[pos] != i; pos++)
-		;
-	for (int attempt = 1; attempt <= IDEM_PG_MAX_ATTEMPTS; attempt++) {
-		m->attempts = attempt;
-		if ((r = exec_ok(pg->conn, "SAVEPOINT idem_msg", "savepoint", err)) != IDEM_OK)
-			return r;
-		if (claim_params(pg, b, pos, pos + 1, part, cv) != IDEM_OK)
-			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-		if (exec_params(pg, "idem_claim", 6, cv, NULL, NULL, &res) != IDEM_OK) {
-			r = idem_pg_error(err, pg->conn, res, "claim");
-			PQclear(res);
-			return r;
-		}
-		if (PQntuples(res) == 0) {
-			PQclear(res);
-			m->state = IDEM_MSG_DUPLICATE;
-			return exec_ok(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
-		}
-		PQclear(res);
-		if (handler_params(pg, b, i) != IDEM_OK)
-			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-		if (exec_params(pg, hname, (int)b->route->n_params, pg->vals, NULL, NULL, &res) ==
-		    IDEM_OK) {
-			if (PQntuples(res) > 0 && PQnfields(res) > 0 &&
-			    idem_batch_set_result(b, i, PQgetvalue(res, 0, 0),
-			                          (size_t)PQgetlength(res, 0, 0),
-			                          PQgetisnull(res, 0, 0)) != IDEM_OK) {
-				PQclear(res);
-				return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-			}
-			PQclear(res);
-			m->state = IDEM_MSG_APPLIED;
-			return exec_ok(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
-		}
-		if (idem_pg_classify(PQresultErrorField(res, PG_DIAG_SQLSTATE)) !=
-		    IDEM_PG_MESSAGE) {
-			r = idem_pg_error(err, pg->conn, res, "handler");
-			PQclear(res);
-			return r;
-		}
-		result_reason(res, why, sizeof(why));
-		snprintf(m->sqlstate, sizeof(m->sqlstate), "%s",
-		         PQresultErrorField(res, PG_DIAG_SQLSTATE));
-		PQclear(res);
-		if ((r = exec_ok(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg",
-		                 "rollback to savepoint", err)) != IDEM_OK)
-			return r;
-	}
-	m->state = IDEM_MSG_BAD;
-	return idem_batch_set_reason(b, i, why, m->sqlstate) == IDEM_OK
-	               ? IDEM_OK
-	               : idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-}
-
-static idem_status slow_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
-                             idem_error *err)
-{
-	char hname[32];
 	PGresult *res;
 	int n_close = 0;
 	idem_status r;
 
-	snprintf(hname, sizeof(hname), "idem_h%zu", (size_t)(b->route - pg->cfg->routes));
-	/* Every decodable message gets its own attempt, in offset order: an in-batch duplicate
-	 * whose first copy fails must still be able to claim the key. */
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		if (b->msgs[i].state != IDEM_MSG_BAD)
-			b->msgs[i].state = IDEM_MSG_PENDING;
-	}
-	/* The one-key claims need each message in b->order: list them all, in offset order. */
-	b->n_order = 0;
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		if (b->msgs[i].state == IDEM_MSG_PENDING)
-			b->order[b->n_order++] = i;
-	}
-	if ((r = exec_ok(pg->conn, "BEGIN", "begin", err)) != IDEM_OK)
-		return r;
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		if (b->msgs[i].state != IDEM_MSG_PENDING)
-			continue;
-		if ((r = slow_one(pg, b, i, hname, err)) != IDEM_OK)
-			goto out_rollback;
-	}
-	count(b, st);
-	st->slow_path = true;
-	if (!PQenterPipelineMode(pg->conn)) {
-		r = idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
-		goto out_rollback;
-	}
 	if ((r = send_closing(pg, b, st, &n_close, err)) != IDEM_OK) {
 		pipeline_abort(pg, false);
 		return r;
@@ -923,11 +952,323 @@ static idem_status slow_path(idem_pg *pg, struct idem_batch *b, struct idem_flus
 	}
 	PQclear(res);
 	PQexitPipelineMode(pg->conn);
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		if (b->msgs[i].state == IDEM_MSG_BAD)
-			b->msgs[i].state = IDEM_MSG_QUARANTINED;
-	}
 	return IDEM_OK;
+}
+
+static void handler_name(const idem_pg *pg, const struct idem_batch *b, char *buf, size_t len)
+{
+	snprintf(buf, len, "idem_h%zu", (size_t)(b->route - pg->cfg->routes));
+}
+
+static idem_status store_result(struct idem_batch *b, size_t i, const PGresult *res)
+{
+	if (PQntuples(res) > 0 && PQnfields(res) > 0)
+		return idem_batch_set_result(b, i, PQgetvalue(res, 0, 0),
+		                             (size_t)PQgetlength(res, 0, 0),
+		                             PQgetisnull(res, 0, 0));
+	return IDEM_OK;
+}
+
+/* Outcome of the fast path: done, or redo on the slow path, or an error to return. */
+enum fast_outcome { FAST_DONE, FAST_SLOW, FAST_ERROR };
+
+static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
+                                   idem_error *err)
+{
+	char part[16], gpart[16], hname[32];
+	const char *cv[6], *gv[3];
+	PGresult *res = NULL;
+	size_t n_apply = 0, n_dups = 0;
+
+	handler_name(pg, b, hname, sizeof(hname));
+	if (need_idx(pg, b->n_msgs) != IDEM_OK)
+		goto fail_nomem_nopipe;
+	if (!PQenterPipelineMode(pg->conn)) {
+		idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
+		return FAST_ERROR;
+	}
+
+	/* Round trip 1: BEGIN, the partition's progress so far, and the claim. */
+	progress_get_params(b, gpart, gv);
+	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !send_prepared(pg->conn, "idem_progress_get", 3, gv, NULL, NULL))
+		goto fail_conn;
+	if (b->n_order > 0) {
+		if (claim_params(pg, b, b->order, b->n_order, part, cv) != IDEM_OK)
+			goto fail_nomem;
+		if (!send_prepared(pg->conn, "idem_claim", 6, cv, NULL, NULL))
+			goto fail_conn;
+	}
+	if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
+		goto fail_conn;
+	if (next_result(pg->conn, &res) != PGRES_COMMAND_OK)
+		goto fail_res;
+	PQclear(res);
+	if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+		goto fail_res;
+	read_progress(pg, res);
+	PQclear(res);
+	res = NULL;
+	if (b->n_order > 0) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK) {
+			/* Another transaction holds one of the keys for longer than lock_timeout:
+			 * not any one message's fault, so the batch is retried; after
+			 * max_attempts such tries it goes to the slow path (see idem_pg_flush). */
+			if (res != NULL &&
+			    idem_pg_timeout(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
+				b->claim_timeouts++;
+			goto fail_res;
+		}
+		for (int r = 0; r < PQntuples(res); r++) {
+			ssize_t i = idem_batch_find_key(b, PQgetvalue(res, r, 0),
+			                                (size_t)PQgetlength(res, r, 0));
+
+			if (i >= 0)
+				b->msgs[i].state = IDEM_MSG_APPLIED;
+		}
+		PQclear(res);
+		res = NULL;
+	}
+	/* Unclaimed keys belong to someone else already: duplicates. The handler runs for the
+	 * claimed ones in offset order. */
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state == IDEM_MSG_PENDING)
+			b->msgs[i].state = IDEM_MSG_DUPLICATE;
+		else if (b->msgs[i].state == IDEM_MSG_APPLIED)
+			pg->applied[n_apply++] = i;
+	}
+
+	/* Round trip 2: where the duplicates' keys were claimed (only if there are any), and the
+	 * handlers. */
+	if (claims_params(pg, b, &n_dups) != IDEM_OK)
+		goto fail_nomem;
+	if (n_dups > 0) {
+		const char *dv[2] = { b->route->consumer, pg->dkeys.data };
+
+		if (!send_prepared(pg->conn, "idem_claims_get", 2, dv, NULL, NULL))
+			goto fail_conn;
+	}
+	for (size_t k = 0; k < n_apply; k++) {
+		if (handler_params(pg, b, pg->applied[k]) != IDEM_OK)
+			goto fail_nomem;
+		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->vals, NULL,
+		                         NULL, 0))
+			goto fail_conn;
+	}
+	if (n_apply > 0 || n_dups > 0) {
+		if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
+			goto fail_conn;
+	}
+	if (n_dups > 0) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+			goto fail_res;
+		if (read_claims(pg, b, n_dups, res) != IDEM_OK)
+			goto fail_nomem;
+		PQclear(res);
+		res = NULL;
+	}
+	for (size_t k = 0; k < n_apply; k++) {
+		ExecStatusType s = next_result(pg->conn, &res);
+
+		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
+			const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+			if (res != NULL && (idem_pg_classify(state) == IDEM_PG_MESSAGE ||
+			                    idem_pg_timeout(state))) {
+				PQclear(res);
+				pipeline_abort(pg, false);
+				return FAST_SLOW;
+			}
+			goto fail_res;
+		}
+		if (store_result(b, pg->applied[k], res) != IDEM_OK)
+			goto fail_nomem;
+		PQclear(res);
+		res = NULL;
+	}
+	if (classify_dups(pg, b) != IDEM_OK)
+		goto fail_nomem;
+
+	/* Round trip 3: results, quarantine, progress, COMMIT. */
+	finish_stats(pg, b, st);
+	if (close_batch(pg, b, st, err) != IDEM_OK)
+		return FAST_ERROR;
+	return FAST_DONE;
+
+fail_nomem_nopipe:
+	idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	return FAST_ERROR;
+fail_nomem:
+	PQclear(res);
+	idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	pipeline_abort(pg, false);
+	return FAST_ERROR;
+fail_conn:
+	idem_pg_error(err, pg->conn, NULL, "batch send");
+	pipeline_abort(pg, false);
+	return FAST_ERROR;
+fail_res:
+	idem_pg_error(err, pg->conn, res, "batch");
+	PQclear(res);
+	pipeline_abort(pg, false);
+	return FAST_ERROR;
+}
+
+/*
+ * One message on the slow path, inside SAVEPOINT idem_msg: claim, then handler. A
+ * message-specific failure or a handler timeout rolls back to the savepoint (taking the claim
+ * with it) and is retried up to retry.max_attempts times, then the message becomes BAD. A claim
+ * that times out makes the message BAD only once the batch has had its max_attempts of those;
+ * before that it fails the batch, to be retried. Other failures end the batch.
+ */
+static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const char *hname,
+                            idem_error *err)
+{
+	struct idem_batch_msg *m = &b->msgs[i];
+	int max = pg->cfg->max_attempts;
+	const char *cv[6], *state;
+	char part[16], why[768] = "";
+	PGresult *res;
+	idem_status r;
+
+	for (int attempt = 1; attempt <= max; attempt++) {
+		m->attempts = attempt;
+		if ((r = exec_ok(pg->conn, "SAVEPOINT idem_msg", "savepoint", err)) != IDEM_OK)
+			return r;
+		if (claim_params(pg, b, &i, 1, part, cv) != IDEM_OK)
+			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		if (exec_params(pg, "idem_claim", 6, cv, NULL, NULL, &res) != IDEM_OK) {
+			state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+			if (!idem_pg_timeout(state) || b->claim_timeouts < max) {
+				if (idem_pg_timeout(state))
+					b->claim_timeouts++;
+				r = idem_pg_error(err, pg->conn, res, "claim");
+				PQclear(res);
+				return r;
+			}
+			snprintf(
+			        why, sizeof(why),
+			        "claim: the business key stayed locked by another transaction longer than postgres.lock_timeout_ms (%d) in %d attempts: %s",
+			        pg->cfg->lock_timeout_ms, b->claim_timeouts,
+			        PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+			snprintf(m->sqlstate, sizeof(m->sqlstate), "%s", state);
+			m->attempts = b->claim_timeouts;
+			PQclear(res);
+			if ((r = exec_ok(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg",
+			                 "rollback to savepoint", err)) != IDEM_OK)
+				return r;
+			break;
+		}
+		if (PQntuples(res) == 0) {
+			PQclear(res);
+			m->state = IDEM_MSG_DUPLICATE;
+			return exec_ok(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
+		}
+		PQclear(res);
+		if (handler_params(pg, b, i) != IDEM_OK)
+			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		if (exec_params(pg, hname, (int)b->route->n_params, pg->vals, NULL, NULL, &res) ==
+		    IDEM_OK) {
+			if (store_result(b, i, res) != IDEM_OK) {
+				PQclear(res);
+				return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			}
+			PQclear(res);
+			m->state = IDEM_MSG_APPLIED;
+			return exec_ok(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
+		}
+		state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		if (idem_pg_classify(state) != IDEM_PG_MESSAGE && !idem_pg_timeout(state)) {
+			r = idem_pg_error(err, pg->conn, res, "handler");
+			PQclear(res);
+			return r;
+		}
+		handler_reason(pg, res, why, sizeof(why));
+		snprintf(m->sqlstate, sizeof(m->sqlstate), "%s", state);
+		PQclear(res);
+		if ((r = exec_ok(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg",
+		                 "rollback to savepoint", err)) != IDEM_OK)
+			return r;
+	}
+	m->state = IDEM_MSG_BAD;
+	return idem_batch_set_reason(b, i, why, m->sqlstate) == IDEM_OK
+	               ? IDEM_OK
+	               : idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+}
+
+/* Look up the claims of the duplicates and classify them, inside the open transaction. */
+static idem_status slow_classify(idem_pg *pg, struct idem_batch *b, idem_error *err)
+{
+	PGresult *res;
+	size_t n = 0;
+	idem_status r;
+
+	if (claims_params(pg, b, &n) != IDEM_OK)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	if (n > 0) {
+		const char *dv[2] = { b->route->consumer, pg->dkeys.data };
+
+		if (exec_params(pg, "idem_claims_get", 2, dv, NULL, NULL, &res) != IDEM_OK) {
+			r = idem_pg_error(err, pg->conn, res, "claims");
+			PQclear(res);
+			return r;
+		}
+		r = read_claims(pg, b, n, res);
+		PQclear(res);
+		if (r != IDEM_OK)
+			return idem_error_set(err, r, "out of memory");
+	}
+	if (classify_dups(pg, b) != IDEM_OK)
+		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	return IDEM_OK;
+}
+
+static idem_status slow_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
+                             idem_error *err)
+{
+	char hname[32], gpart[16];
+	const char *gv[3];
+	PGresult *res;
+	idem_status r;
+
+	handler_name(pg, b, hname, sizeof(hname));
+	/* Every decodable message gets its own attempt, in offset order: an in-batch duplicate
+	 * whose first copy fails must still be able to claim the key. */
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (!b->msgs[i].undecodable)
+			b->msgs[i].state = IDEM_MSG_PENDING;
+	}
+	b->n_order = 0;
+	if ((r = exec_ok(pg->conn, "BEGIN", "begin", err)) != IDEM_OK)
+		return r;
+	progress_get_params(b, gpart, gv);
+	if (exec_params(pg, "idem_progress_get", 3, gv, NULL, NULL, &res) != IDEM_OK) {
+		r = idem_pg_error(err, pg->conn, res, "progress");
+		PQclear(res);
+		goto out_rollback;
+	}
+	read_progress(pg, res);
+	PQclear(res);
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state != IDEM_MSG_PENDING)
+			continue;
+		if ((r = slow_one(pg, b, i, hname, err)) != IDEM_OK)
+			goto out_rollback;
+		if (b->msgs[i].state == IDEM_MSG_BAD &&
+		    b->route->on_poison == IDEM_CFG_POISON_HALT) {
+			halt_at(pg, b, i);
+			break;
+		}
+	}
+	if ((r = slow_classify(pg, b, err)) != IDEM_OK)
+		goto out_rollback;
+	finish_stats(pg, b, st);
+	st->slow_path = true;
+	if (!PQenterPipelineMode(pg->conn)) {
+		r = idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
+		goto out_rollback;
+	}
+	return close_batch(pg, b, st, err);
 
 out_rollback:
 	if (PQstatus(pg->conn) == CONNECTION_OK) {
@@ -935,6 +1276,26 @@ out_rollback:
 		PQclear(res);
 	}
 	return r;
+}
+
+/* Start a flush from the decoded state: undo what an earlier attempt marked. */
+static void reset_states(idem_pg *pg, struct idem_batch *b)
+{
+	pg->halt.on = false;
+	pg->progress_next = -1;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+
+		m->state = m->undecodable ? IDEM_MSG_BAD : IDEM_MSG_PENDING;
+		if (!m->undecodable) {
+			m->sqlstate[0] = '\0';
+			m->attempts = 0;
+		}
+		m->result.null = true;
+		m->dup = IDEM_DUP_NONE;
+		m->mismatch = false;
+		m->claim.found = false;
+	}
 }
 
 idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *ret_stats,
@@ -949,39 +1310,45 @@ idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_s
 	}
 	if (!idem_pg_connected(pg) && (r = idem_pg_reconnect(pg, err)) != IDEM_OK)
 		return r;
-	/* A retry starts from the decoded state: undo what an earlier attempt marked. */
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		struct idem_batch_msg *m = &b->msgs[i];
-
-		if (m->state == IDEM_MSG_BAD && m->sqlstate[0] != '\0') {
-			m->state = IDEM_MSG_PENDING; /* failed a handler earlier: try again */
-			m->sqlstate[0] = '\0';
-		} else if (m->state != IDEM_MSG_BAD) {
-			m->state = IDEM_MSG_PENDING;
+	reset_states(pg, b);
+	/* With on_poison: halt, nothing at or after a message that cannot even be decoded is
+	 * processed: the partition stops there. */
+	if (b->route->on_poison == IDEM_CFG_POISON_HALT) {
+		for (size_t i = 0; i < b->n_msgs; i++) {
+			if (b->msgs[i].undecodable) {
+				halt_at(pg, b, i);
+				break;
+			}
 		}
-		m->result.null = true;
 	}
 	if ((r = idem_batch_collapse(b)) != IDEM_OK)
 		return idem_error_set(err, r, "out of memory");
-	switch (fast_path(pg, b, &st, err)) {
-	case FAST_DONE:
-		*ret_stats = st;
-		return IDEM_OK;
-	case FAST_ERROR:
-		r = err ? err->code : IDEM_ERR_PG;
-		goto out_reset;
-	case FAST_SLOW:
-		break;
+	/* Claims that ran into lock_timeout max_attempts times: find the locked keys one by one. */
+	if (b->claim_timeouts < pg->cfg->max_attempts) {
+		switch (fast_path(pg, b, &st, err)) {
+		case FAST_DONE:
+			goto out_done;
+		case FAST_ERROR:
+			r = err ? err->code : IDEM_ERR_PG;
+			goto out_reset;
+		case FAST_SLOW:
+			break;
+		}
 	}
 	if (!idem_pg_connected(pg)) {
 		r = idem_pg_error(err, pg->conn, NULL, "connection lost");
 		goto out_reset;
 	}
-	r = slow_path(pg, b, &st, err);
-	if (r == IDEM_OK) {
-		*ret_stats = st;
-		return IDEM_OK;
+	if ((r = slow_path(pg, b, &st, err)) != IDEM_OK)
+		goto out_reset;
+out_done:
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state == IDEM_MSG_BAD)
+			b->msgs[i].state = IDEM_MSG_QUARANTINED;
 	}
+	*ret_stats = st;
+	return IDEM_OK;
+
 out_reset:
 	/* A connection left mid-pipeline or mid-transaction by a failure is not worth saving:
 	 * drop it, and the next attempt starts on a fresh one. */
@@ -992,4 +1359,55 @@ out_reset:
 		pg->conn = NULL;
 	}
 	return r;
+}
+
+idem_status idem_pg_apply_one(idem_pg *pg, struct idem_batch *b, size_t i, idem_error *err)
+{
+	struct idem_batch_msg *m = &b->msgs[i];
+	char hname[32];
+	bool any;
+	idem_status r;
+
+	handler_name(pg, b, hname, sizeof(hname));
+	m->state = IDEM_MSG_PENDING;
+	m->sqlstate[0] = '\0';
+	m->result.null = true;
+	m->claim.found = false;
+	/* An operator is waiting: a locked key is reported at once, not retried as a batch. */
+	b->claim_timeouts = pg->cfg->max_attempts;
+	if ((r = slow_one(pg, b, i, hname, err)) != IDEM_OK)
+		return r;
+	if (m->state == IDEM_MSG_APPLIED) {
+		if (results_params(pg, b, &any) != IDEM_OK)
+			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		if (any) {
+			const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
+			PGresult *res;
+
+			if (exec_params(pg, "idem_results", 3, rv, NULL, NULL, &res) != IDEM_OK) {
+				r = idem_pg_error(err, pg->conn, res, "store result");
+				PQclear(res);
+				return r;
+			}
+			PQclear(res);
+		}
+	} else if (m->state == IDEM_MSG_DUPLICATE) {
+		size_t n = 0;
+		PGresult *res;
+
+		if (claims_params(pg, b, &n) != IDEM_OK)
+			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		if (exec_params(pg, "idem_claims_get", 2,
+		                (const char *[]){ b->route->consumer, pg->dkeys.data }, NULL, NULL,
+		                &res) != IDEM_OK) {
+			r = idem_pg_error(err, pg->conn, res, "claims");
+			PQclear(res);
+			return r;
+		}
+		r = read_claims(pg, b, n, res);
+		PQclear(res);
+		if (r != IDEM_OK)
+			return idem_error_set(err, r, "out of memory");
+	}
+	return IDEM_OK;
 }

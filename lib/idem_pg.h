@@ -19,12 +19,19 @@ enum idem_pg_class {
 	IDEM_PG_BROKEN,        /* the handler or schema is broken: pause and retry with backoff */
 };
 
-/* @brief Classify @sqlstate ("" or NULL: no server answer, i.e. the connection failed). */
+/*
+ * @brief Classify @sqlstate ("" or NULL: no server answer, i.e. the connection failed).
+ *
+ * lock_timeout (55P03) and statement_timeout (57014) are transient here, as for any statement
+ * that is not one message's: the batch is retried. When one message's handler hits them, the
+ * batch transaction treats them as that message's failure instead (idem_pg_timeout()), so a
+ * handler that always times out ends in quarantine after retry.max_attempts, not in a loop.
+ */
 enum idem_pg_class idem_pg_classify(const char *sqlstate);
 const char *idem_pg_class_str(enum idem_pg_class c);
 
-/* Attempts a message gets on the slow path before it is quarantined. */
-#define IDEM_PG_MAX_ATTEMPTS 3
+/* @brief true for the SQLSTATEs of lock_timeout (55P03) and statement_timeout (57014). */
+bool idem_pg_timeout(const char *sqlstate);
 
 /* What one committed batch did, for logs and counters. */
 struct idem_flush_stats {
@@ -32,7 +39,14 @@ struct idem_flush_stats {
 	uint64_t applied;
 	uint64_t duplicates;
 	uint64_t quarantined;
+	uint64_t dup_redelivery; /* duplicates by kind; they add up to duplicates */
+	uint64_t dup_replay;
+	uint64_t dup_upstream;
+	uint64_t payload_mismatches; /* duplicates whose payload differs, quarantined or not */
 	bool slow_path;
+	int64_t next_offset; /* the partition is done below this offset */
+	bool halted;         /* on_poison: halt stopped the batch at next_offset */
+	char halt_reason[512];
 };
 
 /*
@@ -59,18 +73,39 @@ IDEM_NODISCARD idem_status idem_pg_reconnect(idem_pg *pg, idem_error *err);
 bool idem_pg_connected(const idem_pg *pg);
 
 /*
- * @brief Process batch @b in one transaction: claim, run handlers, store results, quarantine
- * what cannot be processed, advance idem.partition_progress, commit.
+ * @brief Process batch @b in one transaction: claim, run handlers, store results, classify
+ * duplicates, quarantine what cannot be processed, advance idem.partition_progress, commit.
  *
- * Fast path: a few pipelined round trips for the whole batch. If a handler fails for a
- * message-specific reason, the transaction is rolled back and redone on the slow path with a
- * SAVEPOINT per message, so only the failing message is retried and then quarantined.
- * On IDEM_OK the transaction committed and every message in @b has its final state.
+ * Fast path: three pipelined round trips for the whole batch. If a handler fails for a
+ * message-specific reason (or times out), the transaction is rolled back and redone on the slow
+ * path with a SAVEPOINT per message, so only the failing message is retried (retry.max_attempts)
+ * and then quarantined, while its neighbours commit. A claim that runs into lock_timeout is a
+ * transient failure of the batch; after retry.max_attempts of them the batch goes to the slow
+ * path, where a key still locked by another transaction gets its message quarantined.
+ * With routes[].on_poison: halt, the batch is committed only up to its first message that would
+ * be quarantined; @b is truncated there and ret_stats->halted is set.
+ *
+ * On IDEM_OK the transaction committed and every message left in @b has its final state.
  * On IDEM_ERR_PG nothing was committed (err->sqlstate and idem_pg_classify() tell what to do);
  * if the connection broke, the outcome of a COMMIT in flight is unknown, which is safe: the retry
  * finds the keys claimed.
  */
 IDEM_NODISCARD idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b,
                                          struct idem_flush_stats *ret_stats, idem_error *err);
+
+/*
+ * @brief Apply message @i of @b (decoded, not undecodable) on its own, inside the transaction
+ * the caller opened on idem_pg_conn(): claim its key and run its handler under a savepoint,
+ * retried up to retry.max_attempts for message-specific failures, and store the handler's
+ * result. Leaves the message APPLIED, DUPLICATE (b->msgs[i].claim tells where the key was
+ * applied) or BAD (reason and SQLSTATE set; its claim rolled back).
+ * @returns IDEM_OK, or IDEM_ERR_PG for a failure that is not the message's (the transaction is
+ * then aborted), IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_pg_apply_one(idem_pg *pg, struct idem_batch *b, size_t i,
+                                             idem_error *err);
+
+/* @brief The connection (NULL while disconnected); valid until the next call on @pg. */
+PGconn *idem_pg_conn(idem_pg *pg);
 
 #endif

@@ -200,6 +200,138 @@ static void test_reset_reuses_memory(void **state)
 	assert_string_equal(bkey(b, 0), "again");
 }
 
+static void test_invalid_utf8_parameter(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	static const char bad[] = { 'a', (char)0xff, 'b' };
+
+	add(fx, 1, "k1", bad, sizeof(bad));
+	assert_int_equal(b->msgs[0].state, IDEM_MSG_BAD);
+	assert_true(b->msgs[0].undecodable);
+	assert_string_equal(idem_batch_ptr(b, b->msgs[0].reason),
+	                    "parameter $2 is not valid UTF-8");
+	add(fx, 2, "k2", "fine", 4);
+	assert_false(b->msgs[1].undecodable);
+}
+
+/* A handler failure records its SQLSTATE in the message itself and passes it back in. */
+static void test_set_reason_keeps_own_sqlstate(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	struct idem_batch_msg *m;
+
+	add(fx, 1, "k", "v", 1);
+	m = &b->msgs[0];
+	snprintf(m->sqlstate, sizeof(m->sqlstate), "%s", "22P02");
+	assert_int_equal(idem_batch_set_reason(b, 0, "handler failed: x", m->sqlstate), IDEM_OK);
+	assert_string_equal(m->sqlstate, "22P02");
+	assert_string_equal(idem_batch_ptr(b, m->reason), "handler failed: x");
+	assert_int_equal(idem_batch_set_reason(b, 0, "y", NULL), IDEM_OK);
+	assert_string_equal(b->msgs[0].sqlstate, "");
+}
+
+static void test_dup_kind(void **state)
+{
+	struct idem_batch_claim c = { 0 };
+
+	(void)state;
+	/* Unknown claim: below the recorded progress a replay, else upstream. */
+	assert_int_equal(idem_batch_dup_kind(3, 10, NULL, -1), IDEM_DUP_UPSTREAM);
+	assert_int_equal(idem_batch_dup_kind(3, 10, NULL, 11), IDEM_DUP_REPLAY);
+	assert_int_equal(idem_batch_dup_kind(3, 10, NULL, 10), IDEM_DUP_UPSTREAM);
+	assert_int_equal(idem_batch_dup_kind(3, 10, &c, 11), IDEM_DUP_REPLAY);
+	/* The claim is this very message: a redelivery, whatever the progress. */
+	c = (struct idem_batch_claim){
+		.found = true, .same_topic = true, .partition = 3, .offset = 10
+	};
+	assert_int_equal(idem_batch_dup_kind(3, 10, &c, -1), IDEM_DUP_REDELIVERY);
+	assert_int_equal(idem_batch_dup_kind(3, 10, &c, 100), IDEM_DUP_REDELIVERY);
+	/* Same offset elsewhere is another message. */
+	c.partition = 4;
+	assert_int_equal(idem_batch_dup_kind(3, 10, &c, -1), IDEM_DUP_UPSTREAM);
+	assert_int_equal(idem_batch_dup_kind(3, 10, &c, 50), IDEM_DUP_REPLAY);
+	c.partition = 3;
+	c.same_topic = false;
+	assert_int_equal(idem_batch_dup_kind(3, 10, &c, -1), IDEM_DUP_UPSTREAM);
+	assert_string_equal(idem_batch_dup_str(IDEM_DUP_REDELIVERY), "redelivery");
+	assert_string_equal(idem_batch_dup_str(IDEM_DUP_REPLAY), "replay");
+	assert_string_equal(idem_batch_dup_str(IDEM_DUP_UPSTREAM), "upstream");
+}
+
+static void test_claims_and_payload_mismatch(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	static const char sha_v[] =
+	        "4c94485e0c21ae6c41ce1dfe7b6bfaceea5ab68e40a2476f50208e526f506080";
+	size_t idx[3] = { 2, 0, 1 };
+
+	add(fx, 1, "b", "v", 1);
+	add(fx, 2, "a", "v", 1);
+	add(fx, 3, "b", "w", 1);
+	/* SHA-256("v") as stored by another message: no mismatch for "v", one for "w". */
+	assert_int_equal(idem_batch_set_claim(b, 0, "payments", 3, 1, sha_v, strlen(sha_v)),
+	                 IDEM_OK);
+	assert_true(b->msgs[0].claim.found && b->msgs[0].claim.same_topic);
+	assert_false(idem_batch_payload_differs(b, 0, &b->msgs[0].claim));
+	assert_true(idem_batch_payload_differs(b, 2, &b->msgs[0].claim));
+	assert_false(idem_batch_payload_differs(b, 2, &b->msgs[1].claim)); /* not found: unknown */
+	/* A claim without a hash differs from a message with a value. */
+	assert_int_equal(idem_batch_set_claim(b, 1, "other", 0, 5, NULL, 0), IDEM_OK);
+	assert_false(b->msgs[1].claim.same_topic);
+	assert_string_equal(idem_batch_ptr(b, b->msgs[1].claim.topic), "other");
+	assert_true(idem_batch_payload_differs(b, 1, &b->msgs[1].claim));
+	/* Sorted by key, then offset; lower bound finds the first of a key. */
+	idem_batch_sort_by_key(b, idx, 3);
+	assert_int_equal(idx[0], 1);
+	assert_int_equal(idx[1], 0);
+	assert_int_equal(idx[2], 2);
+	assert_int_equal(idem_batch_lower_bound(b, idx, 3, "b", 1), 1);
+	assert_int_equal(idem_batch_lower_bound(b, idx, 3, "a", 1), 0);
+	assert_int_equal(idem_batch_lower_bound(b, idx, 3, "c", 1), 3);
+	assert_int_equal(idem_batch_lower_bound(b, idx, 3, "", 0), 3);
+}
+
+static void test_collapse_winner_and_truncate(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+
+	add(fx, 1, "x", "v", 1);
+	add(fx, 2, NULL, "v", 1); /* undecodable */
+	add(fx, 3, "x", "v", 1);
+	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
+	assert_int_equal(b->msgs[2].state, IDEM_MSG_DUP_IN_BATCH);
+	assert_int_equal(b->msgs[2].winner, 0);
+	assert_int_equal(b->msgs[0].winner, 0);
+	assert_true(b->msgs[1].undecodable);
+	idem_batch_truncate(b, 1);
+	assert_int_equal(b->n_msgs, 1);
+	assert_int_equal(b->n_order, 0);
+	idem_batch_truncate(b, 5); /* never grows */
+	assert_int_equal(b->n_msgs, 1);
+}
+
+static void test_reset_keeps_delivery_state(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+
+	assert_int_equal(b->fetch_next, -1);
+	add(fx, 1, "k", "v", 1);
+	b->claim_timeouts = 2;
+	b->failures = 3;
+	b->retry_at_ms = 99;
+	b->fetch_next = 2;
+	idem_batch_reset(b);
+	assert_int_equal(b->claim_timeouts, 0);
+	assert_int_equal(b->failures, 3);
+	assert_int_equal(b->retry_at_ms, 99);
+	assert_int_equal(b->fetch_next, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -211,6 +343,13 @@ int main(void)
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_params_and_hash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reset_reuses_memory, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_invalid_utf8_parameter, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_set_reason_keeps_own_sqlstate, setup,
+		                                teardown),
+		cmocka_unit_test(test_dup_kind),
+		cmocka_unit_test_setup_teardown(test_claims_and_payload_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_collapse_winner_and_truncate, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reset_keeps_delivery_state, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

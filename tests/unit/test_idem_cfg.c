@@ -115,6 +115,8 @@ static void test_full(void **state)
 	assert_string_equal(cfg->conninfo, "host=/run/postgresql dbname=app user=idemd");
 	assert_null(cfg->password_env);
 	assert_string_equal(cfg->password_file, "/etc/idemd/pgpass");
+	assert_int_equal(cfg->lock_timeout_ms, 0);
+	assert_int_equal(cfg->statement_timeout_ms, 86400000);
 
 	assert_int_equal(cfg->n_routes, 2);
 	r = &cfg->routes[0];
@@ -138,6 +140,8 @@ static void test_full(void **state)
 	assert_int_equal(r->params[2].kind, IDEM_FIELD_HEADER);
 	assert_string_equal(r->params[2].arg, "tenant");
 	assert_true(r->needs_json);
+	assert_int_equal(r->on_poison, IDEM_CFG_POISON_HALT);
+	assert_int_equal(r->on_payload_mismatch, IDEM_CFG_MISMATCH_QUARANTINE);
 
 	r = &cfg->routes[1];
 	assert_string_equal(r->name, "orders");
@@ -149,6 +153,8 @@ static void test_full(void **state)
 	assert_string_equal(r->handler_sql, "SELECT 1");
 	assert_int_equal(r->n_params, 0);
 	assert_false(r->needs_json);
+	assert_int_equal(r->on_poison, IDEM_CFG_POISON_QUARANTINE);
+	assert_int_equal(r->on_payload_mismatch, IDEM_CFG_MISMATCH_IGNORE);
 
 	assert_int_equal(cfg->batch_max_messages, 1000);
 	assert_int_equal(cfg->batch_max_wait_ms, 0);
@@ -156,6 +162,7 @@ static void test_full(void **state)
 	assert_int_equal(cfg->max_message_bytes, 1024);
 	assert_int_equal(cfg->retry_initial_ms, 250);
 	assert_int_equal(cfg->retry_max_ms, 250);
+	assert_int_equal(cfg->max_attempts, 100);
 	assert_int_equal(cfg->log_level, IDEM_LOG_DEBUG);
 	idem_cfg_free(cfg);
 }
@@ -176,10 +183,14 @@ static void test_minimal_defaults(void **state)
 	assert_string_equal(cfg->conninfo, "dbname=x");
 	assert_null(cfg->password_env);
 	assert_null(cfg->password_file);
+	assert_int_equal(cfg->lock_timeout_ms, 10000);
+	assert_int_equal(cfg->statement_timeout_ms, 30000);
 	assert_int_equal(cfg->n_routes, 1);
 	r = &cfg->routes[0];
 	assert_string_equal(r->name, "r");
 	assert_string_equal(r->consumer, "g"); /* defaults to kafka.group_id */
+	assert_int_equal(r->on_poison, IDEM_CFG_POISON_QUARANTINE);
+	assert_int_equal(r->on_payload_mismatch, IDEM_CFG_MISMATCH_LOG);
 	assert_int_equal(r->n_params, 1);
 	assert_int_equal(r->params[0].kind, IDEM_FIELD_VALUE);
 	assert_false(r->needs_json);
@@ -189,6 +200,7 @@ static void test_minimal_defaults(void **state)
 	assert_int_equal(cfg->max_message_bytes, 16777216);
 	assert_int_equal(cfg->retry_initial_ms, 100);
 	assert_int_equal(cfg->retry_max_ms, 30000);
+	assert_int_equal(cfg->max_attempts, 3);
 	assert_int_equal(cfg->log_level, IDEM_LOG_INFO);
 	idem_cfg_free(cfg);
 }
@@ -258,6 +270,12 @@ static void test_shipped_example(void **state)
 	assert_string_equal(r->params[2].arg, "/amount");
 	assert_true(r->needs_json);
 	assert_non_null(strstr(r->handler_sql, "INSERT INTO ledger"));
+	/* The failure settings it documents are the defaults. */
+	assert_int_equal(r->on_poison, IDEM_CFG_POISON_QUARANTINE);
+	assert_int_equal(r->on_payload_mismatch, IDEM_CFG_MISMATCH_LOG);
+	assert_int_equal(cfg->max_attempts, 3);
+	assert_int_equal(cfg->lock_timeout_ms, 10000);
+	assert_int_equal(cfg->statement_timeout_ms, 30000);
 	idem_cfg_free(cfg);
 	free(path);
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Fault: SIGKILL of idemd at random moments, 30 restarts in a row, while a live stream goes on:
+# during start-up, while joining the group, mid-batch, between the database commit and the
+# offset commit. Every payment applied exactly once, every message accounted for.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+restarts=${IDEM_RESTARTS:-30}
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:8
+# Small batches: many transactions, so the kills land between claim, commit and offset store.
+# A short session (2.5 s, about the least the embedded Kafka forms a group with) lets a new
+# instance take over from a killed one sooner.
+export IDEM_CFG_MAX=20 IDEM_CFG_SESSION_MS=2500
+idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-kill9 payments
+idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_produce_bg 55000 0.3 101 500
+
+claims() { idem_psql -c 'SELECT count(*) FROM idem.processed_messages'; }
+landed=0
+for i in $(seq 1 "$restarts"); do
+	before=$(claims)
+	idemd_start a "$IDEM_TMP/idemd.yaml"
+	# Every fifth one early (start-up, joining the group); the others at a random moment
+	# within 1.5 s of getting their partitions: mid-batch, between commit and offset store.
+	if ((i % 5 == 0)); then
+		sleep "$((RANDOM % 2)).$((RANDOM % 10))"
+	else
+		idem_wait_until 60 "instance $i gets partitions" \
+			grep -q "assigned topic=" "$IDEM_TMP/idemd-a.log"
+		sleep "$((RANDOM % 2)).$((RANDOM % 5))"
+	fi
+	idemd_kill9 a
+	mv "$IDEM_TMP/idemd-a.log" "$IDEM_TMP/idemd-a.$i.log"
+	after=$(claims)
+	[ "$after" -gt "$before" ] && landed=$((landed + 1))
+	idem_log "kill $i: claims $before -> $after"
+done
+idem_log "$landed of $restarts kills landed while applying"
+[ "$landed" -ge $((restarts / 2)) ] || idem_fail "only $landed kills landed while applying"
+idemd_start a "$IDEM_TMP/idemd.yaml"
+idem_produce_wait 180
+idem_wait_done g-kill9 180
+idemd_stop a
+
+idem_check_exactly_once payments
+idem_check_accounting payments
+idem_fault_report "SIGKILLed $restarts times ($landed while applying)" payments

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Fault: idemd's Postgres backend killed with pg_terminate_backend() 25 times at random moments
+# while it consumes a live stream (57P01 or a lost connection, mid-claim, mid-handler or
+# mid-commit). idemd reconnects and retries the same messages: every payment applied exactly
+# once, every message accounted for.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:8
+export IDEM_CFG_MAX=50 IDEM_CFG_RETRY_MAX_MS=500
+idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-terminate payments
+idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_produce_bg 40000 0.3 71 2000
+
+idemd_start a "$IDEM_TMP/idemd.yaml"
+idem_wait_until 60 "first payments applied" idem_claims_above 0
+killed=0
+for _ in $(seq 1 25); do
+	sleep "0.$((3 + RANDOM % 5))"
+	n=$(idem_psql -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'idemd'")
+	killed=$((killed + n))
+done
+idem_log "terminated $killed backends"
+[ "$killed" -ge 20 ] || idem_fail "only $killed backends terminated"
+idem_producer_running || idem_fail "the stream ended before the last termination"
+idem_produce_wait 120
+idem_wait_done g-terminate 180
+idemd_stop a
+
+idem_check_exactly_once payments
+idem_check_accounting payments
+idem_fault_report "backend terminated $killed times" payments

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# A handler that breaks while idemd runs (its function dropped: 42883) is not turned into a flood
+# of quarantined messages: the partitions pause and retry with backoff, nothing is claimed or
+# quarantined meanwhile, and once the function is back every payment is applied exactly once.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:4
+export IDEM_CFG_SQL=$IDEM_FN_SQL IDEM_CFG_MAX=100 IDEM_CFG_RETRY_MAX_MS=500
+idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-broken payments
+idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_create_apply_fn
+idem_produce_bg 6000 0.2 31 1500
+
+idemd_start a "$IDEM_TMP/idemd.yaml"
+idem_wait_until 60 "first payments applied" idem_claims_above 200
+idem_psql -c 'DROP FUNCTION apply_payment(text, text, bigint)'
+before=$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')
+sleep 4
+idem_assert_eq "claims while broken" "$before" "$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')"
+idem_assert_eq "quarantined while broken" 0 "$(idem_psql -c 'SELECT count(*) FROM idem.quarantine')"
+idem__alive "$IDEMD_PID_a" || idem_fail "idemd exited while the handler was broken"
+idem_create_apply_fn
+
+idem_produce_wait 60
+idem_wait_done g-broken 120
+idemd_stop a
+idem_check_exactly_once payments
+idem_check_accounting payments
+echo "ok: paused for 4 s with $before claims and 0 quarantined; then $(idem_counts_full payments)"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A handler that raises (P0001) for one message in a batch of 500: the batch goes to the slow
+# path, the failing message is retried retry.max_attempts times and quarantined, and the other
+# 499 are applied in the same transaction (one processed_at), in the same run.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_tmp_init
+idem_pg_start
+idem_kafka_start --brokers 1 payments:1
+export IDEM_CFG_SQL=$IDEM_FN_SQL IDEM_CFG_MAX=500 IDEM_CFG_WAIT=2000
+idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-raise payments
+idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_create_apply_fn
+# One record batch of 500 (linger), so the consumer sees all 500 at once.
+out=$("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic payments --count 500 \
+	--seed 500 --accounts 100000 --manifest "$IDEM_TMP/manifest.csv" -X linger.ms=1000 \
+	-X batch.num.messages=10000)
+idem_assert_eq "producer" "produced=500 unique=500 duplicates=0" "$out"
+# The account of a payment in the middle, used by no other payment, is refused.
+victim=$(awk -F, 'NR == FNR { n[$2]++; next } FNR >= 250 && n[$2] == 1 { print; exit }' \
+	"$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest.csv")
+victim_id=${victim%%,*}
+victim_acct=$(cut -d, -f2 <<<"$victim")
+idem_assert_eq "victim account unique" 1 "$(grep -c ",$victim_acct," "$IDEM_TMP/manifest.csv")"
+idem_psql -c "INSERT INTO blocked_accounts VALUES ('$victim_acct')"
+
+idemd_start a "$IDEM_TMP/idemd.yaml"
+idem_wait_done g-raise 60
+idemd_stop a
+
+idem_assert_eq "applied" 499 "$(idem_psql -c 'SELECT count(*) FROM ledger')"
+idem_assert_eq "victim not applied" 0 "$(idem_psql -c "SELECT count(*) FROM ledger WHERE payment_id = '$victim_id'")"
+idem_assert_eq "claims" 499 "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE business_key <> '$victim_id'")"
+idem_assert_eq "no claim left by the victim" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE business_key = '$victim_id'")"
+idem_assert_eq "quarantined" "$victim_id|P0001|3|handler failed: account $victim_acct is blocked" \
+	"$(idem_psql -c "SELECT business_key || '|' || sqlstate || '|' || attempts || '|' || reason FROM idem.quarantine")"
+idem_assert_eq "counters" "500 499 0 1" \
+	"$(idem_psql -c "SELECT consumed || ' ' || applied || ' ' || duplicates || ' ' || quarantined FROM idem.partition_progress")"
+# One transaction: every claim and the quarantine row carry the same transaction timestamp.
+idem_assert_eq "transactions" 1 \
+	"$(idem_psql -c "SELECT count(DISTINCT t) FROM (SELECT processed_at AS t FROM idem.processed_messages UNION ALL SELECT first_failed_at FROM idem.quarantine) x")"
+# The neighbours kept their order: balances equal their payments.
+idem_assert_eq "wrong balances" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM accounts a JOIN (SELECT account, sum(amount) s FROM ledger GROUP BY 1) l ON l.account = a.id WHERE a.balance <> l.s")"
+echo "ok: 499 applied, 1 quarantined, one batch transaction; $(idem_counts_full payments)"
