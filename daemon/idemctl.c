@@ -19,8 +19,7 @@ static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv);
 
 int64_t idemctl_retention_keep(const struct idem_cfg *cfg)
 {
-	(void)cfg;
-	return IDEM_RETENTION_KEEP_S;
+	return cfg->retention_keep_s;
 }
 
 static void usage(FILE *f)

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#define CFG_MAX_KEYS        8  /* keys in the largest section table */
+#define CFG_MAX_KEYS        12 /* keys in the largest section table */
 #define CFG_QUOTE_CHARS     64 /* characters of a user value shown in a message */
 #define CFG_QUOTE_BUF       (CFG_QUOTE_CHARS * 4 + 8)
 #define CFG_MAX_FILE        ((size_t)64 << 20) /* refuse to read larger files */
@@ -32,6 +32,7 @@ enum cfg_type {
 	CFG_STRING,     /* char *, not empty */
 	CFG_INT,        /* int, min..max */
 	CFG_SIZE,       /* size_t, min..max */
+	CFG_DURATION,   /* int64_t seconds, min..max: "30d", "12h", "90m", "45s" or seconds */
 	CFG_LOG_LEVEL,  /* enum idem_log_level */
 	CFG_ENUM,       /* an enum, one of the key's names (their index is the value) */
 	CFG_TOPICS,     /* char ** and a size_t count: a non-empty list of topic names */
@@ -292,6 +293,37 @@ static const struct cfg_key retry_keys[] = {
 };
 static const struct cfg_section retry_section = { retry_keys, RETRY_N, cfg_check_retry };
 
+enum { METRICS_LISTEN, METRICS_N };
+static const struct cfg_key metrics_keys[] = {
+	[METRICS_LISTEN] = { .name = "listen",
+	                     .type = CFG_STRING,
+	                     .off = offsetof(struct idem_cfg, metrics_listen) },
+};
+static const struct cfg_section metrics_section = { metrics_keys, METRICS_N, NULL };
+
+enum { RETENTION_KEEP, RETENTION_INTERVAL, RETENTION_BATCH, RETENTION_N };
+static const struct cfg_key retention_keys[] = {
+	[RETENTION_KEEP] = { .name = "keep",
+	                     .type = CFG_DURATION,
+	                     .def = 30 * 86400,
+	                     .min = 60,
+	                     .max = 100LL * 365 * 86400,
+	                     .off = offsetof(struct idem_cfg, retention_keep_s) },
+	[RETENTION_INTERVAL] = { .name = "interval",
+	                         .type = CFG_DURATION,
+	                         .def = 600,
+	                         .min = 1,
+	                         .max = 7 * 86400,
+	                         .off = offsetof(struct idem_cfg, retention_interval_s) },
+	[RETENTION_BATCH] = { .name = "batch",
+	                      .type = CFG_INT,
+	                      .def = 1000,
+	                      .min = 1,
+	                      .max = 100000,
+	                      .off = offsetof(struct idem_cfg, retention_batch) },
+};
+static const struct cfg_section retention_section = { retention_keys, RETENTION_N, NULL };
+
 enum { LOG_LEVEL, LOG_N };
 static const struct cfg_key log_keys[] = {
 	[LOG_LEVEL] = { .name = "level",
@@ -302,7 +334,18 @@ static const struct cfg_key log_keys[] = {
 };
 static const struct cfg_section log_section = { log_keys, LOG_N, NULL };
 
-enum { TOP_KAFKA, TOP_POSTGRES, TOP_ROUTES, TOP_BATCH, TOP_LIMITS, TOP_RETRY, TOP_LOG, TOP_N };
+enum {
+	TOP_KAFKA,
+	TOP_POSTGRES,
+	TOP_ROUTES,
+	TOP_BATCH,
+	TOP_LIMITS,
+	TOP_RETRY,
+	TOP_RETENTION,
+	TOP_METRICS,
+	TOP_LOG,
+	TOP_N
+};
 static const struct cfg_key top_keys[] = {
 	[TOP_KAFKA] = { .name = "kafka",
 	                .type = CFG_SECTION,
@@ -325,6 +368,8 @@ static const struct cfg_key top_keys[] = {
 	                .type = CFG_SECTION,
 	                .reload = true,
 	                .sub = &retry_section },
+	[TOP_RETENTION] = { .name = "retention", .type = CFG_SECTION, .sub = &retention_section },
+	[TOP_METRICS] = { .name = "metrics", .type = CFG_SECTION, .sub = &metrics_section },
 	[TOP_LOG] = { .name = "log", .type = CFG_SECTION, .reload = true, .sub = &log_section },
 };
 static const struct cfg_section top_section = { top_keys, TOP_N, cfg_check_top };
@@ -332,7 +377,8 @@ static const struct cfg_section top_section = { top_keys, TOP_N, cfg_check_top }
 _Static_assert(KAFKA_N <= CFG_MAX_KEYS && PG_N <= CFG_MAX_KEYS && HANDLER_N <= CFG_MAX_KEYS &&
                        ROUTE_N <= CFG_MAX_KEYS && BATCH_N <= CFG_MAX_KEYS &&
                        LIMITS_N <= CFG_MAX_KEYS && RETRY_N <= CFG_MAX_KEYS &&
-                       LOG_N <= CFG_MAX_KEYS && TOP_N <= CFG_MAX_KEYS,
+                       LOG_N <= CFG_MAX_KEYS && TOP_N <= CFG_MAX_KEYS &&
+                       METRICS_N <= CFG_MAX_KEYS && RETENTION_N <= CFG_MAX_KEYS,
                "CFG_MAX_KEYS is too small");
 
 /*
@@ -1070,6 +1116,29 @@ static bool cfg_int(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t 
 	return true;
 }
 
+static bool cfg_duration(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
+                         const char *path, void *target)
+{
+	const char *s = cfg_text(ctx, node, path);
+	int64_t v;
+
+	if (s == NULL)
+		return false;
+	if (!idem_duration_parse(s, &v)) {
+		cfg_error(ctx, node,
+		          "'%s' must be a duration such as 30d, 12h, 90m or 45s, got '%s'", path,
+		          cfg_qs(ctx, s));
+		return false;
+	}
+	if (v < key->min || v > key->max) {
+		cfg_error(ctx, node, "'%s' must be between %llds and %llds, got '%s'", path,
+		          key->min, key->max, cfg_qs(ctx, s));
+		return false;
+	}
+	*(int64_t *)cfg_field(target, key->off) = v;
+	return true;
+}
+
 static bool cfg_enum(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
                      const char *path, void *target)
 {
@@ -1417,6 +1486,8 @@ static bool cfg_value(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_
 	case CFG_INT:
 	case CFG_SIZE:
 		return cfg_int(ctx, key, node, path, target);
+	case CFG_DURATION:
+		return cfg_duration(ctx, key, node, path, target);
 	case CFG_LOG_LEVEL:
 		return cfg_log_level(ctx, key, node, path, target);
 	case CFG_ENUM:
@@ -1744,6 +1815,9 @@ static void cfg_set_defaults(const struct cfg_section *sec, void *target)
 		case CFG_SIZE:
 			*(size_t *)cfg_field(target, key->off) = (size_t)key->def;
 			break;
+		case CFG_DURATION:
+			*(int64_t *)cfg_field(target, key->off) = (int64_t)key->def;
+			break;
 		case CFG_LOG_LEVEL:
 			*(enum idem_log_level *)cfg_field(target, key->off) =
 			        (enum idem_log_level)key->def;
@@ -1982,6 +2056,7 @@ void idem_cfg_free(struct idem_cfg *cfg)
 	free(cfg->conninfo);
 	free(cfg->password_env);
 	free(cfg->password_file);
+	free(cfg->metrics_listen);
 	for (size_t i = 0; cfg->routes != NULL && i < cfg->n_routes; i++) {
 		struct idem_route *route = &cfg->routes[i];
 

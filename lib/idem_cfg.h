@@ -80,6 +80,14 @@ struct idem_cfg {
 	int retry_max_ms;     /* retry.max_ms, default 30000 */
 	int max_attempts; /* retry.max_attempts: tries of a failing message, default 3, 1..100 */
 
+	/* retention: */
+	int64_t retention_keep_s;     /* retention.keep, default 30d, 60s..100 years */
+	int64_t retention_interval_s; /* retention.interval, default 10m */
+	int retention_batch;          /* retention.batch, default 1000 rows per transaction */
+
+	/* metrics: */
+	char *metrics_listen; /* metrics.listen ("127.0.0.1:9187"); NULL: no HTTP listener */
+
 	/* log: */
 	enum idem_log_level log_level; /* log.level, default info */
 };

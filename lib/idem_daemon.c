@@ -15,8 +15,10 @@
 
 #include "idem_consumer.h"
 #include "idem_log.h"
+#include "idem_metrics.h"
 #include "idem_offsets.h"
 #include "idem_pg.h"
+#include "idem_retention.h"
 
 struct idem_daemon {
 	const struct idem_cfg *cfg;
@@ -30,7 +32,10 @@ struct idem_daemon {
 	bool closing; /* shutting down: bounded retries only */
 	bool subscribed;
 	int64_t last_stats_ms;
-	unsigned int seed; /* for backoff jitter */
+	int64_t last_publish_ms;
+	unsigned int seed;         /* for backoff jitter */
+	idem_metrics *metrics;     /* always there; served over HTTP if metrics.listen is set */
+	idem_retention *retention; /* the purge thread */
 };
 
 static int64_t now_ms(void)
@@ -198,6 +203,12 @@ static void committed(idem_daemon *d, struct idem_part *p, const struct idem_flu
 	bool was_paused = b->retry_at_ms != 0;
 
 	add_stats(d, st);
+	idem_metrics_batch(d->metrics, st->consumed, st->applied, st->quarantined,
+	                   (double)(now_ms() - t0) / 1000.0);
+	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_REDELIVERY, st->dup_redelivery);
+	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_REPLAY, st->dup_replay);
+	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_UPSTREAM, st->dup_upstream);
+	idem_metrics_mismatches(d->metrics, st->payload_mismatches);
 	if (st->quarantined > 0)
 		idem_log_warn("batch",
 		              "quarantined %" PRIu64 " message(s) topic=%s partition=%" PRId32
@@ -271,6 +282,7 @@ static idem_status flush_once(idem_daemon *d, struct idem_part *p, idem_error *e
 		return idem_error_set(err, r, "%s", e.msg);
 	cls = idem_pg_classify(e.sqlstate);
 	d->stats.retries++;
+	idem_metrics_retry(d->metrics, idem_pg_class_str(cls));
 	wait = backoff_ms(d, ++b->failures);
 	if (b->retry_at_ms == 0)
 		pause_part(d, p);
@@ -386,6 +398,8 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 	commit_sync(d, "revoke");
 	for (int i = 0; i < list->cnt; i++) {
 		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		idem_metrics_partition_remove(d->metrics, list->elems[i].topic,
+		                              list->elems[i].partition);
 		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
 		              list->elems[i].partition);
 	}
@@ -448,7 +462,15 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->last_stats_ms = now_ms();
 	idem_parts_init(&d->parts);
 
+	d->metrics = idem_metrics_new();
+	if (d->metrics == NULL) {
+		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
 	if ((r = idem_pg_new(cfg, &d->pg, err)) != IDEM_OK)
+		goto out_free;
+	if (cfg->metrics_listen != NULL &&
+	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
 		goto out_free;
 	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
 		goto out_free;
@@ -473,6 +495,10 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		goto out_free;
 	}
 	d->subscribed = true;
+	if ((r = idem_retention_start(cfg, cfg->retention_keep_s, cfg->retention_interval_s,
+	                              cfg->retention_batch, d->metrics, d->rk, &d->retention,
+	                              err)) != IDEM_OK)
+		goto out_free;
 	*ret_d = d;
 	return IDEM_OK;
 
@@ -485,8 +511,10 @@ void idem_daemon_free(idem_daemon *d)
 {
 	if (d == NULL)
 		return;
+	idem_retention_stop(d->retention);
 	if (d->rk != NULL)
 		rd_kafka_destroy(d->rk);
+	idem_metrics_free(d->metrics);
 	idem_pg_free(d->pg);
 	idem_parts_done(&d->parts);
 	free(d->hdrs);
@@ -660,12 +688,44 @@ static void log_stats(idem_daemon *d)
 	              d->stats.slow_batches, d->stats.retries, d->parts.n, halted_count(d));
 }
 
+/* About once a second: per-partition lag and progress, readiness. */
+static void publish(idem_daemon *d)
+{
+	rd_kafka_topic_partition_list_t *list;
+	int64_t now = now_ms();
+
+	if (now - d->last_publish_ms < 1000)
+		return;
+	d->last_publish_ms = now;
+	list = rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
+	for (size_t i = 0; i < d->parts.n; i++)
+		rd_kafka_topic_partition_list_add(list, d->parts.v[i]->topic,
+		                                  d->parts.v[i]->partition);
+	rd_kafka_position(d->rk, list);
+	for (size_t i = 0; i < d->parts.n; i++) {
+		const struct idem_part *p = d->parts.v[i];
+		int64_t low = -1, high = -1, done = p->db_next, lag = -1;
+
+		/* Cached from fetch responses: no request to the broker. */
+		rd_kafka_get_watermark_offsets(d->rk, p->topic, p->partition, &low, &high);
+		if (done < 0 && list->elems[i].offset >= 0)
+			done = list->elems[i].offset;
+		if (high >= 0 && done >= 0)
+			lag = high > done ? high - done : 0;
+		idem_metrics_partition(d->metrics, p->topic, p->partition, p->db_next, lag);
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+	idem_metrics_ready(d->metrics, idem_pg_connected(d->pg), d->parts.n > 0,
+	                   halted_count(d) > 0);
+}
+
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 {
 	rd_kafka_message_t *rkm;
 	int budget = d->cfg->batch_max_messages * 4;
 	idem_status r;
 
+	publish(d);
 	rkm = rd_kafka_consumer_poll(d->rk, poll_timeout(d));
 	if (rkm == NULL)
 		return flush_due(d, true, err); /* idle: nothing is worth waiting for */

@@ -19,8 +19,8 @@ static const double batch_secs_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 #define N_SIZE IDEM_ARRAY_SIZE(batch_size_bounds)
 #define N_SECS IDEM_ARRAY_SIZE(batch_secs_bounds)
 
-static const char *const dup_kind_names[IDEM_METRICS_DUP_KINDS] = { "in_batch", "redelivery",
-	                                                            "replay", "upstream" };
+static const char *const dup_kind_names[IDEM_METRICS_DUP_KINDS] = { "redelivery", "replay",
+	                                                            "upstream" };
 static const char *const retry_classes[] = { "transient", "message", "broken" };
 
 struct part_gauge {
@@ -33,7 +33,7 @@ struct part_gauge {
 struct idem_metrics {
 	pthread_mutex_t lock;
 	struct MHD_Daemon *mhd;
-	uint64_t consumed, applied, quarantined, batches;
+	uint64_t consumed, applied, quarantined, batches, mismatches;
 	uint64_t dups[IDEM_METRICS_DUP_KINDS];
 	uint64_t retries[IDEM_ARRAY_SIZE(retry_classes)];
 	uint64_t size_buckets[N_SIZE + 1], secs_buckets[N_SECS + 1];
@@ -100,6 +100,15 @@ void idem_metrics_duplicates(idem_metrics *m, enum idem_metrics_dup kind, uint64
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->dups[kind] += n;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_mismatches(idem_metrics *m, uint64_t n)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->mismatches += n;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -261,6 +270,9 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 		  offsetof(struct idem_metrics, quarantined) },
 		{ "idemd_batches_total", "Batches committed.",
 		  offsetof(struct idem_metrics, batches) },
+		{ "idemd_payload_mismatches_total",
+		  "Duplicates whose payload differs from the message that claimed the key.",
+		  offsetof(struct idem_metrics, mismatches) },
 	};
 
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(counters); i++) {

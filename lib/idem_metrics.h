@@ -13,12 +13,11 @@
 
 typedef struct idem_metrics idem_metrics;
 
-/* Duplicate kinds, the label values of idemd_duplicates_total{kind}. */
+/* Duplicate kinds, the label values of idemd_duplicates_total{kind} (as in the database). */
 enum idem_metrics_dup {
-	IDEM_METRICS_DUP_IN_BATCH = 0, /* a second copy inside one batch */
-	IDEM_METRICS_DUP_REDELIVERY,   /* the same topic/partition/offset as the claim */
-	IDEM_METRICS_DUP_REPLAY,       /* below the partition's recorded progress */
-	IDEM_METRICS_DUP_UPSTREAM,     /* another message with the same business key */
+	IDEM_METRICS_DUP_REDELIVERY = 0, /* the same topic/partition/offset as the claim */
+	IDEM_METRICS_DUP_REPLAY,         /* below the partition's recorded progress */
+	IDEM_METRICS_DUP_UPSTREAM,       /* another message with the same business key */
 	IDEM_METRICS_DUP_KINDS
 };
 
@@ -37,6 +36,8 @@ IDEM_NODISCARD idem_status idem_metrics_listen(idem_metrics *m, const char *list
 void idem_metrics_batch(idem_metrics *m, uint64_t consumed, uint64_t applied, uint64_t quarantined,
                         double seconds);
 void idem_metrics_duplicates(idem_metrics *m, enum idem_metrics_dup kind, uint64_t n);
+/* Duplicates whose payload differs from the claimed message's. */
+void idem_metrics_mismatches(idem_metrics *m, uint64_t n);
 /* A failed batch attempt that will be retried; @cls is "transient", "message" or "broken". */
 void idem_metrics_retry(idem_metrics *m, const char *cls);
 /* Per-partition gauges; @lag < 0 means unknown. */

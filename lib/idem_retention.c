@@ -135,16 +135,43 @@ struct idem_retention {
 	int64_t keep, interval;
 	int batch;
 	idem_metrics *metrics;
+	rd_kafka_t *rk;
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool stop;
 };
 
+/*
+ * Claims must outlive every redelivery and replay: a keep shorter than what a topic retains
+ * lets a replay of its oldest messages apply them again. Warn where the broker can tell.
+ */
+static void warn_short_retention(const idem_retention *rt)
+{
+	for (size_t i = 0; rt->rk != NULL && i < rt->cfg->n_topics; i++) {
+		const char *topic = rt->cfg->topics[i];
+		int64_t ms = 0;
+		idem_error e;
+
+		if (idem_retention_topic_ms(rt->rk, topic, &ms, &e) != IDEM_OK) {
+			idem_log_debug("retention", "%s", e.msg);
+			continue;
+		}
+		if (ms / 1000 > rt->keep)
+			idem_log_warn("retention",
+			              "retention.keep=%" PRId64
+			              "s is shorter than the retention of topic=%s (%" PRId64
+			              "s): replaying its oldest messages could apply them again",
+			              rt->keep, topic, ms / 1000);
+	}
+}
+
 static void *retention_main(void *arg)
 {
 	idem_retention *rt = arg;
 	PGconn *conn = NULL;
+
+	warn_short_retention(rt);
 
 	pthread_mutex_lock(&rt->lock);
 	while (!rt->stop) {
@@ -197,7 +224,7 @@ static void *retention_main(void *arg)
 
 idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_seconds,
                                  int64_t interval_seconds, int batch, idem_metrics *metrics,
-                                 idem_retention **ret, idem_error *err)
+                                 rd_kafka_t *rk, idem_retention **ret, idem_error *err)
 {
 	idem_retention *rt = calloc(1, sizeof(*rt));
 
@@ -208,6 +235,7 @@ idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_second
 	rt->interval = interval_seconds > 0 ? interval_seconds : 1;
 	rt->batch = batch > 0 ? batch : 1000;
 	rt->metrics = metrics;
+	rt->rk = rk;
 	pthread_mutex_init(&rt->lock, NULL);
 	pthread_cond_init(&rt->cond, NULL);
 	if (pthread_create(&rt->thread, NULL, retention_main, rt) != 0) {

@@ -15,11 +15,6 @@
 #include "idem_common.h"
 #include "idem_metrics.h"
 
-/* Defaults: keep claims 30 days, purge every 10 minutes, 1000 rows per transaction. */
-#define IDEM_RETENTION_KEEP_S     (30 * 86400)
-#define IDEM_RETENTION_INTERVAL_S 600
-#define IDEM_RETENTION_BATCH      1000
-
 /*
  * @brief Delete the claims of @consumer older than @keep_seconds, @batch rows per transaction
  * (short transactions: the pipeline's claims never wait long), and record the cutoff as the
@@ -46,12 +41,13 @@ typedef struct idem_retention idem_retention;
 /*
  * @brief Start a background thread with its own Postgres connection that purges every
  * route's consumer every @interval_seconds and publishes the oldest claim age to @metrics
- * (may be NULL). @cfg must outlive it.
+ * (may be NULL). First, if @rk is not NULL, it warns about topics whose retention (where the
+ * broker tells) is longer than @keep_seconds. @cfg and @rk must outlive it.
  */
 IDEM_NODISCARD idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_seconds,
                                                 int64_t interval_seconds, int batch,
-                                                idem_metrics *metrics, idem_retention **ret,
-                                                idem_error *err);
+                                                idem_metrics *metrics, rd_kafka_t *rk,
+                                                idem_retention **ret, idem_error *err);
 /* @brief Stop the thread (waits for a purge in progress to finish its batch). */
 void idem_retention_stop(idem_retention *r);
 

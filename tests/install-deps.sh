@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(
 	build-essential cmake pkg-config
 	librdkafka-dev libpq-dev libyaml-dev libjson-c-dev libssl-dev
-	libcmocka-dev libmicrohttpd-dev postgresql clang clang-format libclang-rt-14-dev
+	libcmocka-dev libmicrohttpd-dev postgresql clang clang-format libclang-rt-14-dev curl
 	prometheus dpkg-dev
 )
 missing=()

@@ -163,6 +163,10 @@ static void test_full(void **state)
 	assert_int_equal(cfg->retry_initial_ms, 250);
 	assert_int_equal(cfg->retry_max_ms, 250);
 	assert_int_equal(cfg->max_attempts, 100);
+	assert_int_equal(cfg->retention_keep_s, 45 * 86400);
+	assert_int_equal(cfg->retention_interval_s, 90);
+	assert_int_equal(cfg->retention_batch, 250);
+	assert_string_equal(cfg->metrics_listen, "127.0.0.1:9187");
 	assert_int_equal(cfg->log_level, IDEM_LOG_DEBUG);
 	idem_cfg_free(cfg);
 }
@@ -201,6 +205,10 @@ static void test_minimal_defaults(void **state)
 	assert_int_equal(cfg->retry_initial_ms, 100);
 	assert_int_equal(cfg->retry_max_ms, 30000);
 	assert_int_equal(cfg->max_attempts, 3);
+	assert_int_equal(cfg->retention_keep_s, 30 * 86400);
+	assert_int_equal(cfg->retention_interval_s, 600);
+	assert_int_equal(cfg->retention_batch, 1000);
+	assert_null(cfg->metrics_listen);
 	assert_int_equal(cfg->log_level, IDEM_LOG_INFO);
 	idem_cfg_free(cfg);
 }

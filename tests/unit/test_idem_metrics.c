@@ -43,7 +43,8 @@ static void test_counters_and_histograms(void **state)
 	assert_non_null(m);
 	idem_metrics_batch(m, 500, 300, 1, 0.004);
 	idem_metrics_batch(m, 3, 3, 0, 0.2);
-	idem_metrics_duplicates(m, IDEM_METRICS_DUP_IN_BATCH, 150);
+	idem_metrics_duplicates(m, IDEM_METRICS_DUP_REDELIVERY, 150);
+	idem_metrics_mismatches(m, 2);
 	idem_metrics_duplicates(m, IDEM_METRICS_DUP_UPSTREAM, 49);
 	idem_metrics_retry(m, "transient");
 	idem_metrics_retry(m, "transient");
@@ -54,7 +55,8 @@ static void test_counters_and_histograms(void **state)
 	has_line(t, "idemd_messages_applied_total 303");
 	has_line(t, "idemd_messages_quarantined_total 1");
 	has_line(t, "idemd_batches_total 2");
-	has_line(t, "idemd_duplicates_total{kind=\"in_batch\"} 150");
+	has_line(t, "idemd_duplicates_total{kind=\"redelivery\"} 150");
+	has_line(t, "idemd_payload_mismatches_total 2");
 	has_line(t, "idemd_duplicates_total{kind=\"upstream\"} 49");
 	has_line(t, "idemd_duplicates_total{kind=\"replay\"} 0");
 	has_line(t, "idemd_batch_retries_total{class=\"transient\"} 2");

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Metrics and health over HTTP: /healthz, /readyz, and /metrics in the Prometheus text format
+# (checked by promtool), scraped before and after a run, with the counters matching the
+# database's own.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+command -v promtool >/dev/null || idem_fail "promtool (Debian package prometheus) is not installed"
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:4
+cfg=$IDEM_TMP/idemd.yaml
+idem_write_config "$cfg" g-metrics payments
+port=$((20000 + RANDOM % 20000))
+printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
+idem_setup_db "$cfg"
+url=http://127.0.0.1:$port
+
+idemd_start a "$cfg"
+idem_wait_until 20 "/healthz" curl -fsS "$url/healthz" -o /dev/null
+idem_assert_eq "/healthz" "ok" "$(curl -fsS "$url/healthz")"
+idem_wait_until 30 "/readyz" curl -fsS "$url/readyz" -o /dev/null
+idem_assert_eq "/readyz" "ready" "$(curl -fsS "$url/readyz")"
+idem_assert_eq "unknown path" 404 "$(curl -s -o /dev/null -w '%{http_code}' "$url/nope")"
+
+curl -fsS "$url/metrics" >"$IDEM_TMP/before.prom"
+promtool check metrics <"$IDEM_TMP/before.prom"
+metric() { awk -v k="$1" '$1 == k {print $2}' "$2"; }
+idem_assert_eq "consumed before" 0 "$(metric idemd_messages_consumed_total "$IDEM_TMP/before.prom")"
+
+idem_produce 5000 0.3 9
+idem_wait_done g-metrics 120
+sleep 1.5 # one publication interval, for the gauges
+curl -fsS "$url/metrics" >"$IDEM_TMP/after.prom"
+promtool check metrics <"$IDEM_TMP/after.prom"
+db() { idem_psql -c "SELECT sum($1) FROM idem.partition_progress WHERE consumer = 'payments'"; }
+idem_assert_eq "consumed" "$(db consumed)" "$(metric idemd_messages_consumed_total "$IDEM_TMP/after.prom")"
+idem_assert_eq "applied" "$(db applied)" "$(metric idemd_messages_applied_total "$IDEM_TMP/after.prom")"
+idem_assert_eq "applied = unique" "$IDEM_UNIQUE" "$(metric idemd_messages_applied_total "$IDEM_TMP/after.prom")"
+idem_assert_eq "quarantined" "$(db quarantined)" "$(metric idemd_messages_quarantined_total "$IDEM_TMP/after.prom")"
+idem_assert_eq "upstream duplicates" "$(db dup_upstream)" "$(metric 'idemd_duplicates_total{kind="upstream"}' "$IDEM_TMP/after.prom")"
+idem_assert_eq "replay duplicates" "$(db dup_replay)" "$(metric 'idemd_duplicates_total{kind="replay"}' "$IDEM_TMP/after.prom")"
+idem_assert_eq "redelivery duplicates" "$(db dup_redelivery)" "$(metric 'idemd_duplicates_total{kind="redelivery"}' "$IDEM_TMP/after.prom")"
+idem_assert_eq "batch count" "$(metric idemd_batches_total "$IDEM_TMP/after.prom")" \
+	"$(metric idemd_batch_size_messages_count "$IDEM_TMP/after.prom")"
+idem_assert_eq "lag gauges all zero" "0 4" "$(awk '/^idemd_partition_lag_messages\{/ {s += $2; n++} END {print s + 0, n + 0}' "$IDEM_TMP/after.prom")"
+for p in 0 1 2 3; do
+	idem_assert_eq "progress gauge of partition $p" \
+		"$(idem_psql -c "SELECT next_offset FROM idem.partition_progress WHERE consumer = 'payments' AND partition = $p")" \
+		"$(metric "idemd_partition_database_progress{topic=\"payments\",partition=\"$p\"}" "$IDEM_TMP/after.prom")"
+done
+grep -q '^idemd_build_info{version="' "$IDEM_TMP/after.prom" || idem_fail "no build info"
+idemd_stop a
+echo "ok: metrics match the database: $(idem_counts payments)"
