@@ -68,7 +68,7 @@ int idemctl_purge(const struct idem_cfg *cfg, int argc, char **argv)
 			seen |= strcmp(cfg->routes[j].consumer, cfg->routes[i].consumer) == 0;
 		if (seen)
 			continue;
-		if (idem_retention_purge(conn, cfg->routes[i].consumer, keep, IDEM_RETENTION_BATCH,
+		if (idem_retention_purge(conn, cfg->routes[i].consumer, keep, cfg->retention_batch,
 		                         &deleted, &err) != IDEM_OK) {
 			fprintf(stderr, "idemctl: purge: %s\n", err.msg);
 			rc = IDEMCTL_EXIT_FAILURE;
