@@ -261,22 +261,15 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 		return IDEMCTL_EXIT_FAILURE;
 	}
 	/* Look in the namespaces of this configuration's routes only. */
-	if (idem_buf_append_str(&consumers, "{") != IDEM_OK)
+	if (idem_pgarray_open(&consumers) != IDEM_OK)
 		goto out_nomem;
 	for (size_t i = 0; i < cfg->n_routes; i++) {
-		if (idem_buf_printf(&consumers, "%s\"", i ? "," : "") != IDEM_OK)
-			goto out_nomem;
-		for (const char *s = cfg->routes[i].consumer; *s; s++) {
-			if ((*s == '"' || *s == '\\') &&
-			    idem_buf_append(&consumers, "\\", 1) != IDEM_OK)
-				goto out_nomem;
-			if (idem_buf_append(&consumers, s, 1) != IDEM_OK)
-				goto out_nomem;
-		}
-		if (idem_buf_append_str(&consumers, "\"") != IDEM_OK)
+		const char *c = cfg->routes[i].consumer;
+
+		if (idem_pgarray_add(&consumers, c, strlen(c), false) != IDEM_OK)
 			goto out_nomem;
 	}
-	if (idem_buf_append_str(&consumers, "}") != IDEM_OK)
+	if (idem_pgarray_close(&consumers) != IDEM_OK)
 		goto out_nomem;
 	vals[0] = argv[1];
 	vals[1] = consumers.data;

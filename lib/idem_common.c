@@ -126,6 +126,36 @@ idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, ...)
 	return IDEM_OK;
 }
 
+idem_status idem_pgarray_open(struct idem_buf *a)
+{
+	idem_buf_reset(a);
+	return idem_buf_append(a, "{", 1);
+}
+
+idem_status idem_pgarray_add(struct idem_buf *a, const char *s, size_t n, bool null)
+{
+	if (a->len > 1 && idem_buf_append(a, ",", 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (null)
+		return idem_buf_append(a, "NULL", 4);
+	if (idem_buf_reserve(a, 2 * n + 2) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	a->data[a->len++] = '"';
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '"' || s[i] == '\\')
+			a->data[a->len++] = '\\';
+		a->data[a->len++] = s[i];
+	}
+	a->data[a->len++] = '"';
+	a->data[a->len] = '\0';
+	return IDEM_OK;
+}
+
+idem_status idem_pgarray_close(struct idem_buf *a)
+{
+	return idem_buf_append(a, "}", 1);
+}
+
 bool idem_duration_parse(const char *s, int64_t *ret_seconds)
 {
 	int64_t v = 0, mult = 1;

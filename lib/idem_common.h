@@ -75,6 +75,15 @@ IDEM_NODISCARD idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, 
         IDEM_PRINTF(2, 3);
 
 /*
+ * Postgres text-format array literals ('{"a","b\\"c",NULL}'), for binding a whole list as one
+ * parameter: idem_pgarray_open() resets @a to "{", idem_pgarray_add() appends an element
+ * (quoted, '"' and '\\' escaped; NULL when @null), idem_pgarray_close() appends "}".
+ */
+IDEM_NODISCARD idem_status idem_pgarray_open(struct idem_buf *a);
+IDEM_NODISCARD idem_status idem_pgarray_add(struct idem_buf *a, const char *s, size_t n, bool null);
+IDEM_NODISCARD idem_status idem_pgarray_close(struct idem_buf *a);
+
+/*
  * @brief Parse a duration: a non-negative integer with an optional unit s, m, h or d
  * ("30d", "90m", "3600"; no unit means seconds).
  * @returns false if @s is not one (out of range included).

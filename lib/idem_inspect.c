@@ -197,27 +197,16 @@ void idem_replay_report_done(struct idem_replay_report *r)
 	memset(r, 0, sizeof(*r));
 }
 
-/* Text array literal of @n keys from the buffer of NUL-separated keys. */
+/* Text array literal of @n keys. */
 static idem_status array_literal(struct idem_buf *a, char **keys, size_t n)
 {
-	idem_buf_reset(a);
-	if (idem_buf_append(a, "{", 1) != IDEM_OK)
+	if (idem_pgarray_open(a) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
 	for (size_t i = 0; i < n; i++) {
-		if (i > 0 && idem_buf_append(a, ",", 1) != IDEM_OK)
-			return IDEM_ERR_NOMEM;
-		if (idem_buf_append(a, "\"", 1) != IDEM_OK)
-			return IDEM_ERR_NOMEM;
-		for (const char *s = keys[i]; *s; s++) {
-			if ((*s == '"' || *s == '\\') && idem_buf_append(a, "\\", 1) != IDEM_OK)
-				return IDEM_ERR_NOMEM;
-			if (idem_buf_append(a, s, 1) != IDEM_OK)
-				return IDEM_ERR_NOMEM;
-		}
-		if (idem_buf_append(a, "\"", 1) != IDEM_OK)
+		if (idem_pgarray_add(a, keys[i], strlen(keys[i]), false) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
 	}
-	return idem_buf_append(a, "}", 1);
+	return idem_pgarray_close(a);
 }
 
 static int str_cmp(const void *a, const void *b)

@@ -389,37 +389,6 @@ PGconn *idem_pg_conn(idem_pg *pg)
 	return pg->conn;
 }
 
-/* Append one element to a text-format array literal ("{...}" built by the caller). */
-static idem_status arr_add(struct idem_buf *a, const char *s, size_t n, bool null)
-{
-	if (a->len > 1 && idem_buf_append(a, ",", 1) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	if (null)
-		return idem_buf_append(a, "NULL", 4);
-	if (idem_buf_reserve(a, 2 * n + 2) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	a->data[a->len++] = '"';
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '"' || s[i] == '\\')
-			a->data[a->len++] = '\\';
-		a->data[a->len++] = s[i];
-	}
-	a->data[a->len++] = '"';
-	a->data[a->len] = '\0';
-	return IDEM_OK;
-}
-
-static idem_status arr_open(struct idem_buf *a)
-{
-	idem_buf_reset(a);
-	return idem_buf_append(a, "{", 1);
-}
-
-static idem_status arr_close(struct idem_buf *a)
-{
-	return idem_buf_append(a, "}", 1);
-}
-
 static idem_status need_vals(idem_pg *pg, size_t n)
 {
 	if (n <= pg->cap_vals)
@@ -460,19 +429,22 @@ static idem_status need_idx(idem_pg *pg, size_t n)
 static idem_status claim_params(idem_pg *pg, const struct idem_batch *b, const size_t *idx,
                                 size_t n, char *part, const char **vals)
 {
-	if (arr_open(&pg->keys) || arr_open(&pg->offs) || arr_open(&pg->hashes))
+	if (idem_pgarray_open(&pg->keys) || idem_pgarray_open(&pg->offs) ||
+	    idem_pgarray_open(&pg->hashes))
 		return IDEM_ERR_NOMEM;
 	for (size_t k = 0; k < n; k++) {
 		const struct idem_batch_msg *m = &b->msgs[idx[k]];
 		char off[24];
 		int len = snprintf(off, sizeof(off), "%" PRId64, m->offset);
 
-		if (arr_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-		    arr_add(&pg->offs, off, (size_t)len, false) ||
-		    arr_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
+		if (idem_pgarray_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    idem_pgarray_add(&pg->offs, off, (size_t)len, false) ||
+		    idem_pgarray_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len,
+		                     m->hash.null))
 			return IDEM_ERR_NOMEM;
 	}
-	if (arr_close(&pg->keys) || arr_close(&pg->offs) || arr_close(&pg->hashes))
+	if (idem_pgarray_close(&pg->keys) || idem_pgarray_close(&pg->offs) ||
+	    idem_pgarray_close(&pg->hashes))
 		return IDEM_ERR_NOMEM;
 	snprintf(part, 16, "%" PRId32, b->partition);
 	vals[0] = b->route->consumer;
@@ -508,7 +480,7 @@ static idem_status claims_params(idem_pg *pg, const struct idem_batch *b, size_t
 {
 	size_t n = 0;
 
-	if (need_idx(pg, b->n_msgs) != IDEM_OK || arr_open(&pg->dkeys))
+	if (need_idx(pg, b->n_msgs) != IDEM_OK || idem_pgarray_open(&pg->dkeys))
 		return IDEM_ERR_NOMEM;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		const struct idem_batch_msg *m = &b->msgs[i];
@@ -516,10 +488,10 @@ static idem_status claims_params(idem_pg *pg, const struct idem_batch *b, size_t
 		if (m->state != IDEM_MSG_DUPLICATE)
 			continue;
 		pg->dups[n++] = i;
-		if (arr_add(&pg->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
+		if (idem_pgarray_add(&pg->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
 			return IDEM_ERR_NOMEM;
 	}
-	if (arr_close(&pg->dkeys))
+	if (idem_pgarray_close(&pg->dkeys))
 		return IDEM_ERR_NOMEM;
 	idem_batch_sort_by_key(b, pg->dups, n);
 	*ret_n = n;
@@ -664,19 +636,20 @@ static int send_prepared(PGconn *conn, const char *name, int n, const char *cons
 static idem_status results_params(idem_pg *pg, const struct idem_batch *b, bool *ret_any)
 {
 	*ret_any = false;
-	if (arr_open(&pg->rkeys) || arr_open(&pg->rvals))
+	if (idem_pgarray_open(&pg->rkeys) || idem_pgarray_open(&pg->rvals))
 		return IDEM_ERR_NOMEM;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		const struct idem_batch_msg *m = &b->msgs[i];
 
 		if (m->state != IDEM_MSG_APPLIED || m->result.null)
 			continue;
-		if (arr_add(&pg->rkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-		    arr_add(&pg->rvals, idem_batch_ptr(b, m->result), m->result.len, false))
+		if (idem_pgarray_add(&pg->rkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    idem_pgarray_add(&pg->rvals, idem_batch_ptr(b, m->result), m->result.len,
+		                     false))
 			return IDEM_ERR_NOMEM;
 		*ret_any = true;
 	}
-	if (arr_close(&pg->rkeys) || arr_close(&pg->rvals))
+	if (idem_pgarray_close(&pg->rkeys) || idem_pgarray_close(&pg->rvals))
 		return IDEM_ERR_NOMEM;
 	return IDEM_OK;
 }
@@ -709,7 +682,8 @@ static idem_status quarantine_params(idem_pg *pg, const struct idem_batch *b, si
 {
 	const struct idem_batch_msg *m = &b->msgs[i];
 
-	if (need_vals(pg, 13) != IDEM_OK || arr_open(&pg->hnames) || arr_open(&pg->hvals))
+	if (need_vals(pg, 13) != IDEM_OK || idem_pgarray_open(&pg->hnames) ||
+	    idem_pgarray_open(&pg->hvals))
 		return IDEM_ERR_NOMEM;
 	for (size_t h = 0; h < m->n_hdrs; h++) {
 		const struct idem_batch_hdr *hd = &b->hdrs[m->hdr_first + h];
@@ -717,7 +691,7 @@ static idem_status quarantine_params(idem_pg *pg, const struct idem_batch *b, si
 
 		/* Header names are stored as text; a name that is not UTF-8 is stored as hex. */
 		if (idem_utf8_valid(name, hd->name.len)) {
-			if (arr_add(&pg->hnames, name, hd->name.len, false))
+			if (idem_pgarray_add(&pg->hnames, name, hd->name.len, false))
 				return IDEM_ERR_NOMEM;
 		} else if (hex_elem(&pg->hnames, name, hd->name.len, false)) {
 			return IDEM_ERR_NOMEM;
@@ -726,7 +700,7 @@ static idem_status quarantine_params(idem_pg *pg, const struct idem_batch *b, si
 		             hd->value.null))
 			return IDEM_ERR_NOMEM;
 	}
-	if (arr_close(&pg->hnames) || arr_close(&pg->hvals))
+	if (idem_pgarray_close(&pg->hnames) || idem_pgarray_close(&pg->hvals))
 		return IDEM_ERR_NOMEM;
 	snprintf(part, 16, "%" PRId32, b->partition);
 	snprintf(off, 24, "%" PRId64, m->offset);

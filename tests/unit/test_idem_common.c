@@ -67,6 +67,26 @@ static void test_error_set(void **state)
 	assert_int_equal(idem_error_set(NULL, IDEM_ERR_IO, "ignored"), IDEM_ERR_IO);
 }
 
+static void test_pgarray(void **state)
+{
+	struct idem_buf a = { 0 };
+
+	(void)state;
+	assert_int_equal(idem_pgarray_open(&a), IDEM_OK);
+	assert_int_equal(idem_pgarray_close(&a), IDEM_OK);
+	assert_string_equal(a.data, "{}");
+	assert_int_equal(idem_pgarray_open(&a), IDEM_OK);
+	assert_int_equal(idem_pgarray_add(&a, "plain", 5, false), IDEM_OK);
+	assert_int_equal(idem_pgarray_add(&a, "q\"uo\\te", 7, false), IDEM_OK);
+	assert_int_equal(idem_pgarray_add(&a, NULL, 0, true), IDEM_OK);
+	assert_int_equal(idem_pgarray_add(&a, "", 0, false), IDEM_OK);
+	assert_int_equal(idem_pgarray_add(&a, "'; DROP TABLE x; --,{}", 22, false), IDEM_OK);
+	assert_int_equal(idem_pgarray_close(&a), IDEM_OK);
+	assert_string_equal(a.data,
+	                    "{\"plain\",\"q\\\"uo\\\\te\",NULL,\"\",\"'; DROP TABLE x; --,{}\"}");
+	idem_buf_done(&a);
+}
+
 static void test_duration(void **state)
 {
 	int64_t v = -1;
@@ -125,8 +145,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_buf),       cmocka_unit_test(test_utf8),
-		cmocka_unit_test(test_error_set), cmocka_unit_test(test_duration),
-		cmocka_unit_test(test_classify),
+		cmocka_unit_test(test_error_set), cmocka_unit_test(test_pgarray),
+		cmocka_unit_test(test_duration),  cmocka_unit_test(test_classify),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
