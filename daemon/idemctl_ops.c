@@ -142,6 +142,11 @@ static json_object *part_json(const struct idem_part_status *p)
 	json_object_object_add(o, "applied", json_object_new_int64(p->applied));
 	json_object_object_add(o, "duplicates", json_object_new_int64(p->duplicates));
 	json_object_object_add(o, "quarantined", json_object_new_int64(p->quarantine_rows));
+	json_object_object_add(o, "halted_offset",
+	                       p->halted_offset < 0 ? NULL
+	                                            : json_object_new_int64(p->halted_offset));
+	json_object_object_add(o, "halt_reason",
+	                       p->halt_reason ? json_object_new_string(p->halt_reason) : NULL);
 	return o;
 }
 
@@ -218,6 +223,9 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 			       p->topic, p->partition, c, d, p->high,
 			       p->high - (p->committed < 0 ? p->low : p->committed), p->applied,
 			       p->duplicates, p->quarantine_rows, p->route->name);
+			if (p->halted_offset >= 0)
+				printf("%-20s %5" PRId32 " HALTED at offset %" PRId64 ": %s\n",
+				       p->topic, p->partition, p->halted_offset, p->halt_reason);
 		}
 	}
 	if (json)

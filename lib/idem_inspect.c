@@ -52,8 +52,10 @@ void idem_status_report_done(struct idem_status_report *r)
 {
 	if (r == NULL)
 		return;
-	for (size_t i = 0; i < r->n_parts; i++)
+	for (size_t i = 0; i < r->n_parts; i++) {
 		free(r->parts[i].topic);
+		free(r->parts[i].halt_reason);
+	}
 	free(r->parts);
 	memset(r, 0, sizeof(*r));
 }
@@ -75,7 +77,7 @@ static idem_status add_part(struct idem_status_report *r, const char *topic,
 	r->n_parts++;
 	p->route = route;
 	p->partition = partition;
-	p->committed = p->db_next = p->low = p->high = -1;
+	p->committed = p->db_next = p->low = p->high = p->halted_offset = -1;
 	return IDEM_OK;
 }
 
@@ -87,10 +89,14 @@ static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_er
 	idem_status r = IDEM_OK;
 
 	snprintf(part, sizeof(part), "%" PRId32, p->partition);
-	res = PQexecParams(
-	        conn,
-	        "SELECT next_offset, consumed, applied, duplicates, quarantined, (SELECT count(*) FROM idem.quarantine q WHERE q.consumer = $1 AND q.topic = $2 AND q.partition = $3) FROM idem.partition_progress RIGHT JOIN (SELECT 1) one ON consumer = $1 AND topic = $2 AND partition = $3",
-	        3, NULL, vals, NULL, NULL, 0);
+	res = PQexecParams(conn,
+	                   "SELECT next_offset, consumed, applied, duplicates, quarantined,"
+	                   " (SELECT count(*) FROM idem.quarantine q WHERE q.consumer = $1"
+	                   " AND q.topic = $2 AND q.partition = $3 AND q.resolved_at IS NULL),"
+	                   " halted_offset, halt_reason"
+	                   " FROM idem.partition_progress RIGHT JOIN (SELECT 1) one"
+	                   " ON consumer = $1 AND topic = $2 AND partition = $3",
+	                   3, NULL, vals, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		r = idem_pg_error(err, conn, res, "read idem.partition_progress");
 	} else if (PQntuples(res) == 1) {
@@ -100,6 +106,13 @@ static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_er
 		p->duplicates = strtoll(PQgetvalue(res, 0, 3), NULL, 10);
 		p->quarantined = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
 		p->quarantine_rows = strtoll(PQgetvalue(res, 0, 5), NULL, 10);
+		if (!PQgetisnull(res, 0, 6)) {
+			p->halted_offset = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
+			p->halt_reason =
+			        strdup(PQgetisnull(res, 0, 7) ? "" : PQgetvalue(res, 0, 7));
+			if (p->halt_reason == NULL)
+				r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		}
 	}
 	PQclear(res);
 	return r;

@@ -21,7 +21,9 @@ struct idem_part_status {
 	int64_t db_next;   /* idem.partition_progress.next_offset */
 	int64_t low, high; /* Kafka watermarks */
 	int64_t consumed, applied, duplicates, quarantined; /* database counters */
-	int64_t quarantine_rows; /* rows in idem.quarantine for the partition */
+	int64_t quarantine_rows; /* unresolved rows in idem.quarantine for the partition */
+	int64_t halted_offset;   /* where on_poison: halt stopped it, or -1 */
+	char *halt_reason;       /* owned; NULL unless halted */
 };
 
 struct idem_status_report {

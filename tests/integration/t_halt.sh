@@ -45,6 +45,9 @@ idem_assert_eq "applied after the poison" 0 \
 idem_assert_eq "quarantined" 0 "$(idem_psql -c 'SELECT count(*) FROM idem.quarantine')"
 idem_assert_eq "counters while halted" "10 10 0 0" \
 	"$(idem_psql -c "SELECT consumed || ' ' || applied || ' ' || duplicates || ' ' || quarantined FROM idem.partition_progress")"
+"$IDEM_BIN/idemctl" -c "$IDEM_TMP/halt.yaml" status | tee "$IDEM_TMP/status.txt"
+grep -q "HALTED at offset 10: handler failed: account acct-blocked is blocked" "$IDEM_TMP/status.txt" ||
+	idem_fail "idemctl status does not say the partition is halted"
 idem_assert_eq "kafka offset at the poison" "partition=0 committed=10" \
 	"$("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group g-halt --topic payments | grep '^partition=0 ' | cut -d' ' -f1-2)"
 
