@@ -1,0 +1,292 @@
+/*
+ * bench_common.c - helpers shared by the benchmark programs.
+ */
+#include "bench_common.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Copied from lib/idem_pg.c; see bench_common.h. */
+const char bench_sql_claim[] =
+        "INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
+        " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
+        " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING business_key";
+
+const char bench_sql_results[] = "UPDATE idem.processed_messages AS p SET result = u.r"
+                                 " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
+                                 " WHERE p.consumer = $1 AND p.business_key = u.k";
+
+const char bench_sql_progress[] =
+        "INSERT INTO idem.partition_progress AS p"
+        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
+        " next_offset = greatest(p.next_offset, excluded.next_offset),"
+        " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
+        " duplicates = p.duplicates + excluded.duplicates,"
+        " quarantined = p.quarantined + excluded.quarantined, updated_at = now()";
+
+/* Same text as tests/integration/common.sh IDEM_PAYMENTS_SQL. */
+const char bench_sql_payments[] =
+        "WITH l AS (INSERT INTO ledger (payment_id, account, amount) VALUES ($1, $2, $3::bigint))"
+        " INSERT INTO accounts (id, balance) VALUES ($2, $3::bigint)"
+        " ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance"
+        " RETURNING balance";
+
+static const char *bench_prog = "bench";
+
+void bench_set_prog(const char *name)
+{
+	bench_prog = name;
+}
+
+void bench_die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", bench_prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+double bench_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double bench_self_cpu(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return -1;
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/*
+ * Read /proc/PID/stat: the parent pid and the clock ticks of utime, stime, cutime, cstime
+ * (fields 4, 14-17). The command name may contain spaces and parentheses, so parsing starts
+ * after the last ')'.
+ */
+static bool read_stat(pid_t pid, pid_t *ret_ppid, unsigned long long ticks[4])
+{
+	char path[64], buf[1024], *p;
+	unsigned long long v[15];
+	size_t n;
+	FILE *f;
+	int ppid;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (p == NULL)
+		return false;
+	/* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime
+	 * cutime cstime */
+	if (sscanf(p + 1,
+	           " %*c %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+	           &ppid, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
+	           &v[10], &v[11], &v[12]) != 14)
+		return false;
+	*ret_ppid = (pid_t)ppid;
+	ticks[0] = v[9];
+	ticks[1] = v[10];
+	ticks[2] = v[11];
+	ticks[3] = v[12];
+	return true;
+}
+
+static double ticks_to_s(unsigned long long t)
+{
+	static long hz;
+
+	if (hz <= 0)
+		hz = sysconf(_SC_CLK_TCK);
+	return (double)t / (double)(hz > 0 ? hz : 100);
+}
+
+double bench_proc_cpu(pid_t pid, bool children)
+{
+	unsigned long long t[4];
+	pid_t ppid;
+
+	if (!read_stat(pid, &ppid, t))
+		return -1;
+	return ticks_to_s(t[0] + t[1] + (children ? t[2] + t[3] : 0));
+}
+
+double bench_pg_cpu(pid_t postmaster)
+{
+	unsigned long long t[4], total = 0;
+	struct dirent *de;
+	pid_t ppid;
+	DIR *d;
+
+	if (!read_stat(postmaster, &ppid, t))
+		return -1;
+	total = t[0] + t[1] + t[2] + t[3];
+	d = opendir("/proc");
+	if (d == NULL)
+		return -1;
+	while ((de = readdir(d)) != NULL) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		if (read_stat((pid_t)atoi(de->d_name), &ppid, t) && ppid == postmaster)
+			total += t[0] + t[1];
+	}
+	closedir(d);
+	return ticks_to_s(total);
+}
+
+long bench_proc_hwm_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "VmHWM:", 6) == 0) {
+			kib = strtol(line + 6, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return kib;
+}
+
+static bool copy_string(json_object *root, const char *name, char *out, size_t outlen)
+{
+	json_object *v;
+	const char *s;
+
+	if (!json_object_object_get_ex(root, name, &v) || !json_object_is_type(v, json_type_string))
+		return false;
+	s = json_object_get_string(v);
+	if (strlen(s) >= outlen)
+		return false;
+	memcpy(out, s, strlen(s) + 1);
+	return true;
+}
+
+bool bench_payment_decode(const void *value, size_t len, struct bench_payment *ret_pay,
+                          char *errbuf, size_t errlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	struct bench_payment pay;
+	json_tokener *tok;
+	json_object *root, *amount;
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	bool ok = false;
+
+	tok = json_tokener_new();
+	if (tok == NULL) {
+		snprintf(errbuf, errlen, "out of memory");
+		return false;
+	}
+	root = json_tokener_parse_ex(tok, value, (int)len);
+	json_tokener_free(tok);
+	if (root == NULL || !json_object_is_type(root, json_type_object)) {
+		snprintf(errbuf, errlen, "value is not a JSON object");
+		goto out_put;
+	}
+	if (!copy_string(root, "payment_id", pay.payment_id, sizeof(pay.payment_id)) ||
+	    !copy_string(root, "account", pay.account, sizeof(pay.account)) ||
+	    !json_object_object_get_ex(root, "amount", &amount) ||
+	    !json_object_is_type(amount, json_type_int)) {
+		snprintf(errbuf, errlen, "value lacks payment_id, account or amount");
+		goto out_put;
+	}
+	snprintf(pay.amount, sizeof(pay.amount), "%" PRId64, json_object_get_int64(amount));
+	if (EVP_Digest(value, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32) {
+		snprintf(errbuf, errlen, "sha256 failed");
+		goto out_put;
+	}
+	for (unsigned int k = 0; k < mdlen; k++) {
+		pay.hash[2 * k] = hex[md[k] >> 4];
+		pay.hash[2 * k + 1] = hex[md[k] & 15];
+	}
+	pay.hash[64] = '\0';
+	*ret_pay = pay;
+	ok = true;
+out_put:
+	json_object_put(root);
+	return ok;
+}
+
+idem_status bench_arr_open(struct idem_buf *a)
+{
+	idem_buf_reset(a);
+	return idem_buf_append(a, "{", 1);
+}
+
+idem_status bench_arr_close(struct idem_buf *a)
+{
+	return idem_buf_append(a, "}", 1);
+}
+
+idem_status bench_arr_add(struct idem_buf *a, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (a->len > 1 && idem_buf_append(a, ",", 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (idem_buf_reserve(a, 2 * n + 2) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	a->data[a->len++] = '"';
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '"' || s[i] == '\\')
+			a->data[a->len++] = '\\';
+		a->data[a->len++] = s[i];
+	}
+	a->data[a->len++] = '"';
+	a->data[a->len] = '\0';
+	return IDEM_OK;
+}
+
+PGconn *bench_pg_connect(const char *conninfo)
+{
+	PGconn *conn = PQconnectdb(conninfo);
+
+	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
+		bench_die("cannot connect to postgres: %s",
+		          conn ? PQerrorMessage(conn) : "out of memory");
+	return conn;
+}
+
+void bench_pg_prepare(PGconn *conn, const char *name, const char *sql)
+{
+	PGresult *res = PQprepare(conn, name, sql, 0, NULL);
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		bench_die("prepare '%s' failed: %s", name, PQresultErrorMessage(res));
+	PQclear(res);
+}

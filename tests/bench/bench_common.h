@@ -1,0 +1,90 @@
+/*
+ * bench_common.h - helpers shared by the benchmark programs (tests/bench/README.md): clocks,
+ * CPU accounting from /proc, decoding of the payment messages, and the SQL that idemd runs.
+ *
+ * Not part of libidem: nothing here is used by idemd itself.
+ */
+#ifndef BENCH_COMMON_H
+#define BENCH_COMMON_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "idem_common.h"
+
+/*
+ * The statements of idemd's batch transaction, copied from lib/idem_pg.c (they are static
+ * there). The raw Postgres benchmark must run exactly these; if lib/idem_pg.c changes them,
+ * change them here too.
+ */
+extern const char bench_sql_claim[];
+extern const char bench_sql_results[];
+extern const char bench_sql_progress[];
+
+/* The payments handler of sql/examples/payments.sql ($1 business key, $2 account, $3 amount). */
+extern const char bench_sql_payments[];
+
+/* @brief Monotonic time in seconds. */
+double bench_now(void);
+
+/* @brief CPU seconds (user + system, all threads) this process has used so far. */
+double bench_self_cpu(void);
+
+/*
+ * @brief CPU seconds used so far by process @pid (utime + stime from /proc/PID/stat, all its
+ * threads); with @children also the CPU of its children that it has waited for.
+ * @returns -1 if the process does not exist.
+ */
+double bench_proc_cpu(pid_t pid, bool children);
+
+/*
+ * @brief CPU seconds used so far by a Postgres cluster: the postmaster @postmaster with the
+ * exited children it reaped, plus every living child (backends, walwriter, checkpointer,
+ * autovacuum). The difference of two readings is the cluster's CPU in between.
+ */
+double bench_pg_cpu(pid_t postmaster);
+
+/* @brief Peak resident set size (VmHWM) of @pid in KiB, or -1. */
+long bench_proc_hwm_kib(pid_t pid);
+
+/* One decoded payment message: what idemd extracts from it with the benchmark's route. */
+struct bench_payment {
+	char payment_id[64]; /* the business key, json:/payment_id */
+	char account[64];    /* json:/account */
+	char amount[24];     /* json:/amount, as decimal text */
+	char hash[65];       /* SHA-256 of the value, lowercase hex (idemd's payload_hash) */
+};
+
+/*
+ * @brief Decode a payment value ({"payment_id":..,"account":..,"amount":..}) and hash it.
+ * @returns false (and a message in @errbuf) if a field is missing or too long.
+ */
+bool bench_payment_decode(const void *value, size_t len, struct bench_payment *ret_pay,
+                          char *errbuf, size_t errlen);
+
+/*
+ * @brief Append one element to a text array literal that starts with "{" (quoted, with '"' and
+ * '\' escaped), as lib/idem_pg.c builds them.
+ */
+IDEM_NODISCARD idem_status bench_arr_add(struct idem_buf *a, const char *s);
+
+/* @brief Start a text array literal ("{") / end it ("}"). */
+IDEM_NODISCARD idem_status bench_arr_open(struct idem_buf *a);
+IDEM_NODISCARD idem_status bench_arr_close(struct idem_buf *a);
+
+/* @brief Connect to @conninfo; exits the program with a message on failure. */
+PGconn *bench_pg_connect(const char *conninfo);
+
+/* @brief PQprepare @sql as @name; exits the program with a message on failure. */
+void bench_pg_prepare(PGconn *conn, const char *name, const char *sql);
+
+/* @brief Print "PROG: MESSAGE" on stderr and exit 1. */
+IDEM_NORETURN void bench_die(const char *fmt, ...) IDEM_PRINTF(1, 2);
+
+/* @brief Set the program name used in messages. */
+void bench_set_prog(const char *name);
+
+#endif

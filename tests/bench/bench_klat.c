@@ -1,0 +1,154 @@
+/*
+ * bench_klat - the Kafka-only latency floor of the latency run (phase K of the benchmark).
+ *
+ *   bench_klat --brokers B --topic T --group G --count N [--timeout S]
+ *
+ * A consumer in group G with idemd's fetch settings that does nothing but note, for each of
+ * the first N messages, the wall-clock time it was handed over minus the message's Kafka
+ * timestamp (set by the producer). Run it while idem-kafkatool produces at the latency run's
+ * rate: what remains of the end-to-end latency target after Kafka (producer linger, broker,
+ * fetch) has taken its share.
+ *
+ * Says "bench_klat: assigned N partitions" on stderr once the group is joined (produce only
+ * then), and at the end prints one line: klat messages=N p50_ms=X p99_ms=Y max_ms=Z
+ */
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_common.h"
+
+static int dbl_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
+{
+	char errstr[512];
+
+	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		bench_die("kafka property '%s': %s", name, errstr);
+}
+
+/* Eager rebalancing (the default strategies); says on stderr when partitions arrive. */
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *list, void *opaque)
+{
+	(void)opaque;
+	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		rd_kafka_assign(rk, list);
+		fprintf(stderr, "bench_klat: assigned %d partitions\n", list->cnt);
+	} else {
+		rd_kafka_assign(rk, NULL);
+	}
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: bench_klat --brokers B --topic T --group G --count N [--timeout S]\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "brokers", required_argument, NULL, 'b' },
+		{ "topic", required_argument, NULL, 't' },
+		{ "group", required_argument, NULL, 'g' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *brokers = NULL, *topic = NULL, *group = NULL;
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_conf_t *conf;
+	rd_kafka_t *rk;
+	char errstr[512];
+	long count = 0, got = 0;
+	double timeout = 300, deadline, *lat;
+	int c;
+
+	bench_set_prog("bench_klat");
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'b':
+			brokers = optarg;
+			break;
+		case 't':
+			topic = optarg;
+			break;
+		case 'g':
+			group = optarg;
+			break;
+		case 'n':
+			count = atol(optarg);
+			break;
+		case 'T':
+			timeout = atof(optarg);
+			break;
+		default:
+			usage(c == 'h' ? stdout : stderr);
+			return c == 'h' ? 0 : 1;
+		}
+	}
+	if (brokers == NULL || topic == NULL || group == NULL || count < 1) {
+		usage(stderr);
+		return 1;
+	}
+	lat = malloc((size_t)count * sizeof(*lat));
+	if (lat == NULL)
+		bench_die("out of memory");
+
+	/* The properties of idemd's benchmark configuration (run.sh). */
+	conf = rd_kafka_conf_new();
+	conf_set(conf, "bootstrap.servers", brokers);
+	conf_set(conf, "group.id", group);
+	conf_set(conf, "enable.auto.commit", "false");
+	conf_set(conf, "auto.offset.reset", "earliest");
+	conf_set(conf, "session.timeout.ms", "6000");
+	conf_set(conf, "heartbeat.interval.ms", "500");
+	conf_set(conf, "fetch.wait.max.ms", "10");
+	conf_set(conf, "queued.min.messages", "1000000");
+	conf_set(conf, "log_level", "4");
+	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	if (rk == NULL)
+		bench_die("cannot create kafka consumer: %s", errstr);
+	rd_kafka_poll_set_consumer(rk);
+	topics = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(topics, topic, RD_KAFKA_PARTITION_UA);
+	if (rd_kafka_subscribe(rk, topics) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		bench_die("cannot subscribe to '%s'", topic);
+	rd_kafka_topic_partition_list_destroy(topics);
+
+	deadline = bench_now() + timeout;
+	while (got < count) {
+		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 100);
+		struct timespec ts;
+		int64_t ms;
+
+		if (bench_now() > deadline)
+			bench_die("timed out after %ld of %ld messages", got, count);
+		if (rkm == NULL)
+			continue;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ms = rd_kafka_message_timestamp(rkm, NULL);
+		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR && ms >= 0)
+			lat[got++] =
+			        (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6 - (double)ms;
+		rd_kafka_message_destroy(rkm);
+	}
+	qsort(lat, (size_t)count, sizeof(*lat), dbl_cmp);
+	printf("klat messages=%ld p50_ms=%.2f p99_ms=%.2f max_ms=%.2f\n", count, lat[count / 2],
+	       lat[(count * 99) / 100], lat[count - 1]);
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	free(lat);
+	return 0;
+}

@@ -1,0 +1,536 @@
+/*
+ * bench_raw - phase A of the benchmark: the raw Postgres limit for idemd's work.
+ *
+ *   bench_raw --conninfo C --brokers B --topic T [--consumer NAME] [--batch N]
+ *             [--postmaster PID]
+ *
+ * First reads the whole topic into memory (untimed: no Kafka in the timed loop) and decodes
+ * every message as idemd's benchmark route does (business key json:/payment_id, parameters
+ * business_key, json:/account, json:/amount, SHA-256 payload hash). Then, timed, it runs
+ * idemd's batch transaction over the same messages on one connection: per batch of up to N
+ * consecutive messages of one partition (partitions taken in turn), in-batch duplicates
+ * collapsed, in libpq pipeline mode
+ *   1. BEGIN; the claim (INSERT ... ON CONFLICT DO NOTHING RETURNING over unnest()ed arrays,
+ *      keys sorted);
+ *   2. the payments handler once per claimed message, in offset order;
+ *   3. the results UPDATE, the progress upsert, COMMIT;
+ * the same statements, round trips and batch size as lib/idem_pg.c, without idemd's decoding,
+ * polling and bookkeeping around them.
+ *
+ * Prints one line: raw messages=M batches=K applied=U duplicates=D seconds=S rate=R
+ * cpu_self=X pg_cpu=Y (CPU seconds of this process and of the whole Postgres cluster during
+ * the timed loop; pg_cpu is -1 without --postmaster).
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+
+struct raw_msg {
+	int32_t partition;
+	int64_t offset;
+	struct bench_payment pay;
+};
+
+enum raw_state { RAW_PENDING, RAW_DUP_IN_BATCH, RAW_APPLIED, RAW_DUPLICATE };
+
+struct raw_opts {
+	const char *conninfo;
+	const char *brokers;
+	const char *topic;
+	const char *consumer;
+	int batch;
+	pid_t postmaster;
+};
+
+struct raw_load {
+	struct raw_msg *msgs;
+	size_t n, cap;
+};
+
+static int msg_cmp(const void *a, const void *b)
+{
+	const struct raw_msg *x = a, *y = b;
+
+	if (x->partition != y->partition)
+		return (x->partition > y->partition) - (x->partition < y->partition);
+	return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+static void load_add(struct raw_load *ld, const rd_kafka_message_t *rkm)
+{
+	char why[128];
+
+	if (ld->n == ld->cap) {
+		size_t ncap = ld->cap ? 2 * ld->cap : 65536;
+		struct raw_msg *nm = realloc(ld->msgs, ncap * sizeof(*nm));
+
+		if (nm == NULL)
+			bench_die("out of memory");
+		ld->msgs = nm;
+		ld->cap = ncap;
+	}
+	if (rkm->payload == NULL ||
+	    !bench_payment_decode(rkm->payload, rkm->len, &ld->msgs[ld->n].pay, why, sizeof(why)))
+		bench_die("partition %" PRId32 " offset %" PRId64 ": %s", rkm->partition,
+		          rkm->offset, rkm->payload ? why : "no value");
+	ld->msgs[ld->n].partition = rkm->partition;
+	ld->msgs[ld->n].offset = rkm->offset;
+	ld->n++;
+}
+
+/* Read every partition of the topic from its low to its high watermark. */
+static void load_topic(const struct raw_opts *o, struct raw_load *ld)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_topic_partition_list_t *list;
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_topic_t *rkt;
+	char errstr[512];
+	int64_t *end;
+	rd_kafka_t *rk;
+	int nparts, remaining = 0;
+	double deadline;
+
+	if (rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, errstr, sizeof(errstr)) ||
+	    rd_kafka_conf_set(conf, "log_level", "4", errstr, sizeof(errstr)) ||
+	    rd_kafka_conf_set(conf, "queued.min.messages", "1000000", errstr, sizeof(errstr)) ||
+	    /* assign() needs a group id, though nothing is committed. */
+	    rd_kafka_conf_set(conf, "group.id", "bench-raw-load", errstr, sizeof(errstr)) ||
+	    rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr)))
+		bench_die("kafka configuration: %s", errstr);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	if (rk == NULL)
+		bench_die("cannot create kafka consumer: %s", errstr);
+	rd_kafka_poll_set_consumer(rk);
+	rkt = rd_kafka_topic_new(rk, o->topic, NULL);
+	if (rkt == NULL ||
+	    rd_kafka_metadata(rk, 0, rkt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+	    md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		bench_die("cannot read metadata of topic '%s'", o->topic);
+	nparts = md->topics[0].partition_cnt;
+	rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	end = calloc((size_t)nparts, sizeof(*end));
+	list = rd_kafka_topic_partition_list_new(nparts);
+	if (end == NULL || list == NULL)
+		bench_die("out of memory");
+	for (int p = 0; p < nparts; p++) {
+		int64_t low;
+		rd_kafka_resp_err_t e =
+		        rd_kafka_query_watermark_offsets(rk, o->topic, p, &low, &end[p], 10000);
+
+		if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+			bench_die("watermarks of partition %d: %s", p, rd_kafka_err2str(e));
+		if (low < end[p]) {
+			rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
+			remaining++;
+		}
+	}
+	if (rd_kafka_assign(rk, list) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		bench_die("assign failed");
+	deadline = bench_now() + 600;
+	while (remaining > 0) {
+		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 100);
+
+		if (bench_now() > deadline)
+			bench_die("timed out reading topic '%s'", o->topic);
+		if (rkm == NULL)
+			continue;
+		if (rkm->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+			if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				bench_die("consume failed: %s", rd_kafka_message_errstr(rkm));
+		} else if (rkm->offset < end[rkm->partition]) {
+			load_add(ld, rkm);
+			if (rkm->offset + 1 == end[rkm->partition])
+				remaining--;
+		}
+		rd_kafka_message_destroy(rkm);
+	}
+	rd_kafka_assign(rk, NULL);
+	rd_kafka_topic_partition_list_destroy(list);
+	free(end);
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	qsort(ld->msgs, ld->n, sizeof(*ld->msgs), msg_cmp);
+}
+
+/* The batch being processed: msgs[first .. first+n) of one partition. */
+struct raw_batch {
+	const struct raw_msg *msgs;
+	size_t n;
+	enum raw_state *state;
+	size_t *order; /* unique keys, sorted by key bytes (the claim order) */
+	size_t n_order;
+	size_t *applied; /* claimed messages, in offset order */
+	size_t n_applied;
+	char (*result)[24];
+	bool *has_result;
+};
+
+static const struct raw_batch *sort_b;
+
+static int key_cmp(const struct raw_batch *b, size_t x, size_t y)
+{
+	/* idemd compares key bytes with memcmp, then length: strcmp gives the same order for
+	 * NUL-free text. */
+	return strcmp(b->msgs[x].pay.payment_id, b->msgs[y].pay.payment_id);
+}
+
+static int order_cmp(const void *pa, const void *pb)
+{
+	size_t x = *(const size_t *)pa, y = *(const size_t *)pb;
+	int c = key_cmp(sort_b, x, y);
+
+	return c != 0 ? c : (x > y) - (x < y);
+}
+
+/* In-batch duplicates: the lowest offset of a key wins (as idem_batch_collapse). */
+static void collapse(struct raw_batch *b)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; i < b->n; i++) {
+		b->state[i] = RAW_PENDING;
+		b->order[i] = i;
+		b->has_result[i] = false;
+	}
+	sort_b = b;
+	qsort(b->order, b->n, sizeof(*b->order), order_cmp);
+	sort_b = NULL;
+	for (size_t k = 0; k < b->n; k++) {
+		if (w > 0 && key_cmp(b, b->order[w - 1], b->order[k]) == 0) {
+			b->state[b->order[k]] = RAW_DUP_IN_BATCH;
+			continue;
+		}
+		b->order[w++] = b->order[k];
+	}
+	b->n_order = w;
+}
+
+static ssize_t find_key(const struct raw_batch *b, const char *k)
+{
+	size_t lo = 0, hi = b->n_order;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(b->msgs[b->order[mid]].pay.payment_id, k);
+
+		if (c == 0)
+			return (ssize_t)b->order[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+/* The next pipelined result: one PGresult, then the NULL that ends it (as lib/idem_pg.c). */
+static PGresult *next_result(PGconn *conn, ExecStatusType want, const char *what)
+{
+	PGresult *res = PQgetResult(conn), *extra;
+
+	if (res == NULL)
+		bench_die("%s: no result: %s", what, PQerrorMessage(conn));
+	if (PQresultStatus(res) != want)
+		bench_die("%s failed: %s", what, PQresultErrorMessage(res));
+	if (want != PGRES_PIPELINE_SYNC) {
+		while ((extra = PQgetResult(conn)) != NULL)
+			PQclear(extra);
+	}
+	return res;
+}
+
+struct raw_bufs {
+	struct idem_buf keys, offs, hashes, rkeys, rvals;
+};
+
+static void check(idem_status r)
+{
+	if (r != IDEM_OK)
+		bench_die("out of memory");
+}
+
+/* One batch, exactly as idemd's fast path. Adds to *applied and *dups. */
+static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *b,
+                      struct raw_bufs *bf, uint64_t *applied, uint64_t *dups)
+{
+	char part[16], nx[24], c1[24], c2[24], c3[24], c4[24];
+	const char *cv[6], *pv[8], *hv[3];
+	uint64_t n_app = 0, n_dup = 0;
+	PGresult *res;
+
+	collapse(b);
+	if (!PQenterPipelineMode(conn))
+		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
+
+	/* Round trip 1: BEGIN and the claim. */
+	check(bench_arr_open(&bf->keys));
+	check(bench_arr_open(&bf->offs));
+	check(bench_arr_open(&bf->hashes));
+	for (size_t k = 0; k < b->n_order; k++) {
+		const struct raw_msg *m = &b->msgs[b->order[k]];
+		char off[24];
+
+		snprintf(off, sizeof(off), "%" PRId64, m->offset);
+		check(bench_arr_add(&bf->keys, m->pay.payment_id));
+		check(bench_arr_add(&bf->offs, off));
+		check(bench_arr_add(&bf->hashes, m->pay.hash));
+	}
+	check(bench_arr_close(&bf->keys));
+	check(bench_arr_close(&bf->offs));
+	check(bench_arr_close(&bf->hashes));
+	snprintf(part, sizeof(part), "%" PRId32, b->msgs[0].partition);
+	cv[0] = o->consumer;
+	cv[1] = o->topic;
+	cv[2] = part;
+	cv[3] = bf->keys.data;
+	cv[4] = bf->offs.data;
+	cv[5] = bf->hashes.data;
+	if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !PQsendQueryPrepared(conn, "idem_claim", 6, cv, NULL, NULL, 0) ||
+	    !PQsendFlushRequest(conn) || PQflush(conn) != 0)
+		bench_die("send claim: %s", PQerrorMessage(conn));
+	PQclear(next_result(conn, PGRES_COMMAND_OK, "begin"));
+	res = next_result(conn, PGRES_TUPLES_OK, "claim");
+	for (int r = 0; r < PQntuples(res); r++) {
+		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
+
+		if (i >= 0)
+			b->state[i] = RAW_APPLIED;
+	}
+	PQclear(res);
+	b->n_applied = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->state[i] == RAW_APPLIED) {
+			b->applied[b->n_applied++] = i;
+			n_app++;
+		} else {
+			n_dup++;
+		}
+	}
+
+	/* Round trip 2: the handler for each claimed message, in offset order. */
+	for (size_t k = 0; k < b->n_applied; k++) {
+		const struct raw_msg *m = &b->msgs[b->applied[k]];
+
+		hv[0] = m->pay.payment_id;
+		hv[1] = m->pay.account;
+		hv[2] = m->pay.amount;
+		if (!PQsendQueryPrepared(conn, "idem_h0", 3, hv, NULL, NULL, 0))
+			bench_die("send handler: %s", PQerrorMessage(conn));
+	}
+	if (b->n_applied > 0) {
+		if (!PQsendFlushRequest(conn) || PQflush(conn) != 0)
+			bench_die("send handlers: %s", PQerrorMessage(conn));
+		for (size_t k = 0; k < b->n_applied; k++) {
+			size_t i = b->applied[k];
+
+			res = next_result(conn, PGRES_TUPLES_OK, "handler");
+			if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0)) {
+				snprintf(b->result[i], sizeof(b->result[i]), "%s",
+				         PQgetvalue(res, 0, 0));
+				b->has_result[i] = true;
+			}
+			PQclear(res);
+		}
+	}
+
+	/* Round trip 3: results, progress, COMMIT. */
+	check(bench_arr_open(&bf->rkeys));
+	check(bench_arr_open(&bf->rvals));
+	for (size_t k = 0; k < b->n_applied; k++) {
+		size_t i = b->applied[k];
+
+		if (!b->has_result[i])
+			continue;
+		check(bench_arr_add(&bf->rkeys, b->msgs[i].pay.payment_id));
+		check(bench_arr_add(&bf->rvals, b->result[i]));
+	}
+	check(bench_arr_close(&bf->rkeys));
+	check(bench_arr_close(&bf->rvals));
+	snprintf(nx, sizeof(nx), "%" PRId64, b->msgs[b->n - 1].offset + 1);
+	snprintf(c1, sizeof(c1), "%zu", b->n);
+	snprintf(c2, sizeof(c2), "%" PRIu64, n_app);
+	snprintf(c3, sizeof(c3), "%" PRIu64, n_dup);
+	snprintf(c4, sizeof(c4), "0");
+	pv[0] = o->consumer;
+	pv[1] = o->topic;
+	pv[2] = part;
+	pv[3] = nx;
+	pv[4] = c1;
+	pv[5] = c2;
+	pv[6] = c3;
+	pv[7] = c4;
+	if (b->n_applied > 0) {
+		const char *rv[3] = { o->consumer, bf->rkeys.data, bf->rvals.data };
+
+		if (!PQsendQueryPrepared(conn, "idem_results", 3, rv, NULL, NULL, 0))
+			bench_die("send results: %s", PQerrorMessage(conn));
+	}
+	if (!PQsendQueryPrepared(conn, "idem_progress", 8, pv, NULL, NULL, 0) ||
+	    !PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !PQpipelineSync(conn))
+		bench_die("send commit: %s", PQerrorMessage(conn));
+	if (b->n_applied > 0)
+		PQclear(next_result(conn, PGRES_COMMAND_OK, "results"));
+	PQclear(next_result(conn, PGRES_COMMAND_OK, "progress"));
+	PQclear(next_result(conn, PGRES_COMMAND_OK, "commit"));
+	PQclear(next_result(conn, PGRES_PIPELINE_SYNC, "sync"));
+	if (!PQexitPipelineMode(conn))
+		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
+	*applied += n_app;
+	*dups += n_dup;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: bench_raw --conninfo C --brokers B --topic T [--consumer NAME]\n"
+	           "         [--batch N] [--postmaster PID]\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "conninfo", required_argument, NULL, 'c' },
+		{ "brokers", required_argument, NULL, 'b' },
+		{ "topic", required_argument, NULL, 't' },
+		{ "consumer", required_argument, NULL, 'n' },
+		{ "batch", required_argument, NULL, 'B' },
+		{ "postmaster", required_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct raw_opts o = { .consumer = "payments", .batch = 500 };
+	struct raw_load ld = { 0 };
+	struct raw_bufs bf;
+	struct raw_batch b = { 0 };
+	uint64_t applied = 0, dups = 0, batches = 0;
+	size_t *cur, *lim, nparts = 0;
+	double t0, t1, cpu0, cpu1, pg0 = -1, pg1 = -1;
+	PGconn *conn;
+	int c;
+
+	bench_set_prog("bench_raw");
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			o.conninfo = optarg;
+			break;
+		case 'b':
+			o.brokers = optarg;
+			break;
+		case 't':
+			o.topic = optarg;
+			break;
+		case 'n':
+			o.consumer = optarg;
+			break;
+		case 'B':
+			o.batch = atoi(optarg);
+			break;
+		case 'p':
+			o.postmaster = (pid_t)atoi(optarg);
+			break;
+		default:
+			usage(c == 'h' ? stdout : stderr);
+			return c == 'h' ? 0 : 1;
+		}
+	}
+	if (o.conninfo == NULL || o.brokers == NULL || o.topic == NULL || o.batch < 1) {
+		usage(stderr);
+		return 1;
+	}
+
+	load_topic(&o, &ld);
+	if (ld.n == 0)
+		bench_die("topic '%s' is empty", o.topic);
+	for (size_t i = 0; i < ld.n; i++) {
+		if (i == 0 || ld.msgs[i].partition != ld.msgs[i - 1].partition)
+			nparts++;
+	}
+	/* Partition k is msgs[cur[k] .. lim[k]); cur[k] advances batch by batch. */
+	cur = calloc(nparts, sizeof(*cur));
+	lim = calloc(nparts, sizeof(*lim));
+	b.state = calloc((size_t)o.batch, sizeof(*b.state));
+	b.order = calloc((size_t)o.batch, sizeof(*b.order));
+	b.applied = calloc((size_t)o.batch, sizeof(*b.applied));
+	b.result = calloc((size_t)o.batch, sizeof(*b.result));
+	b.has_result = calloc((size_t)o.batch, sizeof(*b.has_result));
+	if (cur == NULL || lim == NULL || b.state == NULL || b.order == NULL || b.applied == NULL ||
+	    b.result == NULL || b.has_result == NULL)
+		bench_die("out of memory");
+	for (size_t i = 0, k = 0; i < ld.n; i++) {
+		if (i == 0 || ld.msgs[i].partition != ld.msgs[i - 1].partition) {
+			cur[k] = i;
+			if (k > 0)
+				lim[k - 1] = i;
+			k++;
+		}
+	}
+	lim[nparts - 1] = ld.n;
+
+	conn = bench_pg_connect(o.conninfo);
+	bench_pg_prepare(conn, "idem_claim", bench_sql_claim);
+	bench_pg_prepare(conn, "idem_results", bench_sql_results);
+	bench_pg_prepare(conn, "idem_progress", bench_sql_progress);
+	bench_pg_prepare(conn, "idem_h0", bench_sql_payments);
+	idem_buf_init(&bf.keys);
+	idem_buf_init(&bf.offs);
+	idem_buf_init(&bf.hashes);
+	idem_buf_init(&bf.rkeys);
+	idem_buf_init(&bf.rvals);
+	fprintf(stderr, "bench_raw: loaded %zu messages of %zu partitions, running\n", ld.n,
+	        nparts);
+
+	t0 = bench_now();
+	cpu0 = bench_self_cpu();
+	if (o.postmaster > 0)
+		pg0 = bench_pg_cpu(o.postmaster);
+	for (bool more = true; more;) {
+		more = false;
+		/* Partitions in turn, one batch each. */
+		for (size_t k = 0; k < nparts; k++) {
+			size_t end = cur[k] + (size_t)o.batch < lim[k] ? cur[k] + (size_t)o.batch
+			                                               : lim[k];
+
+			if (cur[k] >= lim[k])
+				continue;
+			b.msgs = &ld.msgs[cur[k]];
+			b.n = end - cur[k];
+			run_batch(conn, &o, &b, &bf, &applied, &dups);
+			batches++;
+			cur[k] = end;
+			more = true;
+		}
+	}
+	t1 = bench_now();
+	cpu1 = bench_self_cpu();
+	if (o.postmaster > 0)
+		pg1 = bench_pg_cpu(o.postmaster);
+
+	printf("raw messages=%zu batches=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
+	       " seconds=%.3f rate=%.1f cpu_self=%.3f pg_cpu=%.3f\n",
+	       ld.n, batches, applied, dups, t1 - t0, (double)ld.n / (t1 - t0), cpu1 - cpu0,
+	       pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : -1.0);
+	PQfinish(conn);
+	idem_buf_done(&bf.keys);
+	idem_buf_done(&bf.offs);
+	idem_buf_done(&bf.hashes);
+	idem_buf_done(&bf.rkeys);
+	idem_buf_done(&bf.rvals);
+	free(b.state);
+	free(b.order);
+	free(b.applied);
+	free(b.result);
+	free(b.has_result);
+	free(cur);
+	free(lim);
+	free(ld.msgs);
+	return 0;
+}
