@@ -125,6 +125,13 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return IDEMCTL_EXIT_USAGE;
 	}
+	/* "idemctl COMMAND --help" needs no configuration: every command is described here. */
+	for (int k = optind + 1; k < argc; k++) {
+		if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0) {
+			usage(stdout);
+			return IDEMCTL_EXIT_OK;
+		}
+	}
 	if (idem_cfg_load(path, &cfg, &errors) != IDEM_OK) {
 		fprintf(stderr, "%s", errors ? errors : "idemctl: out of memory\n");
 		free(errors);
