@@ -242,34 +242,9 @@ out_put:
 	return ok;
 }
 
-idem_status bench_arr_open(struct idem_buf *a)
-{
-	idem_buf_reset(a);
-	return idem_buf_append(a, "{", 1);
-}
-
-idem_status bench_arr_close(struct idem_buf *a)
-{
-	return idem_buf_append(a, "}", 1);
-}
-
 idem_status bench_arr_add(struct idem_buf *a, const char *s)
 {
-	size_t n = strlen(s);
-
-	if (a->len > 1 && idem_buf_append(a, ",", 1) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	if (idem_buf_reserve(a, 2 * n + 2) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	a->data[a->len++] = '"';
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '"' || s[i] == '\\')
-			a->data[a->len++] = '\\';
-		a->data[a->len++] = s[i];
-	}
-	a->data[a->len++] = '"';
-	a->data[a->len] = '\0';
-	return IDEM_OK;
+	return idem_pgarray_add(a, s, strlen(s), false);
 }
 
 PGconn *bench_pg_connect(const char *conninfo)

@@ -65,15 +65,8 @@ struct bench_payment {
 bool bench_payment_decode(const void *value, size_t len, struct bench_payment *ret_pay,
                           char *errbuf, size_t errlen);
 
-/*
- * @brief Append one element to a text array literal that starts with "{" (quoted, with '"' and
- * '\' escaped), as lib/idem_pg.c builds them.
- */
+/* @brief idem_pgarray_add() of a C string, as lib/idem_pg.c builds its array literals. */
 IDEM_NODISCARD idem_status bench_arr_add(struct idem_buf *a, const char *s);
-
-/* @brief Start a text array literal ("{") / end it ("}"). */
-IDEM_NODISCARD idem_status bench_arr_open(struct idem_buf *a);
-IDEM_NODISCARD idem_status bench_arr_close(struct idem_buf *a);
 
 /* @brief Connect to @conninfo; exits the program with a message on failure. */
 PGconn *bench_pg_connect(const char *conninfo);

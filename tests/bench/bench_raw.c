@@ -270,9 +270,9 @@ static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
 
 	/* Round trip 1: BEGIN and the claim. */
-	check(bench_arr_open(&bf->keys));
-	check(bench_arr_open(&bf->offs));
-	check(bench_arr_open(&bf->hashes));
+	check(idem_pgarray_open(&bf->keys));
+	check(idem_pgarray_open(&bf->offs));
+	check(idem_pgarray_open(&bf->hashes));
 	for (size_t k = 0; k < b->n_order; k++) {
 		const struct raw_msg *m = &b->msgs[b->order[k]];
 		char off[24];
@@ -282,9 +282,9 @@ static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		check(bench_arr_add(&bf->offs, off));
 		check(bench_arr_add(&bf->hashes, m->pay.hash));
 	}
-	check(bench_arr_close(&bf->keys));
-	check(bench_arr_close(&bf->offs));
-	check(bench_arr_close(&bf->hashes));
+	check(idem_pgarray_close(&bf->keys));
+	check(idem_pgarray_close(&bf->offs));
+	check(idem_pgarray_close(&bf->hashes));
 	snprintf(part, sizeof(part), "%" PRId32, b->msgs[0].partition);
 	cv[0] = o->consumer;
 	cv[1] = o->topic;
@@ -342,8 +342,8 @@ static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	}
 
 	/* Round trip 3: results, progress, COMMIT. */
-	check(bench_arr_open(&bf->rkeys));
-	check(bench_arr_open(&bf->rvals));
+	check(idem_pgarray_open(&bf->rkeys));
+	check(idem_pgarray_open(&bf->rvals));
 	for (size_t k = 0; k < b->n_applied; k++) {
 		size_t i = b->applied[k];
 
@@ -352,8 +352,8 @@ static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		check(bench_arr_add(&bf->rkeys, b->msgs[i].pay.payment_id));
 		check(bench_arr_add(&bf->rvals, b->result[i]));
 	}
-	check(bench_arr_close(&bf->rkeys));
-	check(bench_arr_close(&bf->rvals));
+	check(idem_pgarray_close(&bf->rkeys));
+	check(idem_pgarray_close(&bf->rvals));
 	snprintf(nx, sizeof(nx), "%" PRId64, b->msgs[b->n - 1].offset + 1);
 	snprintf(c1, sizeof(c1), "%zu", b->n);
 	snprintf(c2, sizeof(c2), "%" PRIu64, n_app);
