@@ -1170,8 +1170,8 @@ static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const c
 	               : idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
 }
 
-/* Look up the claims of the duplicates and classify them, inside the open transaction. */
-static idem_status slow_classify(idem_pg *pg, struct idem_batch *b, idem_error *err)
+/* Fetch the existing claims of the batch's duplicates (if any) into their messages. */
+static idem_status fetch_claims(idem_pg *pg, struct idem_batch *b, idem_error *err)
 {
 	PGresult *res;
 	size_t n = 0;
@@ -1179,19 +1179,27 @@ static idem_status slow_classify(idem_pg *pg, struct idem_batch *b, idem_error *
 
 	if (claims_params(pg, b, &n) != IDEM_OK)
 		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-	if (n > 0) {
-		const char *dv[2] = { b->route->consumer, pg->dkeys.data };
-
-		if (exec_params(pg, "idem_claims_get", 2, dv, NULL, NULL, &res) != IDEM_OK) {
-			r = idem_pg_error(err, pg->conn, res, "claims");
-			PQclear(res);
-			return r;
-		}
-		r = read_claims(pg, b, n, res);
+	if (n == 0)
+		return IDEM_OK;
+	if (exec_params(pg, "idem_claims_get", 2,
+	                (const char *[]){ b->route->consumer, pg->dkeys.data }, NULL, NULL,
+	                &res) != IDEM_OK) {
+		r = idem_pg_error(err, pg->conn, res, "claims");
 		PQclear(res);
-		if (r != IDEM_OK)
-			return idem_error_set(err, r, "out of memory");
+		return r;
 	}
+	r = read_claims(pg, b, n, res);
+	PQclear(res);
+	return r == IDEM_OK ? IDEM_OK : idem_error_set(err, r, "out of memory");
+}
+
+/* Look up the claims of the duplicates and classify them, inside the open transaction. */
+static idem_status slow_classify(idem_pg *pg, struct idem_batch *b, idem_error *err)
+{
+	idem_status r;
+
+	if ((r = fetch_claims(pg, b, err)) != IDEM_OK)
+		return r;
 	if (classify_dups(pg, b) != IDEM_OK)
 		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
 	return IDEM_OK;
@@ -1366,22 +1374,8 @@ idem_status idem_pg_apply_one(idem_pg *pg, struct idem_batch *b, size_t i, idem_
 			PQclear(res);
 		}
 	} else if (m->state == IDEM_MSG_DUPLICATE) {
-		size_t n = 0;
-		PGresult *res;
-
-		if (claims_params(pg, b, &n) != IDEM_OK)
-			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-		if (exec_params(pg, "idem_claims_get", 2,
-		                (const char *[]){ b->route->consumer, pg->dkeys.data }, NULL, NULL,
-		                &res) != IDEM_OK) {
-			r = idem_pg_error(err, pg->conn, res, "claims");
-			PQclear(res);
+		if ((r = fetch_claims(pg, b, err)) != IDEM_OK)
 			return r;
-		}
-		r = read_claims(pg, b, n, res);
-		PQclear(res);
-		if (r != IDEM_OK)
-			return idem_error_set(err, r, "out of memory");
 	}
 	return IDEM_OK;
 }
