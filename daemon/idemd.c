@@ -102,9 +102,9 @@ static uint64_t mono_usec(void)
 
 /*
  * Tell systemd how it goes: STATUS= with the counters about once a second, and WATCHDOG=1 at
- * half the watchdog interval. Called only when a turn of the main loop has returned, so a
- * Postgres call that hangs (or a batch stuck in retries) stops the pings and lets the watchdog
- * restart the service.
+ * half the watchdog interval, but only while no batch has been in a worker's hands for longer
+ * than that: a Postgres call that hangs stops the pings and lets the watchdog restart the
+ * service, although the consumer thread keeps turning.
  */
 static void notify_alive(idem_daemon *d, uint64_t wd_usec)
 {
@@ -112,7 +112,8 @@ static void notify_alive(idem_daemon *d, uint64_t wd_usec)
 	struct idem_daemon_stats st;
 	uint64_t now = mono_usec();
 
-	if (wd_usec > 0 && now - last_ping >= wd_usec / 2) {
+	if (wd_usec > 0 && now - last_ping >= wd_usec / 2 &&
+	    (uint64_t)idem_daemon_stalled_ms(d) * 1000u < wd_usec / 2) {
 		idem_notify("WATCHDOG=1");
 		last_ping = now;
 	}

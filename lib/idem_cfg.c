@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #define CFG_MAX_KEYS        12 /* keys in the largest section table */
@@ -232,7 +233,7 @@ static const struct cfg_key route_keys[] = {
 };
 static const struct cfg_section route_section = { route_keys, ROUTE_N, NULL };
 
-enum { BATCH_MAX_MESSAGES, BATCH_MAX_WAIT_MS, BATCH_N };
+enum { BATCH_MAX_MESSAGES, BATCH_MAX_WAIT_MS, BATCH_WORKERS, BATCH_N };
 static const struct cfg_key batch_keys[] = {
 	[BATCH_MAX_MESSAGES] = { .name = "max_messages",
 	                         .type = CFG_INT,
@@ -248,6 +249,12 @@ static const struct cfg_key batch_keys[] = {
 	                        .min = 0,
 	                        .max = 60000,
 	                        .off = offsetof(struct idem_cfg, batch_max_wait_ms) },
+	[BATCH_WORKERS] = { .name = "workers",
+	                    .type = CFG_INT,
+	                    .def = 0,
+	                    .min = 0,
+	                    .max = 64,
+	                    .off = offsetof(struct idem_cfg, batch_workers) },
 };
 static const struct cfg_section batch_section = { batch_keys, BATCH_N, NULL };
 
@@ -2038,6 +2045,16 @@ static void cfg_free_strv(char **v, size_t n)
 	for (size_t i = 0; i < n; i++)
 		free(v[i]);
 	free(v);
+}
+
+int idem_cfg_workers(const struct idem_cfg *cfg)
+{
+	long n;
+
+	if (cfg->batch_workers > 0)
+		return cfg->batch_workers;
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
 void idem_cfg_free(struct idem_cfg *cfg)

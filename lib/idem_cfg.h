@@ -69,6 +69,8 @@ struct idem_cfg {
 	/* batch: */
 	int batch_max_messages; /* batch.max_messages, default 500, 1..100000 */
 	int batch_max_wait_ms;  /* batch.max_wait_ms, default 20, 0..60000 */
+	int batch_workers;      /* batch.workers, 0..64, default 0: one per CPU, at most 8 (see
+	                           idem_cfg_workers()) */
 
 	/* limits: */
 	size_t max_key_bytes; /* limits.max_key_bytes, default 512, 1..2048 (a btree entry must fit
@@ -110,5 +112,11 @@ IDEM_NODISCARD idem_status idem_cfg_parse(const char *name, const char *buf, siz
 const struct idem_route *idem_cfg_route_for(const struct idem_cfg *cfg, const char *topic);
 
 void idem_cfg_free(struct idem_cfg *cfg);
+
+/*
+ * @brief How many workers commit batches: batch.workers, or for 0 one per online CPU, at least
+ * 1 and at most 8 (Postgres does the work; more connections than cores only queue up there).
+ */
+int idem_cfg_workers(const struct idem_cfg *cfg);
 
 #endif

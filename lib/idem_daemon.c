@@ -1,14 +1,21 @@
 /*
  * idem_daemon.c - the main loop.
  *
- * One thread: poll, batch per partition, commit a batch in Postgres, then store its offset for
- * librdkafka to commit. A partition's batches are committed in offset order, and an offset is
- * stored only after the transaction that covered it committed.
+ * The consumer thread polls, fills one batch per partition and hands due batches to a pool of
+ * workers, each with its own Postgres connection. A worker takes every batch that is ready (up
+ * to a bound) and commits them in one transaction (idem_pg_flush_many), so at moderate rates
+ * one fsync serves many partitions; under load batches fill while the workers are busy. Each
+ * partition has at most one batch in flight, so its batches commit in offset order; the next
+ * one fills meanwhile, and when it is full too the partition is paused until the one in flight
+ * is done (backpressure; memory stays bounded by two batches per partition plus librdkafka's
+ * prefetch). Everything Kafka-side happens on the consumer thread: a worker only commits and
+ * reports back, and the consumer thread stores the offset after that commit.
  */
 #include "idem_daemon.h"
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,11 +27,36 @@
 #include "idem_pg.h"
 #include "idem_retention.h"
 
+/* Most batches one transaction carries, and most messages (in batch.max_messages units). */
+#define GROUP_MAX_BATCHES 32
+#define GROUP_MAX_FULL    2
+
+struct worker {
+	idem_daemon *d;
+	idem_pg *pg;
+	pthread_t thread;
+	bool started;
+	int connected; /* idem_pg_connected() after the last commit (atomic) */
+};
+
 struct idem_daemon {
 	const struct idem_cfg *cfg;
 	idem_stop_fn stop;
 	rd_kafka_t *rk;
-	idem_pg *pg;
+	rd_kafka_queue_t *cq; /* the consumer queue, to end a poll when a worker is done */
+	struct worker *workers;
+	size_t n_workers;
+	size_t n_busy; /* partitions with a batch in flight (consumer thread only) */
+
+	/* Shared with the workers, under mu. */
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv; /* ready gained a batch, or quit */
+	pthread_cond_t done_cv; /* done gained a batch */
+	struct idem_part *ready, **ready_tail;
+	struct idem_part *done, **done_tail;
+	bool quit;
+	bool sync_init;
+
 	struct idem_parts parts;
 	struct idem_header *hdrs; /* scratch for one message's headers */
 	size_t cap_hdrs;
@@ -49,18 +81,6 @@ static int64_t now_ms(void)
 static bool stopping(const idem_daemon *d)
 {
 	return d->stop != NULL && d->stop();
-}
-
-/* Sleep @ms in short steps, returning early when a stop is requested. */
-static void nap(const idem_daemon *d, int ms)
-{
-	while (ms > 0 && !stopping(d)) {
-		int step = ms < 100 ? ms : 100;
-		struct timespec ts = { 0, (long)step * 1000000L };
-
-		nanosleep(&ts, NULL);
-		ms -= step;
-	}
 }
 
 /* Exponential backoff with jitter: a random delay in [cap/2, cap], cap doubling per attempt. */
@@ -195,16 +215,52 @@ static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 	d->stats.payload_mismatches += st->payload_mismatches;
 }
 
-/* A batch of @p committed: count it, hand its offset to Kafka, resume or halt the partition. */
-static void committed(idem_daemon *d, struct idem_part *p, const struct idem_flush_stats *st,
-                      int64_t first, int64_t last, int64_t t0)
+/*
+ * Swap the messages of two batches of one partition. The delivery state (failures, retry time,
+ * next offset expected) stays where it was: it belongs to the partition, kept in p->batch.
+ */
+static void swap_batches(struct idem_batch *a, struct idem_batch *b)
 {
-	struct idem_batch *b = &p->batch;
-	bool was_paused = b->retry_at_ms != 0;
+	struct idem_batch t = *a;
+	int failures = a->failures;
+	int64_t retry_at_ms = a->retry_at_ms, fetch_next = a->fetch_next;
+
+	*a = *b;
+	*b = t;
+	b->failures = a->failures;
+	b->retry_at_ms = a->retry_at_ms;
+	b->fetch_next = a->fetch_next;
+	a->failures = failures;
+	a->retry_at_ms = retry_at_ms;
+	a->fetch_next = fetch_next;
+}
+
+/* Hand @p's batch to the workers. */
+static void dispatch(idem_daemon *d, struct idem_part *p)
+{
+	swap_batches(&p->batch, &p->inflight);
+	p->busy = true;
+	p->job.next = NULL;
+	p->job.t0 = now_ms();
+	d->n_busy++;
+	pthread_mutex_lock(&d->mu);
+	*d->ready_tail = p;
+	d->ready_tail = &p->job.next;
+	pthread_cond_signal(&d->work_cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* The batch in flight of @p committed: count it, hand its offset to Kafka, go on or halt. */
+static void committed(idem_daemon *d, struct idem_part *p)
+{
+	struct idem_batch *b = &p->inflight;
+	const struct idem_flush_stats *st = &p->job.st;
+	bool was_paused = p->batch.retry_at_ms != 0 || p->held;
+	int64_t first = b->msgs[0].offset, last = st->next_offset - 1;
 
 	add_stats(d, st);
 	idem_metrics_batch(d->metrics, st->consumed, st->applied, st->quarantined,
-	                   (double)(now_ms() - t0) / 1000.0);
+	                   (double)(now_ms() - p->job.t0) / 1000.0);
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_REDELIVERY, st->dup_redelivery);
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_REPLAY, st->dup_replay);
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_UPSTREAM, st->dup_upstream);
@@ -220,23 +276,25 @@ static void committed(idem_daemon *d, struct idem_part *p, const struct idem_flu
 	               "committed topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64
 	               " consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
 	               " quarantined=%" PRIu64 " slow=%d ms=%" PRId64,
-	               b->topic, b->partition, first, st->next_offset - 1, st->consumed,
-	               st->applied, st->duplicates, st->quarantined, st->slow_path, now_ms() - t0);
-	if (b->failures > 0)
+	               b->topic, b->partition, first, last, st->consumed, st->applied,
+	               st->duplicates, st->quarantined, st->slow_path, now_ms() - p->job.t0);
+	if (p->batch.failures > 0)
 		idem_log_info(
 		        "batch",
 		        "batch committed after %d failed attempt(s) topic=%s partition=%" PRId32,
-		        b->failures, b->topic, b->partition);
+		        p->batch.failures, b->topic, b->partition);
 	store_offset(d, p, st->next_offset);
 	idem_batch_reset(b);
-	b->failures = 0;
-	b->retry_at_ms = 0;
+	p->batch.failures = 0;
+	p->batch.retry_at_ms = 0;
+	p->held = false;
 	if (st->halted) {
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
+		idem_batch_reset(&p->batch);
 		p->halted = true;
-		b->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
-		b->fetch_next = st->next_offset;
+		p->batch.retry_at_ms = now_ms() + d->cfg->retry_max_ms;
+		p->batch.fetch_next = st->next_offset;
 		if (!was_paused)
 			pause_part(d, p);
 		idem_log_error(
@@ -248,43 +306,38 @@ static void committed(idem_daemon *d, struct idem_part *p, const struct idem_flu
 		        d->cfg->retry_max_ms);
 		return;
 	}
-	if (was_paused)
-		resume_part(d, p, last + 1);
+	/* A batch that filled up meanwhile goes at once. */
+	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages)
+		dispatch(d, p);
+	if (was_paused && !p->leaving)
+		resume_part(d, p, p->batch.fetch_next >= 0 ? p->batch.fetch_next : last + 1);
 }
 
 /*
- * One attempt at committing partition @p's batch. On a transient or broken-handler failure the
- * batch is kept, the partition paused and a retry scheduled with exponential backoff and jitter
- * (flush_due() retries it); nothing was committed, so its offsets do not move. Only running out
- * of memory is returned as an error.
+ * The batch in flight of @p failed for a transient reason or a broken handler: nothing was
+ * committed, so its offsets do not move. Put it back as the partition's batch (dropping what
+ * arrived after it, fetched again later), pause the partition and schedule a retry with
+ * exponential backoff and jitter (flush_due() retries it).
  */
-static idem_status flush_once(idem_daemon *d, struct idem_part *p, idem_error *err)
+static void failed(idem_daemon *d, struct idem_part *p)
 {
+	const idem_error *e = &p->job.err;
+	enum idem_pg_class cls = idem_pg_classify(e->sqlstate);
 	struct idem_batch *b = &p->batch;
-	struct idem_flush_stats st;
-	int64_t first, last, t0;
-	enum idem_pg_class cls;
-	idem_error e;
-	idem_status r;
+	bool was_paused = b->retry_at_ms != 0 || p->held;
+	int64_t first, last;
 	int wait;
 
-	if (b->n_msgs == 0)
-		return IDEM_OK;
+	idem_batch_reset(b);
+	swap_batches(b, &p->inflight);
 	first = b->msgs[0].offset;
 	last = b->msgs[b->n_msgs - 1].offset;
-	t0 = now_ms();
-	r = idem_pg_flush(d->pg, b, &st, &e);
-	if (r == IDEM_OK) {
-		committed(d, p, &st, first, last, t0);
-		return IDEM_OK;
-	}
-	if (r == IDEM_ERR_NOMEM)
-		return idem_error_set(err, r, "%s", e.msg);
-	cls = idem_pg_classify(e.sqlstate);
+	b->fetch_next = last + 1;
+	p->held = false;
 	d->stats.retries++;
 	idem_metrics_retry(d->metrics, idem_pg_class_str(cls));
 	wait = backoff_ms(d, ++b->failures);
-	if (b->retry_at_ms == 0)
+	if (!was_paused)
 		pause_part(d, p);
 	b->retry_at_ms = now_ms() + wait;
 	if (cls == IDEM_PG_BROKEN)
@@ -292,42 +345,178 @@ static idem_status flush_once(idem_daemon *d, struct idem_part *p, idem_error *e
 		        "batch",
 		        "handler or schema broken, partition paused: route=%s topic=%s partition=%" PRId32
 		        " offsets=%" PRId64 "..%" PRId64 " sqlstate=%s: %s, retrying in %dms",
-		        b->route->name, b->topic, b->partition, first, last, e.sqlstate, e.msg,
+		        b->route->name, b->topic, b->partition, first, last, e->sqlstate, e->msg,
 		        wait);
 	else
 		idem_log_warn("batch",
 		              "batch failed topic=%s partition=%" PRId32 " offsets=%" PRId64
 		              "..%" PRId64 " class=%s sqlstate=%s: %s, retrying in %dms",
 		              b->topic, b->partition, first, last, idem_pg_class_str(cls),
-		              e.sqlstate[0] ? e.sqlstate : "-", e.msg, wait);
-	return IDEM_OK;
+		              e->sqlstate[0] ? e->sqlstate : "-", e->msg, wait);
+}
+
+/* Take back what the workers finished. Only running out of memory is returned as an error. */
+static idem_status collect(idem_daemon *d, idem_error *err)
+{
+	struct idem_part *p, *next;
+	idem_status r = IDEM_OK;
+
+	pthread_mutex_lock(&d->mu);
+	p = d->done;
+	d->done = NULL;
+	d->done_tail = &d->done;
+	pthread_mutex_unlock(&d->mu);
+	for (; p != NULL; p = next) {
+		next = p->job.next;
+		p->busy = false;
+		d->n_busy--;
+		if (p->job.r == IDEM_OK) {
+			committed(d, p);
+		} else if (p->job.r == IDEM_ERR_NOMEM) {
+			r = idem_error_set(err, IDEM_ERR_NOMEM, "%s", p->job.err.msg);
+			failed(d, p);
+		} else {
+			failed(d, p);
+		}
+	}
+	return r;
+}
+
+/* Wait up to @ms for a worker to finish something. */
+static void wait_done(idem_daemon *d, int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&d->mu);
+	if (d->done == NULL)
+		pthread_cond_timedwait(&d->done_cv, &d->mu, &ts);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* Take the next group of ready batches, under d->mu. */
+static size_t take_group(idem_daemon *d, struct idem_part **group)
+{
+	size_t n = 0, msgs = 0, cap = (size_t)d->cfg->batch_max_messages * GROUP_MAX_FULL;
+
+	while (d->ready != NULL && n < GROUP_MAX_BATCHES &&
+	       (n == 0 || msgs + d->ready->inflight.n_msgs <= cap)) {
+		struct idem_part *p = d->ready;
+
+		d->ready = p->job.next;
+		if (d->ready == NULL)
+			d->ready_tail = &d->ready;
+		msgs += p->inflight.n_msgs;
+		group[n++] = p;
+	}
+	return n;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	idem_daemon *d = w->d;
+	struct idem_part *group[GROUP_MAX_BATCHES];
+	struct idem_batch *batches[GROUP_MAX_BATCHES];
+	struct idem_flush_stats st[GROUP_MAX_BATCHES];
+	idem_status rs[GROUP_MAX_BATCHES];
+	idem_error errs[GROUP_MAX_BATCHES];
+
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		size_t n;
+
+		while (d->ready == NULL && !d->quit)
+			pthread_cond_wait(&d->work_cv, &d->mu);
+		if (d->ready == NULL)
+			break;
+		n = take_group(d, group);
+		pthread_mutex_unlock(&d->mu);
+
+		for (size_t i = 0; i < n; i++)
+			batches[i] = &group[i]->inflight;
+		idem_pg_flush_many(w->pg, batches, n, st, rs, errs);
+		__atomic_store_n(&w->connected, idem_pg_connected(w->pg), __ATOMIC_RELAXED);
+
+		pthread_mutex_lock(&d->mu);
+		for (size_t i = 0; i < n; i++) {
+			struct idem_part *p = group[i];
+
+			p->job.r = rs[i];
+			p->job.st = st[i];
+			p->job.err = errs[i];
+			p->job.next = NULL;
+			*d->done_tail = p;
+			d->done_tail = &p->job.next;
+		}
+		pthread_cond_signal(&d->done_cv);
+		/* Wake the consumer thread out of its poll. */
+		rd_kafka_queue_yield(d->cq);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
 }
 
 /*
- * Commit @p's batch now, retrying with backoff up to @max_attempts times (shutdown, revoke).
- * A batch that still fails is left: nothing was committed, its messages will be redelivered.
+ * Commit what is in hand for the partitions marked leaving (revoke) or all of them (shutdown),
+ * with up to @tries attempts each, waiting out the backoff between them when @tries > 1. A
+ * batch that still fails is left: nothing was committed, its messages will be redelivered.
  */
-static idem_status flush_bounded(idem_daemon *d, struct idem_part *p, int max_attempts,
-                                 idem_error *err)
+static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 {
-	idem_status r;
+	idem_status r = IDEM_OK;
 
-	for (int attempt = 1; p->batch.n_msgs > 0 && !p->halted; attempt++) {
-		if ((r = flush_once(d, p, err)) != IDEM_OK)
-			return r;
-		if (p->batch.retry_at_ms == 0 || p->halted)
-			return IDEM_OK;
-		if (attempt >= max_attempts) {
+	for (size_t i = 0; i < d->parts.n; i++)
+		d->parts.v[i]->drain_tries = d->parts.v[i]->leaving ? tries : 0;
+	for (;;) {
+		int64_t now = now_ms(), wait = 100;
+		bool pending = false;
+
+		if (collect(d, err) != IDEM_OK)
+			r = IDEM_ERR_NOMEM;
+		for (size_t i = 0; i < d->parts.n; i++) {
+			struct idem_part *p = d->parts.v[i];
+			struct idem_batch *b = &p->batch;
+
+			if (!p->leaving)
+				continue;
+			if (p->busy) {
+				pending = true;
+				continue;
+			}
+			if (p->halted || b->n_msgs == 0 || p->drain_tries <= 0)
+				continue;
+			if (tries > 1 && b->retry_at_ms != 0 && now < b->retry_at_ms) {
+				if (b->retry_at_ms - now < wait)
+					wait = b->retry_at_ms - now;
+				pending = true;
+				continue;
+			}
+			p->drain_tries--;
+			dispatch(d, p);
+			pending = true;
+		}
+		if (!pending || r != IDEM_OK)
+			break;
+		wait_done(d, (int)wait);
+	}
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p = d->parts.v[i];
+
+		if (p->leaving && !p->busy && !p->halted && p->batch.n_msgs > 0)
 			idem_log_warn("batch",
 			              "giving up on batch topic=%s partition=%" PRId32
 			              " offsets=%" PRId64 "..%" PRId64 "; it will be redelivered",
 			              p->topic, p->partition, p->batch.msgs[0].offset,
 			              p->batch.msgs[p->batch.n_msgs - 1].offset);
-			return IDEM_ERR_PG;
-		}
-		nap(d, (int)(p->batch.retry_at_ms - now_ms()));
 	}
-	return IDEM_OK;
+	return r;
 }
 
 static void commit_sync(idem_daemon *d, const char *why)
@@ -387,14 +576,12 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
-		if (p != NULL && p->batch.n_msgs > 0 && !p->halted &&
-		    flush_bounded(d, p, 1, NULL) != IDEM_OK)
-			idem_log_warn(
-			        "kafka",
-			        "abandoned batch of revoked partition topic=%s partition=%" PRId32
-			        ", it will be redelivered",
-			        p->topic, p->partition);
+		if (p != NULL)
+			p->leaving = true;
 	}
+	/* Out of memory here leaves the batches uncommitted: they are redelivered. */
+	if (drain(d, 1, NULL) != IDEM_OK)
+		idem_log_error("kafka", "out of memory while finishing revoked partitions");
 	commit_sync(d, "revoke");
 	for (int i = 0; i < list->cnt; i++) {
 		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
@@ -462,13 +649,30 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->last_stats_ms = now_ms();
 	idem_parts_init(&d->parts);
 
+	d->ready_tail = &d->ready;
+	d->done_tail = &d->done;
+	if (pthread_mutex_init(&d->mu, NULL) != 0) {
+		free(d);
+		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot create a mutex");
+	}
+	pthread_cond_init(&d->work_cv, NULL);
+	pthread_cond_init(&d->done_cv, NULL);
+	d->sync_init = true;
 	d->metrics = idem_metrics_new();
-	if (d->metrics == NULL) {
+	d->n_workers = (size_t)idem_cfg_workers(cfg);
+	d->workers = calloc(d->n_workers, sizeof(*d->workers));
+	if (d->metrics == NULL || d->workers == NULL) {
 		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
 		goto out_free;
 	}
-	if ((r = idem_pg_new(cfg, &d->pg, err)) != IDEM_OK)
-		goto out_free;
+	/* Every connection is opened (and every handler prepared) before anything is consumed,
+	 * so a bad conninfo or handler fails here. */
+	for (size_t i = 0; i < d->n_workers; i++) {
+		d->workers[i].d = d;
+		if ((r = idem_pg_new(cfg, &d->workers[i].pg, err)) != IDEM_OK)
+			goto out_free;
+		d->workers[i].connected = 1;
+	}
 	if (cfg->metrics_listen != NULL &&
 	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
 		goto out_free;
@@ -484,6 +688,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		goto out_free;
 	}
 	rd_kafka_poll_set_consumer(d->rk);
+	d->cq = rd_kafka_queue_get_consumer(d->rk);
 	topics = rd_kafka_topic_partition_list_new((int)cfg->n_topics);
 	for (size_t i = 0; i < cfg->n_topics; i++)
 		rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
@@ -495,6 +700,14 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		goto out_free;
 	}
 	d->subscribed = true;
+	for (size_t i = 0; i < d->n_workers; i++) {
+		if (pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) != 0) {
+			r = idem_error_set(err, IDEM_ERR_NOMEM, "cannot start worker thread");
+			goto out_free;
+		}
+		d->workers[i].started = true;
+	}
+	idem_log_info("daemon", "%zu worker(s), one Postgres connection each", d->n_workers);
 	if ((r = idem_retention_start(cfg, cfg->retention_keep_s, cfg->retention_interval_s,
 	                              cfg->retention_batch, d->metrics, d->rk, &d->retention,
 	                              err)) != IDEM_OK)
@@ -507,16 +720,42 @@ out_free:
 	return r;
 }
 
+/* Let the workers finish what they hold, then end them. */
+static void stop_workers(idem_daemon *d)
+{
+	if (!d->sync_init)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->quit = true;
+	pthread_cond_broadcast(&d->work_cv);
+	pthread_mutex_unlock(&d->mu);
+	for (size_t i = 0; d->workers != NULL && i < d->n_workers; i++) {
+		if (d->workers[i].started)
+			pthread_join(d->workers[i].thread, NULL);
+		d->workers[i].started = false;
+	}
+}
+
 void idem_daemon_free(idem_daemon *d)
 {
 	if (d == NULL)
 		return;
 	idem_retention_stop(d->retention);
+	stop_workers(d);
+	if (d->cq != NULL)
+		rd_kafka_queue_destroy(d->cq);
 	if (d->rk != NULL)
 		rd_kafka_destroy(d->rk);
 	idem_metrics_free(d->metrics);
-	idem_pg_free(d->pg);
+	for (size_t i = 0; d->workers != NULL && i < d->n_workers; i++)
+		idem_pg_free(d->workers[i].pg);
+	free(d->workers);
 	idem_parts_done(&d->parts);
+	if (d->sync_init) {
+		pthread_cond_destroy(&d->work_cv);
+		pthread_cond_destroy(&d->done_cv);
+		pthread_mutex_destroy(&d->mu);
+	}
 	free(d->hdrs);
 	free(d);
 }
@@ -535,6 +774,19 @@ void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats
 	*ret_stats = d->stats;
 	ret_stats->partitions = d->parts.n;
 	ret_stats->halted = halted_count(d);
+}
+
+int64_t idem_daemon_stalled_ms(const idem_daemon *d)
+{
+	int64_t now = now_ms(), oldest = 0;
+
+	for (size_t i = 0; i < d->parts.n; i++) {
+		const struct idem_part *p = d->parts.v[i];
+
+		if (p->busy && now - p->job.t0 > oldest)
+			oldest = now - p->job.t0;
+	}
+	return oldest;
 }
 
 /* Copy the headers of @rkm into d->hdrs (valid while @rkm lives). */
@@ -583,11 +835,18 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		/* A message of a partition this instance no longer owns: its new owner gets it. */
 		return IDEM_OK;
 	}
-	/* The partition waits for a retry or is halted: it is paused, and what still arrives is
-	 * fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
-	if (p->halted || p->batch.retry_at_ms != 0 ||
+	/* The partition waits for a retry, is halted or held: it is paused, and what still
+	 * arrives is fetched again from where it resumes. Below fetch_next: fetched before a seek
+	 * back. */
+	if (p->halted || p->held || p->batch.retry_at_ms != 0 ||
 	    (p->batch.fetch_next >= 0 && rkm->offset < p->batch.fetch_next))
 		return IDEM_OK;
+	if (p->busy && p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages) {
+		/* Full while the one before it commits: hold the partition until then. */
+		p->held = true;
+		pause_part(d, p);
+		return IDEM_OK;
+	}
 	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
 		return idem_error_set(err, r, "out of memory");
 	m.topic = topic;
@@ -606,23 +865,23 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
 	p->batch.fetch_next = rkm->offset + 1;
-	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages)
-		return flush_once(d, p, err);
+	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages && !p->busy)
+		dispatch(d, p);
 	return IDEM_OK;
 }
 
-/* Commit every batch that is due (@all: every non-empty one). */
-static idem_status flush_due(idem_daemon *d, bool all, idem_error *err)
+/* Hand over every batch that is due (@all: every non-empty one), and the retries whose time came.
+ */
+static void flush_due(idem_daemon *d, bool all)
 {
 	int64_t now = now_ms();
-	idem_status r;
 
-	/* flush_once() runs a Postgres transaction only, no rebalance; the parts table does not
-	 * change under it, so indexing is safe. */
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
 		struct idem_batch *b = &p->batch;
 
+		if (p->busy)
+			continue;
 		if (b->retry_at_ms != 0) {
 			if (now < b->retry_at_ms)
 				continue;
@@ -642,12 +901,8 @@ static idem_status flush_due(idem_daemon *d, bool all, idem_error *err)
 		           (!all && now - b->opened_ms < d->cfg->batch_max_wait_ms)) {
 			continue;
 		}
-		if ((r = flush_once(d, p, err)) != IDEM_OK)
-			return r;
-		if (stopping(d))
-			break;
+		dispatch(d, p);
 	}
-	return IDEM_OK;
 }
 
 static int poll_timeout(const idem_daemon *d)
@@ -655,9 +910,12 @@ static int poll_timeout(const idem_daemon *d)
 	int64_t now = now_ms(), t = 100;
 
 	for (size_t i = 0; i < d->parts.n; i++) {
-		const struct idem_batch *b = &d->parts.v[i]->batch;
+		const struct idem_part *p = d->parts.v[i];
+		const struct idem_batch *b = &p->batch;
 		int64_t left;
 
+		if (p->busy)
+			continue; /* its worker wakes the poll when it is done */
 		if (b->retry_at_ms != 0)
 			left = b->retry_at_ms - now;
 		else if (b->n_msgs > 0)
@@ -688,6 +946,16 @@ static void log_stats(idem_daemon *d)
 	              d->stats.slow_batches, d->stats.retries, d->parts.n, halted_count(d));
 }
 
+/* Every worker's connection is up (as of its last commit). */
+static bool pg_connected(const idem_daemon *d)
+{
+	for (size_t i = 0; i < d->n_workers; i++) {
+		if (!__atomic_load_n(&d->workers[i].connected, __ATOMIC_RELAXED))
+			return false;
+	}
+	return true;
+}
+
 /* About once a second: per-partition lag and progress, readiness. */
 static void publish(idem_daemon *d)
 {
@@ -715,8 +983,7 @@ static void publish(idem_daemon *d)
 		idem_metrics_partition(d->metrics, p->topic, p->partition, p->db_next, lag);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
-	idem_metrics_ready(d->metrics, idem_pg_connected(d->pg), d->parts.n > 0,
-	                   halted_count(d) > 0);
+	idem_metrics_ready(d->metrics, pg_connected(d), d->parts.n > 0, halted_count(d) > 0);
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
@@ -726,9 +993,23 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 	idem_status r;
 
 	publish(d);
+	if ((r = collect(d, err)) != IDEM_OK)
+		return r;
 	rkm = rd_kafka_consumer_poll(d->rk, poll_timeout(d));
+	/* A worker's wake-up also ends the poll empty-handed: look once more before taking the
+	 * queue for drained. */
 	if (rkm == NULL)
-		return flush_due(d, true, err); /* idle: nothing is worth waiting for */
+		rkm = rd_kafka_consumer_poll(d->rk, 0);
+	if ((r = collect(d, err)) != IDEM_OK) {
+		if (rkm != NULL)
+			rd_kafka_message_destroy(rkm);
+		return r;
+	}
+	if (rkm == NULL) {
+		flush_due(d, true); /* idle: nothing is worth waiting for */
+		log_stats(d);
+		return IDEM_OK;
+	}
 	/* Drain what is already fetched without waiting, so batches fill under load. */
 	while (rkm != NULL) {
 		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -746,24 +1027,25 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 			break;
 		rkm = rd_kafka_consumer_poll(d->rk, 0);
 	}
-	if ((r = flush_due(d, rkm == NULL, err)) != IDEM_OK)
+	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
+	flush_due(d, rkm == NULL);
 	log_stats(d);
 	return IDEM_OK;
 }
 
 idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 {
-	idem_status r = IDEM_OK;
+	idem_status r;
 
 	d->closing = true;
-	for (size_t i = 0; i < d->parts.n; i++) {
-		if (flush_bounded(d, d->parts.v[i], 5, err) == IDEM_ERR_NOMEM)
-			r = IDEM_ERR_NOMEM;
-	}
+	for (size_t i = 0; i < d->parts.n; i++)
+		d->parts.v[i]->leaving = true;
+	r = drain(d, 5, err);
 	commit_sync(d, "shutdown");
 	/* Leaves the group; the revoke callback finds nothing left to do. */
 	rd_kafka_consumer_close(d->rk);
+	stop_workers(d);
 	log_stats(d);
 	return r;
 }

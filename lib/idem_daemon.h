@@ -57,6 +57,13 @@ IDEM_NODISCARD idem_status idem_daemon_tick(idem_daemon *d, idem_error *err);
 IDEM_NODISCARD idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err);
 
 void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats);
+
+/*
+ * @brief How long, in milliseconds, the oldest batch in flight has been in a worker's hands
+ * (0: none). The consumer thread turns while workers wait on Postgres; this says whether they
+ * are getting anywhere.
+ */
+int64_t idem_daemon_stalled_ms(const idem_daemon *d);
 void idem_daemon_free(idem_daemon *d);
 
 #endif

@@ -19,6 +19,7 @@ static void part_free(struct idem_part *p)
 	if (p == NULL)
 		return;
 	idem_batch_done(&p->batch);
+	idem_batch_done(&p->inflight);
 	free(p->topic);
 	free(p);
 }
@@ -69,7 +70,8 @@ idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
 	if (p == NULL)
 		return IDEM_ERR_NOMEM;
 	p->topic = strdup(topic);
-	if (p->topic == NULL || idem_batch_init(&p->batch, route, topic, partition) != IDEM_OK) {
+	if (p->topic == NULL || idem_batch_init(&p->batch, route, topic, partition) != IDEM_OK ||
+	    idem_batch_init(&p->inflight, route, topic, partition) != IDEM_OK) {
 		part_free(p);
 		return IDEM_ERR_NOMEM;
 	}

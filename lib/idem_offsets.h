@@ -11,15 +11,34 @@
 #include "idem_batch.h"
 #include "idem_cfg.h"
 #include "idem_common.h"
+#include "idem_pg.h"
+
+/* A batch handed to a worker, and what came of it. */
+struct idem_part_job {
+	struct idem_part *next; /* in the pool's ready or done list */
+	int64_t t0;             /* monotonic time it was handed over */
+	idem_status r;
+	struct idem_flush_stats st;
+	idem_error err;
+};
 
 struct idem_part {
 	char *topic; /* owned */
 	int32_t partition;
 	const struct idem_route *route;
-	struct idem_batch batch; /* messages received, not yet committed */
-	int64_t db_next;         /* offset after the last batch committed to Postgres, or -1 */
-	int64_t stored_next;     /* offset last handed to Kafka for commit, or -1 */
-	bool halted;             /* processing stopped (on_poison: halt or fatal handler error) */
+	struct idem_batch batch; /* messages received, not yet committed, nor handed over */
+	/* While busy, a worker owns @inflight (the batch before @batch) and @job; nothing else
+	 * touches them. One batch per partition is in flight at a time, so batches commit in
+	 * offset order. */
+	struct idem_batch inflight;
+	struct idem_part_job job;
+	bool busy;
+	bool held;           /* paused because @batch is full while @inflight commits */
+	bool leaving;        /* being revoked or shut down: drained, not fetched again */
+	int drain_tries;     /* attempts left while draining */
+	int64_t db_next;     /* offset after the last batch committed to Postgres, or -1 */
+	int64_t stored_next; /* offset last handed to Kafka for commit, or -1 */
+	bool halted;         /* processing stopped (on_poison: halt or fatal handler error) */
 };
 
 struct idem_parts {

@@ -12,6 +12,9 @@
  * Slow path, only after a message-specific handler failure (or a handler timeout, or claims that
  * kept running into lock_timeout): the same work with a SAVEPOINT around each message's claim
  * and handler, so a failing message takes its claim with it and its neighbours still commit.
+ * Several partitions' batches (idem_pg_flush_many()): the fast path's three round trips carry
+ * them all, with one claim of all their keys in one global order, and one COMMIT (one fsync).
+ * Anything short of a clean commit rolls that back, and each batch is flushed on its own.
  */
 #include "idem_pg.h"
 
@@ -24,25 +27,50 @@
 #include "idem_log.h"
 #include "idem_migrate.h"
 
-struct idem_pg {
-	const struct idem_cfg *cfg;
-	PGconn *conn;
-	struct idem_buf keys, offs, hashes; /* array literals for the claim */
-	struct idem_buf rkeys, rvals;       /* array literals for the results */
-	struct idem_buf hnames, hvals;      /* array literals for quarantined headers */
-	struct idem_buf dkeys;              /* array literal: keys of the duplicates */
-	const char **vals;                  /* parameter pointers, reused */
-	int *lens, *fmts;
-	size_t cap_vals;
+/*
+ * One batch's part of a flush, kept between the round trips: idem_pg_flush() uses pg->one,
+ * idem_pg_flush_many() one per batch of its combined transaction.
+ */
+struct flush_ctx {
+	struct idem_batch *b;
+	size_t pos;                 /* idem_pg_flush_many(): the batch's index in its arguments */
+	struct idem_flush_stats st; /* what the closing statements record */
 	size_t *applied; /* indices of messages whose handler must run, in offset order */
-	size_t *dups;    /* indices of messages that ran into an existing claim */
+	size_t n_apply;
+	size_t *dups; /* indices of messages that ran into an existing claim, sorted by key */
+	size_t n_dups;
 	size_t cap_idx;
 	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
 	struct {
 		bool on;
 		int64_t offset;
 		char reason[512];
-	} halt; /* on_poison: halt stopped the batch being flushed */
+	} halt; /* on_poison: halt stopped the batch */
+};
+
+/* A key of the combined claim: message @i of the batch of pg->many[@k]. */
+struct claim_ref {
+	const struct idem_batch *b;
+	size_t k;
+	size_t i;
+};
+
+struct idem_pg {
+	const struct idem_cfg *cfg;
+	PGconn *conn;
+	struct idem_buf keys, offs, hashes;  /* array literals for the claim */
+	struct idem_buf cons, topics, parts; /* and for the combined claim */
+	struct idem_buf rkeys, rvals;        /* array literals for the results */
+	struct idem_buf hnames, hvals;       /* array literals for quarantined headers */
+	struct idem_buf dkeys;               /* array literal: keys of the duplicates */
+	const char **vals;                   /* parameter pointers, reused */
+	int *lens, *fmts;
+	size_t cap_vals;
+	struct flush_ctx one;   /* idem_pg_flush() and idem_pg_apply_one() */
+	struct flush_ctx *many; /* idem_pg_flush_many(), cap_many of them */
+	size_t cap_many;
+	struct claim_ref *refs; /* the combined claim's keys, in claim order */
+	size_t cap_refs;
 };
 
 static const char SQL_CLAIM[] =
@@ -51,6 +79,19 @@ static const char SQL_CLAIM[] =
         " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
         " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
         " ON CONFLICT DO NOTHING RETURNING business_key";
+
+/*
+ * The claim of several partitions' keys at once (idem_pg_flush_many()): each row carries its own
+ * consumer and partition, and the rows returned say whose they are. A key given twice for one
+ * consumer is inserted once, for the row that comes first; the other finds it claimed.
+ */
+static const char SQL_CLAIM_MANY[] =
+        "INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
+        " SELECT u.c, u.k, u.t, u.p, u.o, decode(u.h, 'hex')"
+        " FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::text[])"
+        " AS u(c, k, t, p, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING business_key, topic, partition";
 
 static const char SQL_RESULTS[] = "UPDATE idem.processed_messages AS p SET result = u.r"
                                   " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
@@ -307,6 +348,8 @@ static idem_status setup(idem_pg *pg, idem_error *err)
 	if ((r = exec_ok(pg->conn, set, "set timeouts", err)) != IDEM_OK)
 		return r;
 	if ((r = prepare(pg->conn, "idem_claim", SQL_CLAIM, 6, "prepare claim", err)) != IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_claim_many", SQL_CLAIM_MANY, 6, "prepare claim", err)) !=
+	            IDEM_OK ||
 	    (r = prepare(pg->conn, "idem_results", SQL_RESULTS, 3, "prepare results", err)) !=
 	            IDEM_OK ||
 	    (r = prepare(pg->conn, "idem_progress_get", SQL_PROGRESS_GET, 3, "prepare progress",
@@ -349,6 +392,12 @@ idem_status idem_pg_new(const struct idem_cfg *cfg, idem_pg **ret_pg, idem_error
 	return IDEM_OK;
 }
 
+static void ctx_done(struct flush_ctx *ctx)
+{
+	free(ctx->applied);
+	free(ctx->dups);
+}
+
 void idem_pg_free(idem_pg *pg)
 {
 	if (pg == NULL)
@@ -358,6 +407,9 @@ void idem_pg_free(idem_pg *pg)
 	idem_buf_done(&pg->keys);
 	idem_buf_done(&pg->offs);
 	idem_buf_done(&pg->hashes);
+	idem_buf_done(&pg->cons);
+	idem_buf_done(&pg->topics);
+	idem_buf_done(&pg->parts);
 	idem_buf_done(&pg->rkeys);
 	idem_buf_done(&pg->rvals);
 	idem_buf_done(&pg->hnames);
@@ -366,8 +418,11 @@ void idem_pg_free(idem_pg *pg)
 	free(pg->vals);
 	free(pg->lens);
 	free(pg->fmts);
-	free(pg->applied);
-	free(pg->dups);
+	ctx_done(&pg->one);
+	for (size_t k = 0; k < pg->cap_many; k++)
+		ctx_done(&pg->many[k]);
+	free(pg->many);
+	free(pg->refs);
 	free(pg);
 }
 
@@ -407,21 +462,51 @@ static idem_status need_vals(idem_pg *pg, size_t n)
 	return IDEM_OK;
 }
 
-static idem_status need_idx(idem_pg *pg, size_t n)
+static idem_status need_idx(struct flush_ctx *ctx, size_t n)
 {
 	size_t *a, *d;
 
-	if (n <= pg->cap_idx)
+	if (n <= ctx->cap_idx)
 		return IDEM_OK;
-	a = realloc(pg->applied, n * sizeof(*a));
+	a = realloc(ctx->applied, n * sizeof(*a));
 	if (a == NULL)
 		return IDEM_ERR_NOMEM;
-	pg->applied = a;
-	d = realloc(pg->dups, n * sizeof(*d));
+	ctx->applied = a;
+	d = realloc(ctx->dups, n * sizeof(*d));
 	if (d == NULL)
 		return IDEM_ERR_NOMEM;
-	pg->dups = d;
-	pg->cap_idx = n;
+	ctx->dups = d;
+	ctx->cap_idx = n;
+	return IDEM_OK;
+}
+
+/* Room for @n batches in pg->many; new ones start empty. */
+static idem_status need_many(idem_pg *pg, size_t n)
+{
+	struct flush_ctx *ctx;
+
+	if (n <= pg->cap_many)
+		return IDEM_OK;
+	ctx = realloc(pg->many, n * sizeof(*ctx));
+	if (ctx == NULL)
+		return IDEM_ERR_NOMEM;
+	memset(ctx + pg->cap_many, 0, (n - pg->cap_many) * sizeof(*ctx));
+	pg->many = ctx;
+	pg->cap_many = n;
+	return IDEM_OK;
+}
+
+static idem_status need_refs(idem_pg *pg, size_t n)
+{
+	struct claim_ref *x;
+
+	if (n <= pg->cap_refs)
+		return IDEM_OK;
+	x = realloc(pg->refs, n * sizeof(*x));
+	if (x == NULL)
+		return IDEM_ERR_NOMEM;
+	pg->refs = x;
+	pg->cap_refs = n;
 	return IDEM_OK;
 }
 
@@ -456,6 +541,80 @@ static idem_status claim_params(idem_pg *pg, const struct idem_batch *b, const s
 	return IDEM_OK;
 }
 
+/*
+ * Claim order of the combined claim: by key bytes like a single batch's (idem_batch_collapse()),
+ * so that it never crosses the order of another transaction's claims and both cannot deadlock;
+ * then by consumer, as a key is locked per consumer; then by batch, the first one winning a key
+ * that two batches of one consumer carry, as if it had been flushed first on its own.
+ */
+static int ref_cmp(const void *p, const void *q)
+{
+	const struct claim_ref *x = p, *y = q;
+	const struct idem_span *kx = &x->b->msgs[x->i].bkey, *ky = &y->b->msgs[y->i].bkey;
+	int c = memcmp(idem_batch_ptr(x->b, *kx), idem_batch_ptr(y->b, *ky),
+	               kx->len < ky->len ? kx->len : ky->len);
+
+	if (c == 0)
+		c = (kx->len > ky->len) - (kx->len < ky->len);
+	if (c == 0)
+		c = strcmp(x->b->route->consumer, y->b->route->consumer);
+	if (c == 0)
+		c = (x->k > y->k) - (x->k < y->k);
+	return c;
+}
+
+static idem_status claim_many_add(idem_pg *pg, const struct claim_ref *x)
+{
+	const struct idem_batch *b = x->b;
+	const struct idem_batch_msg *m = &b->msgs[x->i];
+	char off[24], part[16];
+	int olen = snprintf(off, sizeof(off), "%" PRId64, m->offset);
+	int plen = snprintf(part, sizeof(part), "%" PRId32, b->partition);
+
+	if (idem_pgarray_add(&pg->cons, b->route->consumer, strlen(b->route->consumer), false) ||
+	    idem_pgarray_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+	    idem_pgarray_add(&pg->topics, b->topic, strlen(b->topic), false) ||
+	    idem_pgarray_add(&pg->parts, part, (size_t)plen, false) ||
+	    idem_pgarray_add(&pg->offs, off, (size_t)olen, false) ||
+	    idem_pgarray_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
+		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+/* Parameters for the combined claim of the keys of the batches of ctx[0..n), @n_keys in all. */
+static idem_status claim_many_params(idem_pg *pg, const struct flush_ctx *ctx, size_t n,
+                                     size_t n_keys, const char **vals)
+{
+	size_t n_refs = 0;
+
+	if (need_refs(pg, n_keys) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		for (size_t j = 0; j < ctx[k].b->n_order; j++)
+			pg->refs[n_refs++] = (struct claim_ref){ ctx[k].b, k, ctx[k].b->order[j] };
+	}
+	qsort(pg->refs, n_refs, sizeof(*pg->refs), ref_cmp);
+	if (idem_pgarray_open(&pg->cons) || idem_pgarray_open(&pg->keys) ||
+	    idem_pgarray_open(&pg->topics) || idem_pgarray_open(&pg->parts) ||
+	    idem_pgarray_open(&pg->offs) || idem_pgarray_open(&pg->hashes))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n_refs; k++) {
+		if (claim_many_add(pg, &pg->refs[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&pg->cons) || idem_pgarray_close(&pg->keys) ||
+	    idem_pgarray_close(&pg->topics) || idem_pgarray_close(&pg->parts) ||
+	    idem_pgarray_close(&pg->offs) || idem_pgarray_close(&pg->hashes))
+		return IDEM_ERR_NOMEM;
+	vals[0] = pg->cons.data;
+	vals[1] = pg->keys.data;
+	vals[2] = pg->topics.data;
+	vals[3] = pg->parts.data;
+	vals[4] = pg->offs.data;
+	vals[5] = pg->hashes.data;
+	return IDEM_OK;
+}
+
 /* Parameters for the progress lookup. */
 static void progress_get_params(const struct idem_batch *b, char *part, const char **vals)
 {
@@ -465,42 +624,47 @@ static void progress_get_params(const struct idem_batch *b, char *part, const ch
 	vals[2] = part;
 }
 
-static void read_progress(idem_pg *pg, const PGresult *res)
+static void read_progress(struct flush_ctx *ctx, const PGresult *res)
 {
-	pg->progress_next = -1;
+	ctx->progress_next = -1;
 	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
-		pg->progress_next = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		ctx->progress_next = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
 }
 
 /*
- * Keys of the messages that ran into an existing claim, into pg->dups (sorted by key) and
- * pg->dkeys (an array literal). *ret_n: how many; 0 means nothing to look up.
+ * Keys of the messages of the batch that ran into an existing claim, into ctx->dups (sorted by
+ * key; ctx->n_dups of them, 0 meaning nothing to look up) and pg->dkeys (an array literal).
  */
-static idem_status claims_params(idem_pg *pg, const struct idem_batch *b, size_t *ret_n)
+static idem_status claims_params(idem_pg *pg, struct flush_ctx *ctx)
 {
+	const struct idem_batch *b = ctx->b;
 	size_t n = 0;
 
-	if (need_idx(pg, b->n_msgs) != IDEM_OK || idem_pgarray_open(&pg->dkeys))
+	if (need_idx(ctx, b->n_msgs) != IDEM_OK || idem_pgarray_open(&pg->dkeys))
 		return IDEM_ERR_NOMEM;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		const struct idem_batch_msg *m = &b->msgs[i];
 
 		if (m->state != IDEM_MSG_DUPLICATE)
 			continue;
-		pg->dups[n++] = i;
+		ctx->dups[n++] = i;
 		if (idem_pgarray_add(&pg->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
 			return IDEM_ERR_NOMEM;
 	}
 	if (idem_pgarray_close(&pg->dkeys))
 		return IDEM_ERR_NOMEM;
-	idem_batch_sort_by_key(b, pg->dups, n);
-	*ret_n = n;
+	idem_batch_sort_by_key(b, ctx->dups, n);
+	ctx->n_dups = n;
 	return IDEM_OK;
 }
 
-/* Record the claims found by SQL_CLAIMS_GET on the duplicates pg->dups[0..n). */
-static idem_status read_claims(idem_pg *pg, struct idem_batch *b, size_t n, const PGresult *res)
+/* Record the claims found by SQL_CLAIMS_GET on the duplicates ctx->dups[0..ctx->n_dups). */
+static idem_status read_claims(struct flush_ctx *ctx, const PGresult *res)
 {
+	struct idem_batch *b = ctx->b;
+	const size_t *dups = ctx->dups;
+	size_t n = ctx->n_dups;
+
 	for (int row = 0; row < PQntuples(res); row++) {
 		const char *k = PQgetvalue(res, row, 0);
 		size_t klen = (size_t)PQgetlength(res, row, 0);
@@ -508,12 +672,12 @@ static idem_status read_claims(idem_pg *pg, struct idem_batch *b, size_t n, cons
 		int64_t off = strtoll(PQgetvalue(res, row, 3), NULL, 10);
 		bool no_hash = PQgetisnull(res, row, 4);
 
-		for (size_t pos = idem_batch_lower_bound(b, pg->dups, n, k, klen);
-		     pos < n && b->msgs[pg->dups[pos]].bkey.len == klen &&
-		     memcmp(idem_batch_ptr(b, b->msgs[pg->dups[pos]].bkey), k, klen) == 0;
+		for (size_t pos = idem_batch_lower_bound(b, dups, n, k, klen);
+		     pos < n && b->msgs[dups[pos]].bkey.len == klen &&
+		     memcmp(idem_batch_ptr(b, b->msgs[dups[pos]].bkey), k, klen) == 0;
 		     pos++) {
-			if (idem_batch_set_claim(b, pg->dups[pos], PQgetvalue(res, row, 1), part,
-			                         off, no_hash ? NULL : PQgetvalue(res, row, 4),
+			if (idem_batch_set_claim(b, dups[pos], PQgetvalue(res, row, 1), part, off,
+			                         no_hash ? NULL : PQgetvalue(res, row, 4),
 			                         (size_t)PQgetlength(res, row, 4)) != IDEM_OK)
 				return IDEM_ERR_NOMEM;
 		}
@@ -534,8 +698,10 @@ static void short_hash(const struct idem_batch *b, struct idem_span h, char *buf
  * Classify every duplicate (redelivery, replay, upstream) and compare its payload with its
  * claim's. routes[].on_payload_mismatch: quarantine turns a mismatching duplicate into BAD.
  */
-static idem_status classify_dups(idem_pg *pg, struct idem_batch *b)
+static idem_status classify_dups(struct flush_ctx *ctx)
 {
+	struct idem_batch *b = ctx->b;
+
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		struct idem_batch_msg *m = &b->msgs[i];
 		struct idem_batch_claim winner;
@@ -563,7 +729,7 @@ static idem_status classify_dups(idem_pg *pg, struct idem_batch *b)
 		} else {
 			continue;
 		}
-		m->dup = idem_batch_dup_kind(b->partition, m->offset, c, pg->progress_next);
+		m->dup = idem_batch_dup_kind(b->partition, m->offset, c, ctx->progress_next);
 		m->mismatch = idem_batch_payload_differs(b, i, c);
 		if (!m->mismatch || b->route->on_payload_mismatch != IDEM_CFG_MISMATCH_QUARANTINE)
 			continue;
@@ -751,12 +917,14 @@ static void handler_reason(const idem_pg *pg, const PGresult *res, char *buf, si
 }
 
 /*
- * Send the closing statements in pipeline mode: results (if any), one quarantine insert per
- * bad message, progress, COMMIT. @ret_n counts the statements sent.
+ * Send one batch's closing statements in pipeline mode: results (if any), one quarantine insert
+ * per bad message, progress. @ret_n counts the statements sent.
  */
-static idem_status send_closing(idem_pg *pg, const struct idem_batch *b,
-                                const struct idem_flush_stats *st, int *ret_n, idem_error *err)
+static idem_status send_closing(idem_pg *pg, const struct flush_ctx *ctx, int *ret_n,
+                                idem_error *err)
 {
+	const struct idem_batch *b = ctx->b;
+	const struct idem_flush_stats *st = &ctx->st;
 	char part[16], off[24], ts[24], att[16], nx[24], c[8][24];
 	const char *pv[14];
 	bool any;
@@ -799,34 +967,37 @@ static idem_status send_closing(idem_pg *pg, const struct idem_batch *b,
 		pv[4 + k] = c[k];
 	pv[12] = st->halted ? nx : NULL;
 	pv[13] = st->halted ? st->halt_reason : NULL;
-	if (!send_prepared(pg->conn, "idem_progress", 14, pv, NULL, NULL) ||
-	    !PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
-		return idem_pg_error(err, pg->conn, NULL, "send commit");
-	*ret_n = n + 2;
+	if (!send_prepared(pg->conn, "idem_progress", 14, pv, NULL, NULL))
+		return idem_pg_error(err, pg->conn, NULL, "send progress");
+	*ret_n = n + 1;
 	return IDEM_OK;
 }
 
 /* Counters, where the partition is done, and the halt if any, for the closing statements. */
-static void finish_stats(const idem_pg *pg, const struct idem_batch *b, struct idem_flush_stats *st)
+static void finish_stats(struct flush_ctx *ctx)
 {
+	const struct idem_batch *b = ctx->b;
+	struct idem_flush_stats *st = &ctx->st;
+
 	count(b, st);
-	st->halted = pg->halt.on;
-	if (pg->halt.on) {
-		st->next_offset = pg->halt.offset;
-		snprintf(st->halt_reason, sizeof(st->halt_reason), "%s", pg->halt.reason);
+	st->halted = ctx->halt.on;
+	if (ctx->halt.on) {
+		st->next_offset = ctx->halt.offset;
+		snprintf(st->halt_reason, sizeof(st->halt_reason), "%s", ctx->halt.reason);
 	} else {
 		st->next_offset = b->msgs[b->n_msgs - 1].offset + 1;
 	}
 }
 
 /* Stop the batch at message @i (on_poison: halt): it and what follows stay unprocessed. */
-static void halt_at(idem_pg *pg, struct idem_batch *b, size_t i)
+static void halt_at(struct flush_ctx *ctx, size_t i)
 {
+	struct idem_batch *b = ctx->b;
 	const struct idem_batch_msg *m = &b->msgs[i];
 
-	pg->halt.on = true;
-	pg->halt.offset = m->offset;
-	snprintf(pg->halt.reason, sizeof(pg->halt.reason), "%s",
+	ctx->halt.on = true;
+	ctx->halt.offset = m->offset;
+	snprintf(ctx->halt.reason, sizeof(ctx->halt.reason), "%s",
 	         m->reason.null ? "unknown" : idem_batch_ptr(b, m->reason));
 	idem_batch_truncate(b, i);
 }
@@ -891,15 +1062,35 @@ static idem_status exec_params(idem_pg *pg, const char *name, int n, const char 
 	return (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) ? IDEM_OK : IDEM_ERR_PG;
 }
 
-/* Send the closing statements and sync, read their results; the pipeline is left on success. */
-static idem_status close_batch(idem_pg *pg, const struct idem_batch *b,
-                               const struct idem_flush_stats *st, idem_error *err)
+/* Send the closing statements of the batches of ctx[0..n) and COMMIT; @ret_n counts them. */
+static idem_status send_commit(idem_pg *pg, const struct flush_ctx *ctx, size_t n, int *ret_n,
+                               idem_error *err)
+{
+	int n_sent = 0, n_one;
+	idem_status r;
+
+	for (size_t k = 0; k < n; k++) {
+		if ((r = send_closing(pg, &ctx[k], &n_one, err)) != IDEM_OK)
+			return r;
+		n_sent += n_one;
+	}
+	if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
+		return idem_pg_error(err, pg->conn, NULL, "send commit");
+	*ret_n = n_sent + 1;
+	return IDEM_OK;
+}
+
+/*
+ * Send the closing statements of the batches of ctx[0..n), COMMIT and sync, read their results;
+ * the pipeline is left on success.
+ */
+static idem_status close_batch(idem_pg *pg, const struct flush_ctx *ctx, size_t n, idem_error *err)
 {
 	PGresult *res;
 	int n_close = 0;
 	idem_status r;
 
-	if ((r = send_closing(pg, b, st, &n_close, err)) != IDEM_OK) {
+	if ((r = send_commit(pg, ctx, n, &n_close, err)) != IDEM_OK) {
 		pipeline_abort(pg, false);
 		return r;
 	}
@@ -943,105 +1134,211 @@ static idem_status store_result(struct idem_batch *b, size_t i, const PGresult *
 	return IDEM_OK;
 }
 
-/* Outcome of the fast path: done, or redo on the slow path, or an error to return. */
+/*
+ * Outcome of the fast path, or of one of its round trips: done, or redo on the slow path, or an
+ * error to return.
+ */
 enum fast_outcome { FAST_DONE, FAST_SLOW, FAST_ERROR };
 
-static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
-                                   idem_error *err)
+/* The fast path failed: report @res (NULL: the connection), clear it, abort the pipeline. */
+static enum fast_outcome fast_fail(idem_pg *pg, PGresult *res, const char *what, idem_error *err)
 {
-	char part[16], gpart[16], hname[32];
-	const char *cv[6], *gv[3];
-	PGresult *res = NULL;
-	size_t n_apply = 0, n_dups = 0;
-
-	handler_name(pg, b, hname, sizeof(hname));
-	if (need_idx(pg, b->n_msgs) != IDEM_OK)
-		goto fail_nomem_nopipe;
-	if (!PQenterPipelineMode(pg->conn)) {
-		idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
-		return FAST_ERROR;
-	}
-
-	/* Round trip 1: BEGIN, the partition's progress so far, and the claim. */
-	progress_get_params(b, gpart, gv);
-	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-	    !send_prepared(pg->conn, "idem_progress_get", 3, gv, NULL, NULL))
-		goto fail_conn;
-	if (b->n_order > 0) {
-		if (claim_params(pg, b, b->order, b->n_order, part, cv) != IDEM_OK)
-			goto fail_nomem;
-		if (!send_prepared(pg->conn, "idem_claim", 6, cv, NULL, NULL))
-			goto fail_conn;
-	}
-	if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
-		goto fail_conn;
-	if (next_result(pg->conn, &res) != PGRES_COMMAND_OK)
-		goto fail_res;
+	idem_pg_error(err, pg->conn, res, what);
 	PQclear(res);
-	if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
-		goto fail_res;
-	read_progress(pg, res);
-	PQclear(res);
-	res = NULL;
-	if (b->n_order > 0) {
-		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK) {
-			/* Another transaction holds one of the keys for longer than lock_timeout:
-			 * not any one message's fault, so the batch is retried; after
-			 * max_attempts such tries it goes to the slow path (see idem_pg_flush). */
-			if (res != NULL &&
-			    idem_pg_timeout(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
-				b->claim_timeouts++;
-			goto fail_res;
-		}
-		for (int r = 0; r < PQntuples(res); r++) {
-			ssize_t i = idem_batch_find_key(b, PQgetvalue(res, r, 0),
-			                                (size_t)PQgetlength(res, r, 0));
+	pipeline_abort(pg, false);
+	return FAST_ERROR;
+}
 
-			if (i >= 0)
-				b->msgs[i].state = IDEM_MSG_APPLIED;
-		}
-		PQclear(res);
-		res = NULL;
+static enum fast_outcome fast_nomem(idem_pg *pg, PGresult *res, idem_error *err)
+{
+	PQclear(res);
+	idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	pipeline_abort(pg, false);
+	return FAST_ERROR;
+}
+
+/* A failure to build (IDEM_ERR_NOMEM) or to send (else) statements of the fast path. */
+static enum fast_outcome fast_send_fail(idem_pg *pg, idem_status r, idem_error *err)
+{
+	if (r == IDEM_ERR_NOMEM)
+		return fast_nomem(pg, NULL, err);
+	return fast_fail(pg, NULL, "batch send", err);
+}
+
+/*
+ * Round trip 1, sent: BEGIN, each batch's partition progress, and one claim of all their keys
+ * (*ret_claim: whether there were keys to claim). A single batch is claimed as it always was;
+ * several with the combined claim.
+ */
+static idem_status send_begin(idem_pg *pg, const struct flush_ctx *ctx, size_t n, bool *ret_claim)
+{
+	const char *gv[3], *cv[6];
+	char part[16];
+	size_t n_keys = 0;
+
+	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
+		return IDEM_ERR_PG;
+	for (size_t k = 0; k < n; k++) {
+		progress_get_params(ctx[k].b, part, gv);
+		if (!send_prepared(pg->conn, "idem_progress_get", 3, gv, NULL, NULL))
+			return IDEM_ERR_PG;
+		n_keys += ctx[k].b->n_order;
 	}
-	/* Unclaimed keys belong to someone else already: duplicates. The handler runs for the
-	 * claimed ones in offset order. */
+	*ret_claim = n_keys > 0;
+	if (n_keys == 0)
+		return IDEM_OK;
+	if (n == 1) {
+		if (claim_params(pg, ctx->b, ctx->b->order, ctx->b->n_order, part, cv) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		return send_prepared(pg->conn, "idem_claim", 6, cv, NULL, NULL) ? IDEM_OK
+		                                                                : IDEM_ERR_PG;
+	}
+	if (claim_many_params(pg, ctx, n, n_keys, cv) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	return send_prepared(pg->conn, "idem_claim_many", 6, cv, NULL, NULL) ? IDEM_OK
+	                                                                     : IDEM_ERR_PG;
+}
+
+/* The batch of ctx[0..n) with @topic and @partition, or NULL. */
+static struct flush_ctx *ctx_find(struct flush_ctx *ctx, size_t n, const char *topic,
+                                  int32_t partition)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (ctx[k].b->partition == partition && strcmp(ctx[k].b->topic, topic) == 0)
+			return &ctx[k];
+	}
+	return NULL;
+}
+
+/*
+ * Mark APPLIED the messages whose keys the claim inserted (the combined claim returns each key's
+ * topic and partition too, telling its batch). A key that is no message's would be claimed
+ * without its handler running: that fails the flush.
+ */
+static idem_status mark_claimed(struct flush_ctx *ctx, size_t n, const PGresult *res,
+                                idem_error *err)
+{
+	for (int row = 0; row < PQntuples(res); row++) {
+		const char *k = PQgetvalue(res, row, 0);
+		struct flush_ctx *owner = ctx;
+		ssize_t i = -1;
+
+		if (n > 1)
+			owner = ctx_find(ctx, n, PQgetvalue(res, row, 1),
+			                 (int32_t)strtol(PQgetvalue(res, row, 2), NULL, 10));
+		if (owner != NULL)
+			i = idem_batch_find_key(owner->b, k, (size_t)PQgetlength(res, row, 0));
+		if (i < 0)
+			return idem_error_set(
+			        err, IDEM_ERR_PG,
+			        "claim returned business key '%s' of no message being flushed", k);
+		owner->b->msgs[i].state = IDEM_MSG_APPLIED;
+	}
+	return IDEM_OK;
+}
+
+/*
+ * Unclaimed keys belong to someone else already: duplicates. The handler runs for the claimed
+ * ones in offset order.
+ */
+static void split_claimed(struct flush_ctx *ctx)
+{
+	struct idem_batch *b = ctx->b;
+
+	ctx->n_apply = 0;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		if (b->msgs[i].state == IDEM_MSG_PENDING)
 			b->msgs[i].state = IDEM_MSG_DUPLICATE;
 		else if (b->msgs[i].state == IDEM_MSG_APPLIED)
-			pg->applied[n_apply++] = i;
+			ctx->applied[ctx->n_apply++] = i;
 	}
+}
 
-	/* Round trip 2: where the duplicates' keys were claimed (only if there are any), and the
-	 * handlers. */
-	if (claims_params(pg, b, &n_dups) != IDEM_OK)
-		goto fail_nomem;
-	if (n_dups > 0) {
+/* Round trip 1: BEGIN, the partitions' progress so far, and the claim. */
+static enum fast_outcome begin_rt(idem_pg *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	PGresult *res;
+	bool claim;
+	idem_status r;
+
+	if ((r = send_begin(pg, ctx, n, &claim)) != IDEM_OK)
+		return fast_send_fail(pg, r, err);
+	if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
+		return fast_fail(pg, NULL, "batch send", err);
+	if (next_result(pg->conn, &res) != PGRES_COMMAND_OK)
+		return fast_fail(pg, res, "batch", err);
+	PQclear(res);
+	for (size_t k = 0; k < n; k++) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+			return fast_fail(pg, res, "batch", err);
+		read_progress(&ctx[k], res);
+		PQclear(res);
+	}
+	if (claim) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK) {
+			/* Another transaction holds one of the keys for longer than lock_timeout:
+			 * not any one message's fault, so the batch is retried; after
+			 * max_attempts such tries it goes to the slow path (see idem_pg_flush).
+			 * Which of several batches has the key is unknown: each is retried on its
+			 * own (idem_pg_flush_many), and counts there. */
+			if (n == 1 && res != NULL &&
+			    idem_pg_timeout(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
+				ctx->b->claim_timeouts++;
+			return fast_fail(pg, res, "batch", err);
+		}
+		r = mark_claimed(ctx, n, res, err);
+		PQclear(res);
+		if (r != IDEM_OK) {
+			pipeline_abort(pg, false);
+			return FAST_ERROR;
+		}
+	}
+	for (size_t k = 0; k < n; k++)
+		split_claimed(&ctx[k]);
+	return FAST_DONE;
+}
+
+/* Round trip 2, sent for one batch: its duplicates' claims lookup (if any), its handlers. */
+static idem_status send_handlers(idem_pg *pg, struct flush_ctx *ctx)
+{
+	const struct idem_batch *b = ctx->b;
+	char hname[32];
+
+	if (claims_params(pg, ctx) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (ctx->n_dups > 0) {
 		const char *dv[2] = { b->route->consumer, pg->dkeys.data };
 
 		if (!send_prepared(pg->conn, "idem_claims_get", 2, dv, NULL, NULL))
-			goto fail_conn;
+			return IDEM_ERR_PG;
 	}
-	for (size_t k = 0; k < n_apply; k++) {
-		if (handler_params(pg, b, pg->applied[k]) != IDEM_OK)
-			goto fail_nomem;
+	handler_name(pg, b, hname, sizeof(hname));
+	for (size_t k = 0; k < ctx->n_apply; k++) {
+		if (handler_params(pg, b, ctx->applied[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
 		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->vals, NULL,
 		                         NULL, 0))
-			goto fail_conn;
+			return IDEM_ERR_PG;
 	}
-	if (n_apply > 0 || n_dups > 0) {
-		if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
-			goto fail_conn;
-	}
-	if (n_dups > 0) {
+	return IDEM_OK;
+}
+
+/*
+ * Round trip 2, read for one batch: the claims of its duplicates, its handlers' results. A
+ * handler's message-specific failure or timeout is for the slow path.
+ */
+static enum fast_outcome read_handlers(idem_pg *pg, struct flush_ctx *ctx, idem_error *err)
+{
+	PGresult *res;
+
+	if (ctx->n_dups > 0) {
 		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
-			goto fail_res;
-		if (read_claims(pg, b, n_dups, res) != IDEM_OK)
-			goto fail_nomem;
+			return fast_fail(pg, res, "batch", err);
+		if (read_claims(ctx, res) != IDEM_OK)
+			return fast_nomem(pg, res, err);
 		PQclear(res);
-		res = NULL;
 	}
-	for (size_t k = 0; k < n_apply; k++) {
+	for (size_t k = 0; k < ctx->n_apply; k++) {
 		ExecStatusType s = next_result(pg->conn, &res);
 
 		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
@@ -1053,39 +1350,72 @@ static enum fast_outcome fast_path(idem_pg *pg, struct idem_batch *b, struct ide
 				pipeline_abort(pg, false);
 				return FAST_SLOW;
 			}
-			goto fail_res;
+			return fast_fail(pg, res, "batch", err);
 		}
-		if (store_result(b, pg->applied[k], res) != IDEM_OK)
-			goto fail_nomem;
+		if (store_result(ctx->b, ctx->applied[k], res) != IDEM_OK)
+			return fast_nomem(pg, res, err);
 		PQclear(res);
-		res = NULL;
 	}
-	if (classify_dups(pg, b) != IDEM_OK)
-		goto fail_nomem;
+	return FAST_DONE;
+}
+
+/*
+ * Round trip 2: where the duplicates' keys were claimed (only if there are any), and the
+ * handlers; batch after batch.
+ */
+static enum fast_outcome handler_rt(idem_pg *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	enum fast_outcome o;
+	bool any = false;
+	idem_status r;
+
+	for (size_t k = 0; k < n; k++) {
+		if ((r = send_handlers(pg, &ctx[k])) != IDEM_OK)
+			return fast_send_fail(pg, r, err);
+		any = any || ctx[k].n_apply > 0 || ctx[k].n_dups > 0;
+	}
+	if (any && (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0))
+		return fast_fail(pg, NULL, "batch send", err);
+	for (size_t k = 0; k < n; k++) {
+		if ((o = read_handlers(pg, &ctx[k], err)) != FAST_DONE)
+			return o;
+	}
+	return FAST_DONE;
+}
+
+/*
+ * The batches of ctx[0..n) in one transaction, three round trips whatever their number and size.
+ * On FAST_DONE it committed and every ctx[k].st is filled; otherwise it was rolled back (or the
+ * connection broke).
+ */
+static enum fast_outcome fast_path(idem_pg *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	enum fast_outcome o;
+
+	for (size_t k = 0; k < n; k++) {
+		if (need_idx(&ctx[k], ctx[k].b->n_msgs) != IDEM_OK) {
+			idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			return FAST_ERROR;
+		}
+	}
+	if (!PQenterPipelineMode(pg->conn)) {
+		idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
+		return FAST_ERROR;
+	}
+	if ((o = begin_rt(pg, ctx, n, err)) != FAST_DONE ||
+	    (o = handler_rt(pg, ctx, n, err)) != FAST_DONE)
+		return o;
+	for (size_t k = 0; k < n; k++) {
+		if (classify_dups(&ctx[k]) != IDEM_OK)
+			return fast_nomem(pg, NULL, err);
+	}
 
 	/* Round trip 3: results, quarantine, progress, COMMIT. */
-	finish_stats(pg, b, st);
-	if (close_batch(pg, b, st, err) != IDEM_OK)
+	for (size_t k = 0; k < n; k++)
+		finish_stats(&ctx[k]);
+	if (close_batch(pg, ctx, n, err) != IDEM_OK)
 		return FAST_ERROR;
 	return FAST_DONE;
-
-fail_nomem_nopipe:
-	idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-	return FAST_ERROR;
-fail_nomem:
-	PQclear(res);
-	idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-	pipeline_abort(pg, false);
-	return FAST_ERROR;
-fail_conn:
-	idem_pg_error(err, pg->conn, NULL, "batch send");
-	pipeline_abort(pg, false);
-	return FAST_ERROR;
-fail_res:
-	idem_pg_error(err, pg->conn, res, "batch");
-	PQclear(res);
-	pipeline_abort(pg, false);
-	return FAST_ERROR;
 }
 
 /*
@@ -1171,43 +1501,42 @@ static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const c
 }
 
 /* Fetch the existing claims of the batch's duplicates (if any) into their messages. */
-static idem_status fetch_claims(idem_pg *pg, struct idem_batch *b, idem_error *err)
+static idem_status fetch_claims(idem_pg *pg, struct flush_ctx *ctx, idem_error *err)
 {
 	PGresult *res;
-	size_t n = 0;
 	idem_status r;
 
-	if (claims_params(pg, b, &n) != IDEM_OK)
+	if (claims_params(pg, ctx) != IDEM_OK)
 		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
-	if (n == 0)
+	if (ctx->n_dups == 0)
 		return IDEM_OK;
 	if (exec_params(pg, "idem_claims_get", 2,
-	                (const char *[]){ b->route->consumer, pg->dkeys.data }, NULL, NULL,
+	                (const char *[]){ ctx->b->route->consumer, pg->dkeys.data }, NULL, NULL,
 	                &res) != IDEM_OK) {
 		r = idem_pg_error(err, pg->conn, res, "claims");
 		PQclear(res);
 		return r;
 	}
-	r = read_claims(pg, b, n, res);
+	r = read_claims(ctx, res);
 	PQclear(res);
 	return r == IDEM_OK ? IDEM_OK : idem_error_set(err, r, "out of memory");
 }
 
 /* Look up the claims of the duplicates and classify them, inside the open transaction. */
-static idem_status slow_classify(idem_pg *pg, struct idem_batch *b, idem_error *err)
+static idem_status slow_classify(idem_pg *pg, struct flush_ctx *ctx, idem_error *err)
 {
 	idem_status r;
 
-	if ((r = fetch_claims(pg, b, err)) != IDEM_OK)
+	if ((r = fetch_claims(pg, ctx, err)) != IDEM_OK)
 		return r;
-	if (classify_dups(pg, b) != IDEM_OK)
+	if (classify_dups(ctx) != IDEM_OK)
 		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
 	return IDEM_OK;
 }
 
-static idem_status slow_path(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *st,
-                             idem_error *err)
+static idem_status slow_path(idem_pg *pg, struct flush_ctx *ctx, idem_error *err)
 {
+	struct idem_batch *b = ctx->b;
 	char hname[32], gpart[16];
 	const char *gv[3];
 	PGresult *res;
@@ -1229,7 +1558,7 @@ static idem_status slow_path(idem_pg *pg, struct idem_batch *b, struct idem_flus
 		PQclear(res);
 		goto out_rollback;
 	}
-	read_progress(pg, res);
+	read_progress(ctx, res);
 	PQclear(res);
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		if (b->msgs[i].state != IDEM_MSG_PENDING)
@@ -1238,19 +1567,19 @@ static idem_status slow_path(idem_pg *pg, struct idem_batch *b, struct idem_flus
 			goto out_rollback;
 		if (b->msgs[i].state == IDEM_MSG_BAD &&
 		    b->route->on_poison == IDEM_CFG_POISON_HALT) {
-			halt_at(pg, b, i);
+			halt_at(ctx, i);
 			break;
 		}
 	}
-	if ((r = slow_classify(pg, b, err)) != IDEM_OK)
+	if ((r = slow_classify(pg, ctx, err)) != IDEM_OK)
 		goto out_rollback;
-	finish_stats(pg, b, st);
-	st->slow_path = true;
+	finish_stats(ctx);
+	ctx->st.slow_path = true;
 	if (!PQenterPipelineMode(pg->conn)) {
 		r = idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
 		goto out_rollback;
 	}
-	return close_batch(pg, b, st, err);
+	return close_batch(pg, ctx, 1, err);
 
 out_rollback:
 	if (PQstatus(pg->conn) == CONNECTION_OK) {
@@ -1261,10 +1590,12 @@ out_rollback:
 }
 
 /* Start a flush from the decoded state: undo what an earlier attempt marked. */
-static void reset_states(idem_pg *pg, struct idem_batch *b)
+static void reset_states(struct flush_ctx *ctx)
 {
-	pg->halt.on = false;
-	pg->progress_next = -1;
+	struct idem_batch *b = ctx->b;
+
+	ctx->halt.on = false;
+	ctx->progress_next = -1;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		struct idem_batch_msg *m = &b->msgs[i];
 
@@ -1280,10 +1611,47 @@ static void reset_states(idem_pg *pg, struct idem_batch *b)
 	}
 }
 
+/* The first message of @b that cannot be decoded, or b->n_msgs. */
+static size_t first_undecodable(const struct idem_batch *b)
+{
+	size_t i = 0;
+
+	while (i < b->n_msgs && !b->msgs[i].undecodable)
+		i++;
+	return i;
+}
+
+/* Committed: the bad messages are in the quarantine now, and the counters are the caller's. */
+static void flush_done(struct flush_ctx *ctx, struct idem_flush_stats *ret_stats)
+{
+	struct idem_batch *b = ctx->b;
+
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state == IDEM_MSG_BAD)
+			b->msgs[i].state = IDEM_MSG_QUARANTINED;
+	}
+	*ret_stats = ctx->st;
+}
+
+/*
+ * A connection left mid-pipeline or mid-transaction by a failure is not worth saving: drop it,
+ * and the next attempt starts on a fresh one.
+ */
+static void drop_unclean(idem_pg *pg)
+{
+	if (pg->conn != NULL &&
+	    (PQstatus(pg->conn) != CONNECTION_OK || PQpipelineStatus(pg->conn) != PQ_PIPELINE_OFF ||
+	     PQtransactionStatus(pg->conn) != PQTRANS_IDLE)) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+	}
+}
+
 idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_stats *ret_stats,
                           idem_error *err)
 {
-	struct idem_flush_stats st;
+	struct flush_ctx *ctx = &pg->one;
+	size_t bad;
 	idem_status r;
 
 	if (b->n_msgs == 0) {
@@ -1292,22 +1660,17 @@ idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_s
 	}
 	if (!idem_pg_connected(pg) && (r = idem_pg_reconnect(pg, err)) != IDEM_OK)
 		return r;
-	reset_states(pg, b);
+	ctx->b = b;
+	reset_states(ctx);
 	/* With on_poison: halt, nothing at or after a message that cannot even be decoded is
 	 * processed: the partition stops there. */
-	if (b->route->on_poison == IDEM_CFG_POISON_HALT) {
-		for (size_t i = 0; i < b->n_msgs; i++) {
-			if (b->msgs[i].undecodable) {
-				halt_at(pg, b, i);
-				break;
-			}
-		}
-	}
+	if (b->route->on_poison == IDEM_CFG_POISON_HALT && (bad = first_undecodable(b)) < b->n_msgs)
+		halt_at(ctx, bad);
 	if ((r = idem_batch_collapse(b)) != IDEM_OK)
 		return idem_error_set(err, r, "out of memory");
 	/* Claims that ran into lock_timeout max_attempts times: find the locked keys one by one. */
 	if (b->claim_timeouts < pg->cfg->max_attempts) {
-		switch (fast_path(pg, b, &st, err)) {
+		switch (fast_path(pg, ctx, 1, err)) {
 		case FAST_DONE:
 			goto out_done;
 		case FAST_ERROR:
@@ -1321,26 +1684,99 @@ idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_s
 		r = idem_pg_error(err, pg->conn, NULL, "connection lost");
 		goto out_reset;
 	}
-	if ((r = slow_path(pg, b, &st, err)) != IDEM_OK)
+	if ((r = slow_path(pg, ctx, err)) != IDEM_OK)
 		goto out_reset;
 out_done:
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		if (b->msgs[i].state == IDEM_MSG_BAD)
-			b->msgs[i].state = IDEM_MSG_QUARANTINED;
-	}
-	*ret_stats = st;
+	flush_done(ctx, ret_stats);
 	return IDEM_OK;
 
 out_reset:
-	/* A connection left mid-pipeline or mid-transaction by a failure is not worth saving:
-	 * drop it, and the next attempt starts on a fresh one. */
-	if (pg->conn != NULL &&
-	    (PQstatus(pg->conn) != CONNECTION_OK || PQpipelineStatus(pg->conn) != PQ_PIPELINE_OFF ||
-	     PQtransactionStatus(pg->conn) != PQTRANS_IDLE)) {
-		PQfinish(pg->conn);
-		pg->conn = NULL;
-	}
+	drop_unclean(pg);
 	return r;
+}
+
+/*
+ * Can @b join the batches of ctx[0..n) in one transaction? Not if it is empty, needs the slow
+ * path (its claims timed out max_attempts times) or stops at a message that cannot be decoded
+ * (on_poison: halt): idem_pg_flush() deals with those. Nor if one of ctx[0..n) has its
+ * partition, as the combined claim tells batches apart by topic and partition.
+ */
+static bool combinable(const idem_pg *pg, struct flush_ctx *ctx, size_t n,
+                       const struct idem_batch *b)
+{
+	if (b->n_msgs == 0 || b->claim_timeouts >= pg->cfg->max_attempts ||
+	    ctx_find(ctx, n, b->topic, b->partition) != NULL)
+		return false;
+	return b->route->on_poison != IDEM_CFG_POISON_HALT || first_undecodable(b) == b->n_msgs;
+}
+
+/* Put the batches of b[0..n) that can be combined into pg->many, decoded state; how many. */
+static size_t pick_many(idem_pg *pg, struct idem_batch *const *b, size_t n)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct flush_ctx *ctx = &pg->many[m];
+
+		if (!combinable(pg, pg->many, m, b[i]))
+			continue;
+		ctx->b = b[i];
+		ctx->pos = i;
+		reset_states(ctx);
+		/* Out of memory: its own flush will say so. */
+		if (idem_batch_collapse(b[i]) == IDEM_OK)
+			m++;
+	}
+	return m;
+}
+
+/*
+ * The batches of pg->many[0..m) in one transaction. false: nothing was committed (rolled back, or
+ * the connection is gone), the batches are to be flushed one by one.
+ */
+static bool flush_combined(idem_pg *pg, size_t m)
+{
+	idem_error e;
+
+	switch (fast_path(pg, pg->many, m, &e)) {
+	case FAST_DONE:
+		return true;
+	case FAST_SLOW:
+		idem_log_debug(
+		        "pg",
+		        "handler failed in the transaction of %zu batches, flushing them one by one",
+		        m);
+		break;
+	case FAST_ERROR:
+		idem_log_debug("pg",
+		               "transaction of %zu batches failed, flushing them one by one: %s", m,
+		               e.msg);
+		break;
+	}
+	drop_unclean(pg);
+	return false;
+}
+
+void idem_pg_flush_many(idem_pg *pg, struct idem_batch *const *b, size_t n,
+                        struct idem_flush_stats *ret_stats, idem_status *ret_r, idem_error *errs)
+{
+	size_t m = 0, k = 0;
+
+	/* A connection that must be reopened first is idem_pg_flush()'s to report, per batch. */
+	if (n > 1 && idem_pg_connected(pg) && need_many(pg, n) == IDEM_OK) {
+		m = pick_many(pg, b, n);
+		if (m < 2 || !flush_combined(pg, m))
+			m = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (k < m && pg->many[k].pos == i) {
+			flush_done(&pg->many[k++], &ret_stats[i]);
+			ret_r[i] = IDEM_OK;
+			continue;
+		}
+		/* idem_pg_flush() starts again from the decoded state. */
+		ret_r[i] = idem_pg_flush(pg, b[i], &ret_stats[i], errs ? &errs[i] : NULL);
+	}
 }
 
 idem_status idem_pg_apply_one(idem_pg *pg, struct idem_batch *b, size_t i, idem_error *err)
@@ -1374,7 +1810,8 @@ idem_status idem_pg_apply_one(idem_pg *pg, struct idem_batch *b, size_t i, idem_
 			PQclear(res);
 		}
 	} else if (m->state == IDEM_MSG_DUPLICATE) {
-		if ((r = fetch_claims(pg, b, err)) != IDEM_OK)
+		pg->one.b = b;
+		if ((r = fetch_claims(pg, &pg->one, err)) != IDEM_OK)
 			return r;
 	}
 	return IDEM_OK;

@@ -94,6 +94,29 @@ IDEM_NODISCARD idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b,
                                          struct idem_flush_stats *ret_stats, idem_error *err);
 
 /*
+ * @brief Commit the batches b[0..n) (distinct batches of different partitions), together when
+ * possible: one transaction, one commit, the three round trips of idem_pg_flush()'s fast path
+ * for all of them, with one claim of all their keys in a single global order.
+ *
+ * Each batch ends exactly as idem_pg_flush() would leave it, and the database gets what n
+ * idem_pg_flush() calls would write: ret_r[i], ret_stats[i] and errs[i] are what idem_pg_flush()
+ * would have returned and filled for b[i] (ret_stats[i] on IDEM_OK only, errs[i] on failure
+ * only). A key that two batches of one consumer carry is applied for the first of them; the
+ * other one's message is a duplicate of it.
+ *
+ * Batches that cannot share the transaction are flushed on their own with idem_pg_flush(): empty
+ * ones, those that need the slow path (claims timed out retry.max_attempts times) or stop at a
+ * message that cannot be decoded (on_poison: halt). If the shared transaction does not commit
+ * for any reason (a handler failed, a claim timed out, the connection broke, out of memory), it
+ * is rolled back and every batch is flushed on its own, in order. So the shared commit, if any,
+ * comes first, then the others' in order; n == 1 is just idem_pg_flush().
+ *
+ * @param errs NULL, or n of them.
+ */
+void idem_pg_flush_many(idem_pg *pg, struct idem_batch *const *b, size_t n,
+                        struct idem_flush_stats *ret_stats, idem_status *ret_r, idem_error *errs);
+
+/*
  * @brief Apply message @i of @b (decoded, not undecodable) on its own, inside the transaction
  * the caller opened on idem_pg_conn(): claim its key and run its handler under a savepoint,
  * retried up to retry.max_attempts for message-specific failures, and store the handler's

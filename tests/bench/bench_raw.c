@@ -2,20 +2,23 @@
  * bench_raw - phase A of the benchmark: the raw Postgres limit for idemd's work.
  *
  *   bench_raw --conninfo C --brokers B --topic T [--consumer NAME] [--batch N]
- *             [--postmaster PID]
+ *             [--connections K] [--postmaster PID]
  *
  * First reads the whole topic into memory (untimed: no Kafka in the timed loop) and decodes
  * every message as idemd's benchmark route does (business key json:/payment_id, parameters
  * business_key, json:/account, json:/amount, SHA-256 payload hash). Then, timed, it runs
- * idemd's batch transaction over the same messages on one connection: per batch of up to N
- * consecutive messages of one partition (partitions taken in turn), in-batch duplicates
- * collapsed, in libpq pipeline mode
+ * idemd's batch transaction over the same messages on K connections (default 1; the benchmark
+ * uses as many as idemd has workers), each on its own thread with its share of the partitions:
+ * per batch of up to N consecutive messages of one partition (its partitions taken in turn),
+ * in-batch duplicates collapsed, in libpq pipeline mode
  *   1. BEGIN; the claim (INSERT ... ON CONFLICT DO NOTHING RETURNING over unnest()ed arrays,
  *      keys sorted);
  *   2. the payments handler once per claimed message, in offset order;
  *   3. the results UPDATE, the progress upsert, COMMIT;
  * the same statements, round trips and batch size as lib/idem_pg.c, without idemd's decoding,
- * polling and bookkeeping around them.
+ * polling and bookkeeping around them. A batch that runs into a deadlock with another
+ * connection (two partitions touching one account) is rolled back and run again, as idemd
+ * retries it.
  *
  * Prints one line: raw messages=M batches=K applied=U duplicates=D seconds=S rate=R
  * cpu_self=X pg_cpu=Y (CPU seconds of this process and of the whole Postgres cluster during
@@ -24,6 +27,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +48,7 @@ struct raw_opts {
 	const char *topic;
 	const char *consumer;
 	int batch;
+	int connections;
 	pid_t postmaster;
 };
 
@@ -172,7 +177,7 @@ struct raw_batch {
 	bool *has_result;
 };
 
-static const struct raw_batch *sort_b;
+static _Thread_local const struct raw_batch *sort_b;
 
 static int key_cmp(const struct raw_batch *b, size_t x, size_t y)
 {
@@ -230,15 +235,27 @@ static ssize_t find_key(const struct raw_batch *b, const char *k)
 	return -1;
 }
 
-/* The next pipelined result: one PGresult, then the NULL that ends it (as lib/idem_pg.c). */
+/*
+ * The next pipelined result: one PGresult, then the NULL that ends it (as lib/idem_pg.c).
+ * NULL for a deadlock or serialization failure (the batch is to be retried); dies otherwise.
+ */
 static PGresult *next_result(PGconn *conn, ExecStatusType want, const char *what)
 {
 	PGresult *res = PQgetResult(conn), *extra;
 
 	if (res == NULL)
 		bench_die("%s: no result: %s", what, PQerrorMessage(conn));
-	if (PQresultStatus(res) != want)
+	if (PQresultStatus(res) != want) {
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (state != NULL && (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0)) {
+			PQclear(res);
+			while ((extra = PQgetResult(conn)) != NULL)
+				PQclear(extra);
+			return NULL;
+		}
 		bench_die("%s failed: %s", what, PQresultErrorMessage(res));
+	}
 	if (want != PGRES_PIPELINE_SYNC) {
 		while ((extra = PQgetResult(conn)) != NULL)
 			PQclear(extra);
@@ -256,13 +273,17 @@ static void check(idem_status r)
 		bench_die("out of memory");
 }
 
-/* One batch, exactly as idemd's fast path. Adds to *applied and *dups. */
-static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *b,
+/*
+ * One batch, exactly as idemd's fast path. Adds to *applied and *dups. false: it ran into a
+ * deadlock and was rolled back, to be run again.
+ */
+static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *b,
                       struct raw_bufs *bf, uint64_t *applied, uint64_t *dups)
 {
 	char part[16], nx[24], c1[24], c2[24], c3[24], c4[24];
 	const char *cv[6], *pv[8], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
+	bool sync_sent = false;
 	PGresult *res;
 
 	collapse(b);
@@ -296,8 +317,11 @@ static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	    !PQsendQueryPrepared(conn, "idem_claim", 6, cv, NULL, NULL, 0) ||
 	    !PQsendFlushRequest(conn) || PQflush(conn) != 0)
 		bench_die("send claim: %s", PQerrorMessage(conn));
-	PQclear(next_result(conn, PGRES_COMMAND_OK, "begin"));
-	res = next_result(conn, PGRES_TUPLES_OK, "claim");
+	if ((res = next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
+		goto retry;
+	PQclear(res);
+	if ((res = next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
+		goto retry;
 	for (int r = 0; r < PQntuples(res); r++) {
 		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
 
@@ -331,7 +355,8 @@ static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		for (size_t k = 0; k < b->n_applied; k++) {
 			size_t i = b->applied[k];
 
-			res = next_result(conn, PGRES_TUPLES_OK, "handler");
+			if ((res = next_result(conn, PGRES_TUPLES_OK, "handler")) == NULL)
+				goto retry;
 			if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0)) {
 				snprintf(b->result[i], sizeof(b->result[i]), "%s",
 				         PQgetvalue(res, 0, 0));
@@ -377,21 +402,117 @@ static void run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	    !PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
 	    !PQpipelineSync(conn))
 		bench_die("send commit: %s", PQerrorMessage(conn));
-	if (b->n_applied > 0)
-		PQclear(next_result(conn, PGRES_COMMAND_OK, "results"));
-	PQclear(next_result(conn, PGRES_COMMAND_OK, "progress"));
-	PQclear(next_result(conn, PGRES_COMMAND_OK, "commit"));
+	sync_sent = true;
+	if (b->n_applied > 0) {
+		if ((res = next_result(conn, PGRES_COMMAND_OK, "results")) == NULL)
+			goto retry;
+		PQclear(res);
+	}
+	if ((res = next_result(conn, PGRES_COMMAND_OK, "progress")) == NULL ||
+	    (PQclear(res), res = next_result(conn, PGRES_COMMAND_OK, "commit")) == NULL)
+		goto retry;
+	PQclear(res);
 	PQclear(next_result(conn, PGRES_PIPELINE_SYNC, "sync"));
 	if (!PQexitPipelineMode(conn))
 		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
 	*applied += n_app;
 	*dups += n_dup;
+	return true;
+
+retry:
+	/* Drain to the sync, leave pipeline mode, roll back. */
+	if (!sync_sent && !PQpipelineSync(conn))
+		bench_die("sync: %s", PQerrorMessage(conn));
+	for (;;) {
+		res = PQgetResult(conn);
+		if (res == NULL) {
+			if (PQstatus(conn) != CONNECTION_OK)
+				bench_die("connection lost: %s", PQerrorMessage(conn));
+			continue;
+		}
+		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+			PQclear(res);
+			break;
+		}
+		PQclear(res);
+	}
+	if (!PQexitPipelineMode(conn))
+		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
+	PQclear(PQexec(conn, "ROLLBACK"));
+	return false;
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: bench_raw --conninfo C --brokers B --topic T [--consumer NAME]\n"
-	           "         [--batch N] [--postmaster PID]\n");
+	           "         [--batch N] [--connections K] [--postmaster PID]\n");
+}
+
+/* One connection's share: partitions k with k % n_threads == id. */
+struct raw_thread {
+	pthread_t thread;
+	int id, n_threads;
+	const struct raw_opts *o;
+	const struct raw_load *ld;
+	const size_t *first, *lim; /* partition k is ld->msgs[first[k] .. lim[k]) */
+	size_t nparts;
+	PGconn *conn;
+	uint64_t applied, dups, batches, retries;
+};
+
+static void *raw_thread_main(void *arg)
+{
+	struct raw_thread *t = arg;
+	const struct raw_opts *o = t->o;
+	struct raw_bufs bf;
+	struct raw_batch b = { 0 };
+	size_t *cur = calloc(t->nparts, sizeof(*cur));
+
+	b.state = calloc((size_t)o->batch, sizeof(*b.state));
+	b.order = calloc((size_t)o->batch, sizeof(*b.order));
+	b.applied = calloc((size_t)o->batch, sizeof(*b.applied));
+	b.result = calloc((size_t)o->batch, sizeof(*b.result));
+	b.has_result = calloc((size_t)o->batch, sizeof(*b.has_result));
+	if (cur == NULL || b.state == NULL || b.order == NULL || b.applied == NULL ||
+	    b.result == NULL || b.has_result == NULL)
+		bench_die("out of memory");
+	idem_buf_init(&bf.keys);
+	idem_buf_init(&bf.offs);
+	idem_buf_init(&bf.hashes);
+	idem_buf_init(&bf.rkeys);
+	idem_buf_init(&bf.rvals);
+	memcpy(cur, t->first, t->nparts * sizeof(*cur));
+	for (bool more = true; more;) {
+		more = false;
+		/* Its partitions in turn, one batch each. */
+		for (size_t k = (size_t)t->id; k < t->nparts; k += (size_t)t->n_threads) {
+			size_t end = cur[k] + (size_t)o->batch < t->lim[k]
+			                     ? cur[k] + (size_t)o->batch
+			                     : t->lim[k];
+
+			if (cur[k] >= t->lim[k])
+				continue;
+			b.msgs = &t->ld->msgs[cur[k]];
+			b.n = end - cur[k];
+			while (!run_batch(t->conn, o, &b, &bf, &t->applied, &t->dups))
+				t->retries++;
+			t->batches++;
+			cur[k] = end;
+			more = true;
+		}
+	}
+	idem_buf_done(&bf.keys);
+	idem_buf_done(&bf.offs);
+	idem_buf_done(&bf.hashes);
+	idem_buf_done(&bf.rkeys);
+	idem_buf_done(&bf.rvals);
+	free(b.state);
+	free(b.order);
+	free(b.applied);
+	free(b.result);
+	free(b.has_result);
+	free(cur);
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -402,18 +523,17 @@ int main(int argc, char **argv)
 		{ "topic", required_argument, NULL, 't' },
 		{ "consumer", required_argument, NULL, 'n' },
 		{ "batch", required_argument, NULL, 'B' },
+		{ "connections", required_argument, NULL, 'K' },
 		{ "postmaster", required_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct raw_opts o = { .consumer = "payments", .batch = 500 };
+	struct raw_opts o = { .consumer = "payments", .batch = 500, .connections = 1 };
 	struct raw_load ld = { 0 };
-	struct raw_bufs bf;
-	struct raw_batch b = { 0 };
-	uint64_t applied = 0, dups = 0, batches = 0;
-	size_t *cur, *lim, nparts = 0;
+	struct raw_thread *th;
+	uint64_t applied = 0, dups = 0, batches = 0, retries = 0;
+	size_t *first, *lim, nparts = 0;
 	double t0, t1, cpu0, cpu1, pg0 = -1, pg1 = -1;
-	PGconn *conn;
 	int c;
 
 	bench_set_prog("bench_raw");
@@ -434,6 +554,9 @@ int main(int argc, char **argv)
 		case 'B':
 			o.batch = atoi(optarg);
 			break;
+		case 'K':
+			o.connections = atoi(optarg);
+			break;
 		case 'p':
 			o.postmaster = (pid_t)atoi(optarg);
 			break;
@@ -442,7 +565,8 @@ int main(int argc, char **argv)
 			return c == 'h' ? 0 : 1;
 		}
 	}
-	if (o.conninfo == NULL || o.brokers == NULL || o.topic == NULL || o.batch < 1) {
+	if (o.conninfo == NULL || o.brokers == NULL || o.topic == NULL || o.batch < 1 ||
+	    o.connections < 1 || o.connections > 64) {
 		usage(stderr);
 		return 1;
 	}
@@ -454,60 +578,52 @@ int main(int argc, char **argv)
 		if (i == 0 || ld.msgs[i].partition != ld.msgs[i - 1].partition)
 			nparts++;
 	}
-	/* Partition k is msgs[cur[k] .. lim[k]); cur[k] advances batch by batch. */
-	cur = calloc(nparts, sizeof(*cur));
+	first = calloc(nparts, sizeof(*first));
 	lim = calloc(nparts, sizeof(*lim));
-	b.state = calloc((size_t)o.batch, sizeof(*b.state));
-	b.order = calloc((size_t)o.batch, sizeof(*b.order));
-	b.applied = calloc((size_t)o.batch, sizeof(*b.applied));
-	b.result = calloc((size_t)o.batch, sizeof(*b.result));
-	b.has_result = calloc((size_t)o.batch, sizeof(*b.has_result));
-	if (cur == NULL || lim == NULL || b.state == NULL || b.order == NULL || b.applied == NULL ||
-	    b.result == NULL || b.has_result == NULL)
+	th = calloc((size_t)o.connections, sizeof(*th));
+	if (first == NULL || lim == NULL || th == NULL)
 		bench_die("out of memory");
 	for (size_t i = 0, k = 0; i < ld.n; i++) {
 		if (i == 0 || ld.msgs[i].partition != ld.msgs[i - 1].partition) {
-			cur[k] = i;
+			first[k] = i;
 			if (k > 0)
 				lim[k - 1] = i;
 			k++;
 		}
 	}
 	lim[nparts - 1] = ld.n;
-
-	conn = bench_pg_connect(o.conninfo);
-	bench_pg_prepare(conn, "idem_claim", bench_sql_claim);
-	bench_pg_prepare(conn, "idem_results", bench_sql_results);
-	bench_pg_prepare(conn, "idem_progress", bench_sql_progress);
-	bench_pg_prepare(conn, "idem_h0", bench_sql_payments);
-	idem_buf_init(&bf.keys);
-	idem_buf_init(&bf.offs);
-	idem_buf_init(&bf.hashes);
-	idem_buf_init(&bf.rkeys);
-	idem_buf_init(&bf.rvals);
-	fprintf(stderr, "bench_raw: loaded %zu messages of %zu partitions, running\n", ld.n,
-	        nparts);
+	for (int i = 0; i < o.connections; i++) {
+		th[i] = (struct raw_thread){ .id = i,
+			                     .n_threads = o.connections,
+			                     .o = &o,
+			                     .ld = &ld,
+			                     .first = first,
+			                     .lim = lim,
+			                     .nparts = nparts };
+		th[i].conn = bench_pg_connect(o.conninfo);
+		bench_pg_prepare(th[i].conn, "idem_claim", bench_sql_claim);
+		bench_pg_prepare(th[i].conn, "idem_results", bench_sql_results);
+		bench_pg_prepare(th[i].conn, "idem_progress", bench_sql_progress);
+		bench_pg_prepare(th[i].conn, "idem_h0", bench_sql_payments);
+	}
+	fprintf(stderr,
+	        "bench_raw: loaded %zu messages of %zu partitions, running on %d connection(s)\n",
+	        ld.n, nparts, o.connections);
 
 	t0 = bench_now();
 	cpu0 = bench_self_cpu();
 	if (o.postmaster > 0)
 		pg0 = bench_pg_cpu(o.postmaster);
-	for (bool more = true; more;) {
-		more = false;
-		/* Partitions in turn, one batch each. */
-		for (size_t k = 0; k < nparts; k++) {
-			size_t end = cur[k] + (size_t)o.batch < lim[k] ? cur[k] + (size_t)o.batch
-			                                               : lim[k];
-
-			if (cur[k] >= lim[k])
-				continue;
-			b.msgs = &ld.msgs[cur[k]];
-			b.n = end - cur[k];
-			run_batch(conn, &o, &b, &bf, &applied, &dups);
-			batches++;
-			cur[k] = end;
-			more = true;
-		}
+	for (int i = 0; i < o.connections; i++) {
+		if (pthread_create(&th[i].thread, NULL, raw_thread_main, &th[i]) != 0)
+			bench_die("cannot start a thread");
+	}
+	for (int i = 0; i < o.connections; i++) {
+		pthread_join(th[i].thread, NULL);
+		applied += th[i].applied;
+		dups += th[i].dups;
+		batches += th[i].batches;
+		retries += th[i].retries;
 	}
 	t1 = bench_now();
 	cpu1 = bench_self_cpu();
@@ -515,21 +631,14 @@ int main(int argc, char **argv)
 		pg1 = bench_pg_cpu(o.postmaster);
 
 	printf("raw messages=%zu batches=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
-	       " seconds=%.3f rate=%.1f cpu_self=%.3f pg_cpu=%.3f\n",
+	       " seconds=%.3f rate=%.1f cpu_self=%.3f pg_cpu=%.3f connections=%d retries=%" PRIu64
+	       "\n",
 	       ld.n, batches, applied, dups, t1 - t0, (double)ld.n / (t1 - t0), cpu1 - cpu0,
-	       pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : -1.0);
-	PQfinish(conn);
-	idem_buf_done(&bf.keys);
-	idem_buf_done(&bf.offs);
-	idem_buf_done(&bf.hashes);
-	idem_buf_done(&bf.rkeys);
-	idem_buf_done(&bf.rvals);
-	free(b.state);
-	free(b.order);
-	free(b.applied);
-	free(b.result);
-	free(b.has_result);
-	free(cur);
+	       pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : -1.0, o.connections, retries);
+	for (int i = 0; i < o.connections; i++)
+		PQfinish(th[i].conn);
+	free(th);
+	free(first);
 	free(lim);
 	free(ld.msgs);
 	return 0;

@@ -3,13 +3,14 @@
 # tests/bench/run.sh - the idemd benchmark (tests/bench/README.md). Not a pass/fail test.
 #
 #   tests/bench/run.sh [--messages N] [--runs R] [--partitions P] [--dup-ratio D]
-#                      [--batch B] [--max-wait-ms MS] [--latency-max-wait-ms MS]
+#                      [--batch B] [--workers W] [--max-wait-ms MS] [--latency-max-wait-ms MS]
 #                      [--history H] [--naive-max M] [--naive-seconds S]
 #                      [--latency-seconds S] [--latency-rate R] [--kafka-prop NAME=VALUE]...
 #                      [--pg-setting NAME=VALUE]... [--profile] [--skip-latency]
 #                      [--build-dir DIR] [--out DIR]
 #
-# Defaults: 1,000,000 messages, 3 runs, 16 partitions, 10% duplicates, batch 500, max wait
+# Defaults: 1,000,000 messages, 3 runs, 16 partitions, 10% duplicates, batch 500, workers as
+# idemd sizes them by default (one per CPU, at most 8; A uses as many connections), max wait
 # 20 ms (5 ms in the latency run), 100,000 claims of history, naive consumer timed on 20,000
 # messages or 20 s, latency run 20 s. Quick mode: --messages 100000 --runs 1.
 #
@@ -33,8 +34,12 @@ src=$(cd "$here/../.." && pwd)
 messages=1000000
 runs=3
 partitions=16
+# Payments are keyed (partitioned) by account; 10,000 accounts spread them evenly.
+export IDEM_ACCOUNTS=10000
 dup_ratio=0.1
 batch=500
+workers=$(nproc)
+[ "$workers" -le 8 ] || workers=8
 max_wait_ms=20
 lat_max_wait_ms=5
 latency_rate=0
@@ -60,6 +65,7 @@ while [ $# -gt 0 ]; do
 	--partitions) partitions=$2 && shift 2 ;;
 	--dup-ratio) dup_ratio=$2 && shift 2 ;;
 	--batch) batch=$2 && shift 2 ;;
+	--workers) workers=$2 && shift 2 ;;
 	--max-wait-ms) max_wait_ms=$2 && shift 2 ;;
 	--latency-max-wait-ms) lat_max_wait_ms=$2 && shift 2 ;;
 	--history) history=$2 && shift 2 ;;
@@ -77,7 +83,7 @@ while [ $# -gt 0 ]; do
 	*) echo "run.sh: unknown option '$1' (see --help)" >&2 && exit 2 ;;
 	esac
 done
-for v in messages runs partitions batch naive_max naive_seconds latency_seconds; do
+for v in messages runs partitions batch workers naive_max naive_seconds latency_seconds; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2 && exit 2; }
 done
 for v in max_wait_ms lat_max_wait_ms history latency_rate; do
@@ -179,6 +185,7 @@ bench_config() {
 			batch:
 			  max_messages: $batch
 			  max_wait_ms: $7
+			  workers: $workers
 			log:
 			  level: info
 		YAML
@@ -232,9 +239,10 @@ idem_log "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE"
 phase_a() {
 	local r=$1 line
 	reset_db
-	idem_log "run $r: A raw postgres (bench_raw, batch $batch)"
+	idem_log "run $r: A raw postgres (bench_raw, batch $batch, $workers connection(s))"
 	line=$("$BENCH_BIN/bench_raw" --conninfo "$IDEM_CONNINFO" --brokers "$IDEM_BROKERS" \
-		--topic payments --consumer payments --batch "$batch" --postmaster "$PM")
+		--topic payments --consumer payments --batch "$batch" --connections "$workers" \
+		--postmaster "$PM")
 	echo "run $r A: $line" >>"$results"
 	[ "$(kv "$line" applied)" = "$IDEM_UNIQUE" ] ||
 		idem_fail "bench_raw applied $(kv "$line" applied) payments, expected $IDEM_UNIQUE"
@@ -313,7 +321,7 @@ phase_k() {
 	idem_wait_until 60 "bench_klat to be assigned klat$r" klat_assigned "$r"
 	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "klat$r" \
 		--count "$count" --dup-ratio "$dup_ratio" --seed $((100 + r)) --rate "$rate" \
-		>/dev/null 2>>"$IDEM_TMP/produce-lat.log"
+		--accounts "$IDEM_ACCOUNTS" >/dev/null 2>>"$IDEM_TMP/produce-lat.log"
 	wait "$pid" || idem_fail "bench_klat failed: $(cat "$IDEM_TMP/klat$r.log")"
 	line=$(cat "$IDEM_TMP/klat$r.out")
 	echo "run $r K: $line" >>"$results"
@@ -349,7 +357,7 @@ phase_l() {
 	t0=${EPOCHREALTIME}
 	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "lat$r" \
 		--count "$count" --dup-ratio "$dup_ratio" --seed $((100 + r)) --rate "$rate" \
-		>/dev/null 2>>"$IDEM_TMP/produce-lat.log"
+		--accounts "$IDEM_ACCOUNTS" >/dev/null 2>>"$IDEM_TMP/produce-lat.log"
 	t1=${EPOCHREALTIME}
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer lat \
 		--topic "lat$r" --target "$count" --pid "$pid" --postmaster "$PM") ||
@@ -443,7 +451,7 @@ report() {
 	local r ph what
 	echo
 	echo "idemd benchmark: $messages messages ($IDEM_UNIQUE unique) over $partitions partitions," \
-		"dup-ratio $dup_ratio, batch $batch, $runs run(s); Postgres $("$IDEM_PG_BINDIR/postgres" --version | awk '{ print $3 }')" \
+		"dup-ratio $dup_ratio, batch $batch, $workers worker(s) and A connection(s), $runs run(s); Postgres $("$IDEM_PG_BINDIR/postgres" --version | awk '{ print $3 }')" \
 		"fsync=on synchronous_commit=on; $(nproc) CPUs"
 	echo "A = raw Postgres (idemd's batch SQL via libpq, no Kafka), B = naive consumer (1 tx + 1 sync"
 	echo "offset commit per message; timed on the first $naive_max messages or ${naive_seconds}s), C = idemd (backlog of all $messages)."

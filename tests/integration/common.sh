@@ -77,7 +77,8 @@ idemd_kill9() {
 idem_produce() {
 	local out
 	out=$("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic payments \
-		--count "$1" --dup-ratio "$2" --seed "$3" --manifest "$IDEM_TMP/manifest.csv")
+		--count "$1" --dup-ratio "$2" --seed "$3" --accounts "${IDEM_ACCOUNTS:-50}" \
+		--manifest "$IDEM_TMP/manifest.csv")
 	IDEM_PRODUCED=$(sed -n 's/.*produced=\([0-9]*\).*/\1/p' <<<"$out")
 	IDEM_UNIQUE=$(sed -n 's/.*unique=\([0-9]*\).*/\1/p' <<<"$out")
 	[ -n "$IDEM_PRODUCED" ] && [ -n "$IDEM_UNIQUE" ] || idem_fail "unexpected producer output: $out"
@@ -148,7 +149,8 @@ idem_claims_above() {
 # through the environment (defaults in brackets):
 #   IDEM_CFG_TOPIC [payments]  IDEM_CFG_KEY [${json:/payment_id}]  IDEM_CFG_SQL [$IDEM_PAYMENTS_SQL]
 #   IDEM_CFG_PARAMS [business_key, json:/account, json:/amount]  IDEM_CFG_MAX [500]
-#   IDEM_CFG_WAIT [20]  IDEM_CFG_SESSION_MS [6000]  IDEM_CFG_RETRY_MAX_MS [2000]
+#   IDEM_CFG_WAIT [20]  IDEM_CFG_WORKERS [0]  IDEM_CFG_SESSION_MS [6000]
+#   IDEM_CFG_RETRY_MAX_MS [2000]
 #   IDEM_CFG_ROUTE_EXTRA (route keys, e.g. "on_poison: halt")
 #   IDEM_CFG_PG_EXTRA (postgres keys)  IDEM_CFG_RETRY_EXTRA (retry keys)
 #   IDEM_CFG_LIMITS (limits keys)  IDEM_CFG_KAFKA_PROPS (more "name: value" properties)
@@ -197,6 +199,7 @@ YAML
 batch:
   max_messages: ${IDEM_CFG_MAX:-500}
   max_wait_ms: ${IDEM_CFG_WAIT:-20}
+  workers: ${IDEM_CFG_WORKERS:-0}
 retry:
   initial_ms: 50
   max_ms: ${IDEM_CFG_RETRY_MAX_MS:-2000}
@@ -231,7 +234,7 @@ idem_produce_bg() {
 	rm -f "$IDEM_TMP/producer.out"
 	idem_spawn producer "$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" \
 		--topic payments --count "$1" --dup-ratio "$2" --seed "$3" --rate "$4" \
-		--manifest "$IDEM_TMP/manifest.csv"
+		--accounts "${IDEM_ACCOUNTS:-50}" --manifest "$IDEM_TMP/manifest.csv"
 	IDEM_PRODUCER_PID=$IDEM_LAST_PID
 }
 

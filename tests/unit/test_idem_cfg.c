@@ -158,6 +158,8 @@ static void test_full(void **state)
 
 	assert_int_equal(cfg->batch_max_messages, 1000);
 	assert_int_equal(cfg->batch_max_wait_ms, 0);
+	assert_int_equal(cfg->batch_workers, 3);
+	assert_int_equal(idem_cfg_workers(cfg), 3);
 	assert_int_equal(cfg->max_key_bytes, 2048);
 	assert_int_equal(cfg->max_message_bytes, 1024);
 	assert_int_equal(cfg->retry_initial_ms, 250);
@@ -200,6 +202,8 @@ static void test_minimal_defaults(void **state)
 	assert_false(r->needs_json);
 	assert_int_equal(cfg->batch_max_messages, 500);
 	assert_int_equal(cfg->batch_max_wait_ms, 20);
+	assert_int_equal(cfg->batch_workers, 0); /* one per CPU, 1..8 */
+	assert_in_range(idem_cfg_workers(cfg), 1, 8);
 	assert_int_equal(cfg->max_key_bytes, 512);
 	assert_int_equal(cfg->max_message_bytes, 16777216);
 	assert_int_equal(cfg->retry_initial_ms, 100);
