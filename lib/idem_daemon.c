@@ -137,33 +137,40 @@ static void pause_part(idem_daemon *d, struct idem_part *p)
 
 /*
  * Fetch @p again from @offset. Messages that arrived while it waited were dropped (take()), so
- * the position is set explicitly; a seek with a timeout also guarantees that nothing fetched
- * before it reaches us afterwards.
+ * the position is set explicitly. The partition is resumed first: a seek waits for the fetcher
+ * to take the new position, which a paused partition's fetcher does not do. A seek with a
+ * timeout also guarantees that nothing fetched before it reaches us afterwards. Without @wait
+ * (a held partition: nothing was dropped, the position is already right) the seek only gets
+ * the fetcher going at once, which a resume alone does only after a while, and is waited for
+ * briefly: the consumer thread must not stall on it.
  */
-static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset)
+static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset, bool wait)
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_error_t *error;
 	rd_kafka_resp_err_t e;
 
 	rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = offset;
-	error = rd_kafka_seek_partitions(d->rk, list, 5000);
-	if (error == NULL && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		error = rd_kafka_error_new(list->elems[0].err, "%s",
-		                           rd_kafka_err2str(list->elems[0].err));
-	if (error != NULL) {
-		idem_log_warn("kafka",
-		              "cannot seek topic=%s partition=%" PRId32 " to offset=%" PRId64
-		              ": %s, ignoring (the claims make a redelivery harmless)",
-		              p->topic, p->partition, offset, rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	}
 	e = rd_kafka_resume_partitions(d->rk, list);
 	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
 		e = list->elems[0].err;
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
 		idem_log_error("kafka", "cannot resume topic=%s partition=%" PRId32 ": %s",
 		               p->topic, p->partition, rd_kafka_err2str(e));
+	list->elems[0].offset = offset;
+	error = rd_kafka_seek_partitions(d->rk, list, wait ? 5000 : 100);
+	if (error == NULL && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		error = rd_kafka_error_new(list->elems[0].err, "%s",
+		                           rd_kafka_err2str(list->elems[0].err));
+	if (error != NULL) {
+		if (wait)
+			idem_log_warn("kafka",
+			              "cannot seek topic=%s partition=%" PRId32
+			              " to offset=%" PRId64
+			              ": %s, ignoring (the seek still applies when it can)",
+			              p->topic, p->partition, offset, rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	}
 	rd_kafka_topic_partition_list_destroy(list);
 	p->batch.fetch_next = offset;
 }
@@ -240,6 +247,8 @@ static void dispatch(idem_daemon *d, struct idem_part *p)
 {
 	swap_batches(&p->batch, &p->inflight);
 	p->busy = true;
+	p->job.first = p->inflight.n_msgs > 0 ? p->inflight.msgs[0].offset : -1;
+	p->job.last = p->inflight.n_msgs > 0 ? p->inflight.msgs[p->inflight.n_msgs - 1].offset : -1;
 	p->job.next = NULL;
 	p->job.t0 = now_ms();
 	d->n_busy++;
@@ -255,8 +264,8 @@ static void committed(idem_daemon *d, struct idem_part *p)
 {
 	struct idem_batch *b = &p->inflight;
 	const struct idem_flush_stats *st = &p->job.st;
-	bool was_paused = p->batch.retry_at_ms != 0 || p->held;
-	int64_t first = b->msgs[0].offset, last = st->next_offset - 1;
+	bool was_retry = p->batch.retry_at_ms != 0, was_held = p->held;
+	int64_t first = p->job.first, last = st->next_offset - 1;
 
 	add_stats(d, st);
 	idem_metrics_batch(d->metrics, st->consumed, st->applied, st->quarantined,
@@ -295,7 +304,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 		p->halted = true;
 		p->batch.retry_at_ms = now_ms() + d->cfg->retry_max_ms;
 		p->batch.fetch_next = st->next_offset;
-		if (!was_paused)
+		if (!was_retry && !was_held)
 			pause_part(d, p);
 		idem_log_error(
 		        "batch",
@@ -309,8 +318,11 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	/* A batch that filled up meanwhile goes at once. */
 	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages)
 		dispatch(d, p);
-	if (was_paused && !p->leaving)
-		resume_part(d, p, p->batch.fetch_next >= 0 ? p->batch.fetch_next : last + 1);
+	if (p->leaving)
+		return;
+	if (was_retry || was_held)
+		resume_part(d, p, p->batch.fetch_next >= 0 ? p->batch.fetch_next : last + 1,
+		            was_retry);
 }
 
 /*
@@ -330,9 +342,10 @@ static void failed(idem_daemon *d, struct idem_part *p)
 
 	idem_batch_reset(b);
 	swap_batches(b, &p->inflight);
-	first = b->msgs[0].offset;
-	last = b->msgs[b->n_msgs - 1].offset;
-	b->fetch_next = last + 1;
+	first = p->job.first;
+	last = p->job.last;
+	/* What the flush cut off (on_poison: halt) is fetched again, too. */
+	b->fetch_next = b->n_msgs > 0 ? b->msgs[b->n_msgs - 1].offset + 1 : first;
 	p->held = false;
 	d->stats.retries++;
 	idem_metrics_retry(d->metrics, idem_pg_class_str(cls));
@@ -835,18 +848,11 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		/* A message of a partition this instance no longer owns: its new owner gets it. */
 		return IDEM_OK;
 	}
-	/* The partition waits for a retry, is halted or held: it is paused, and what still
-	 * arrives is fetched again from where it resumes. Below fetch_next: fetched before a seek
-	 * back. */
-	if (p->halted || p->held || p->batch.retry_at_ms != 0 ||
+	/* The partition waits for a retry or is halted: it is paused, and what still arrives
+	 * is fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
+	if (p->halted || p->batch.retry_at_ms != 0 ||
 	    (p->batch.fetch_next >= 0 && rkm->offset < p->batch.fetch_next))
 		return IDEM_OK;
-	if (p->busy && p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages) {
-		/* Full while the one before it commits: hold the partition until then. */
-		p->held = true;
-		pause_part(d, p);
-		return IDEM_OK;
-	}
 	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
 		return idem_error_set(err, r, "out of memory");
 	m.topic = topic;
@@ -865,8 +871,17 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
 	p->batch.fetch_next = rkm->offset + 1;
-	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages && !p->busy)
+	if (p->batch.n_msgs < (size_t)d->cfg->batch_max_messages)
+		return IDEM_OK;
+	if (!p->busy) {
 		dispatch(d, p);
+	} else if (!p->held) {
+		/* Full while the one before it commits: pause the partition until then. What
+		 * librdkafka still hands over is kept (it stops at the pause), so nothing is
+		 * dropped and the partition resumes where it stopped. */
+		p->held = true;
+		pause_part(d, p);
+	}
 	return IDEM_OK;
 }
 
@@ -885,16 +900,16 @@ static void flush_due(idem_daemon *d, bool all)
 		if (b->retry_at_ms != 0) {
 			if (now < b->retry_at_ms)
 				continue;
-			if (p->halted) {
+			if (p->halted || b->n_msgs == 0) {
 				/* Fetch the poison message again: it may go through now. */
-				idem_log_info(
-				        "batch",
-				        "retrying halted partition topic=%s partition=%" PRId32
-				        " from offset=%" PRId64,
-				        p->topic, p->partition, b->fetch_next);
+				idem_log_info("batch",
+				              "retrying %s partition topic=%s partition=%" PRId32
+				              " from offset=%" PRId64,
+				              p->halted ? "halted" : "paused", p->topic,
+				              p->partition, b->fetch_next);
 				p->halted = false;
 				b->retry_at_ms = 0;
-				resume_part(d, p, b->fetch_next);
+				resume_part(d, p, b->fetch_next, true);
 				continue;
 			}
 		} else if (b->n_msgs == 0 ||

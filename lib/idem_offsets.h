@@ -17,6 +17,7 @@
 struct idem_part_job {
 	struct idem_part *next; /* in the pool's ready or done list */
 	int64_t t0;             /* monotonic time it was handed over */
+	int64_t first, last;    /* its offsets when it was handed over */
 	idem_status r;
 	struct idem_flush_stats st;
 	idem_error err;
