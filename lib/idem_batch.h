@@ -96,6 +96,7 @@ struct idem_batch {
 	/* scratch, reused */
 	struct idem_jsondoc doc;
 	struct idem_buf scratch;
+	struct evp_md_ctx_st *md_ctx; /* SHA-256 of the values, created on first use */
 
 	/* Failed commits of these messages, kept across attempts; cleared by idem_batch_reset(). */
 	int claim_timeouts; /* attempts whose claim ran into lock_timeout/statement_timeout */
