@@ -441,6 +441,7 @@ static void *worker_main(void *arg)
 	idem_status rs[GROUP_MAX_BATCHES];
 	idem_error errs[GROUP_MAX_BATCHES];
 
+	memset(errs, 0, sizeof(errs));
 	pthread_mutex_lock(&d->mu);
 	for (;;) {
 		size_t n;
@@ -503,7 +504,9 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 				pending = true;
 				continue;
 			}
-			if (p->halted || b->n_msgs == 0 || p->drain_tries <= 0)
+			/* Out of memory: hand over nothing more, but wait for what the workers
+			 * hold, which must not be freed under them. */
+			if (p->halted || b->n_msgs == 0 || p->drain_tries <= 0 || r != IDEM_OK)
 				continue;
 			if (tries > 1 && b->retry_at_ms != 0 && now < b->retry_at_ms) {
 				if (b->retry_at_ms - now < wait)
@@ -515,7 +518,7 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 			dispatch(d, p);
 			pending = true;
 		}
-		if (!pending || r != IDEM_OK)
+		if (!pending)
 			break;
 		wait_done(d, (int)wait);
 	}
