@@ -979,6 +979,7 @@ static void publish(idem_daemon *d)
 {
 	rd_kafka_topic_partition_list_t *list;
 	int64_t now = now_ms();
+	size_t held = 0;
 
 	if (now - d->last_publish_ms < 1000)
 		return;
@@ -1001,6 +1002,9 @@ static void publish(idem_daemon *d)
 		idem_metrics_partition(d->metrics, p->topic, p->partition, p->db_next, lag);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
+	for (size_t i = 0; i < d->parts.n; i++)
+		held += d->parts.v[i]->held;
+	idem_metrics_workers(d->metrics, d->n_workers, d->n_busy, held);
 	idem_metrics_ready(d->metrics, pg_connected(d), d->parts.n > 0, halted_count(d) > 0);
 }
 

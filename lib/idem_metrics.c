@@ -41,6 +41,7 @@ struct idem_metrics {
 	struct part_gauge *parts;
 	size_t n_parts, cap_parts;
 	bool connected, assigned, halted;
+	size_t workers, in_flight, held;
 	double oldest_claim_age;
 };
 
@@ -192,6 +193,17 @@ void idem_metrics_ready(idem_metrics *m, bool connected, bool assigned, bool hal
 	pthread_mutex_unlock(&m->lock);
 }
 
+void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->workers = workers;
+	m->in_flight = in_flight;
+	m->held = held;
+	pthread_mutex_unlock(&m->lock);
+}
+
 void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds)
 {
 	if (m == NULL)
@@ -339,6 +351,12 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            m->oldest_claim_age))
 		return IDEM_ERR_NOMEM;
 	if (idem_buf_printf(
+	            o,
+	            "# HELP idemd_workers Workers committing batches, one Postgres connection each.\n# TYPE idemd_workers gauge\nidemd_workers %zu\n"
+	            "# HELP idemd_batches_in_flight Batches handed to the workers and not yet committed.\n# TYPE idemd_batches_in_flight gauge\nidemd_batches_in_flight %zu\n"
+	            "# HELP idemd_partitions_held Partitions paused because their next batch is full while one commits.\n# TYPE idemd_partitions_held gauge\nidemd_partitions_held %zu\n",
+	            m->workers, m->in_flight, m->held) ||
+	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_ready Whether idemd is connected, assigned partitions and not halted.\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
 	            m->connected && m->assigned && !m->halted) ||

@@ -45,6 +45,8 @@ void idem_metrics_partition(idem_metrics *m, const char *topic, int32_t partitio
                             int64_t lag);
 void idem_metrics_partition_remove(idem_metrics *m, const char *topic, int32_t partition);
 void idem_metrics_ready(idem_metrics *m, bool connected, bool assigned, bool halted);
+/* The worker pool: its size, batches being committed, partitions paused for backpressure. */
+void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held);
 /* Age in seconds of the oldest claim kept (retention), < 0 if unknown. */
 void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds);
 

@@ -15,6 +15,7 @@ cfg=$IDEM_TMP/idemd.yaml
 idem_write_config "$cfg" g-metrics payments
 port=$((20000 + RANDOM % 20000))
 printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
+sed -i 's/^  max_wait_ms: 20$/&\n  workers: 3/' "$cfg"
 idem_setup_db "$cfg"
 url=http://127.0.0.1:$port
 
@@ -45,6 +46,10 @@ idem_assert_eq "replay duplicates" "$(db dup_replay)" "$(metric 'idemd_duplicate
 idem_assert_eq "redelivery duplicates" "$(db dup_redelivery)" "$(metric 'idemd_duplicates_total{kind="redelivery"}' "$IDEM_TMP/after.prom")"
 idem_assert_eq "batch count" "$(metric idemd_batches_total "$IDEM_TMP/after.prom")" \
 	"$(metric idemd_batch_size_messages_count "$IDEM_TMP/after.prom")"
+idem_assert_eq "pool gauges: workers, in flight, held" "3 0 0" \
+	"$(metric idemd_workers "$IDEM_TMP/after.prom") $(metric idemd_batches_in_flight "$IDEM_TMP/after.prom") $(metric idemd_partitions_held "$IDEM_TMP/after.prom")"
+idem_assert_eq "worker connections" 3 \
+	"$(idem_psql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idemd'")"
 idem_assert_eq "lag gauges all zero" "0 4" "$(awk '/^idemd_partition_lag_messages\{/ {s += $2; n++} END {print s + 0, n + 0}' "$IDEM_TMP/after.prom")"
 for p in 0 1 2 3; do
 	idem_assert_eq "progress gauge of partition $p" \

@@ -49,6 +49,7 @@ static void test_counters_and_histograms(void **state)
 	idem_metrics_retry(m, "transient");
 	idem_metrics_retry(m, "transient");
 	idem_metrics_retry(m, "broken");
+	idem_metrics_workers(m, 4, 3, 1);
 	t = render(m);
 	has_line(t, "# TYPE idemd_messages_consumed_total counter");
 	has_line(t, "idemd_messages_consumed_total 503");
@@ -73,6 +74,10 @@ static void test_counters_and_histograms(void **state)
 	has_line(t, "idemd_batch_duration_seconds_bucket{le=\"0.1\"} 1");
 	has_line(t, "idemd_batch_duration_seconds_bucket{le=\"0.25\"} 2");
 	has_line(t, "idemd_build_info{version=\"" IDEM_VERSION "\"} 1");
+	has_line(t, "# TYPE idemd_workers gauge");
+	has_line(t, "idemd_workers 4");
+	has_line(t, "idemd_batches_in_flight 3");
+	has_line(t, "idemd_partitions_held 1");
 	free(t);
 	idem_metrics_free(m);
 }
