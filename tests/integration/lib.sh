@@ -166,7 +166,9 @@ idem_kill() {
 # idem_wait_exit PID TIMEOUT_SECONDS : wait until a spawned process exits; sets
 # IDEM_EXIT_STATUS to its exit status (128+N if killed by signal N). Fails on timeout.
 idem_wait_exit() {
-	idem__wait_gone "$1" "$2" || idem_fail "process $1 did not exit within $2s"
+	# stderr aside while waiting: bash reports a job killed by a signal ("Killed") when it
+	# notices, which is here; the status is what matters, and it is kept.
+	idem__wait_gone "$1" "$2" 2>/dev/null || idem_fail "process $1 did not exit within $2s"
 	IDEM_EXIT_STATUS=0
 	{ wait "$1"; } 2>/dev/null || IDEM_EXIT_STATUS=$?
 }
