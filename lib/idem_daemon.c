@@ -46,7 +46,6 @@ struct idem_daemon {
 	rd_kafka_queue_t *cq; /* the consumer queue, to end a poll when a worker is done */
 	struct worker *workers;
 	size_t n_workers;
-	size_t n_busy; /* partitions with a batch in flight (consumer thread only) */
 
 	/* Shared with the workers, under mu. */
 	pthread_mutex_t mu;
@@ -251,7 +250,6 @@ static void dispatch(idem_daemon *d, struct idem_part *p)
 	p->job.last = p->inflight.n_msgs > 0 ? p->inflight.msgs[p->inflight.n_msgs - 1].offset : -1;
 	p->job.next = NULL;
 	p->job.t0 = now_ms();
-	d->n_busy++;
 	pthread_mutex_lock(&d->mu);
 	*d->ready_tail = p;
 	d->ready_tail = &p->job.next;
@@ -382,7 +380,6 @@ static idem_status collect(idem_daemon *d, idem_error *err)
 	for (; p != NULL; p = next) {
 		next = p->job.next;
 		p->busy = false;
-		d->n_busy--;
 		if (p->job.r == IDEM_OK) {
 			committed(d, p);
 		} else if (p->job.r == IDEM_ERR_NOMEM) {
@@ -904,7 +901,8 @@ static void flush_due(idem_daemon *d, bool all)
 			if (now < b->retry_at_ms)
 				continue;
 			if (p->halted || b->n_msgs == 0) {
-				/* Fetch the poison message again: it may go through now. */
+				/* Nothing in hand to retry: fetch again from where it stopped (a
+				 * poison message may go through now). */
 				idem_log_info("batch",
 				              "retrying %s partition topic=%s partition=%" PRId32
 				              " from offset=%" PRId64,
@@ -979,7 +977,7 @@ static void publish(idem_daemon *d)
 {
 	rd_kafka_topic_partition_list_t *list;
 	int64_t now = now_ms();
-	size_t held = 0;
+	size_t held = 0, busy = 0;
 
 	if (now - d->last_publish_ms < 1000)
 		return;
@@ -1002,9 +1000,11 @@ static void publish(idem_daemon *d)
 		idem_metrics_partition(d->metrics, p->topic, p->partition, p->db_next, lag);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
-	for (size_t i = 0; i < d->parts.n; i++)
+	for (size_t i = 0; i < d->parts.n; i++) {
 		held += d->parts.v[i]->held;
-	idem_metrics_workers(d->metrics, d->n_workers, d->n_busy, held);
+		busy += d->parts.v[i]->busy;
+	}
+	idem_metrics_workers(d->metrics, d->n_workers, busy, held);
 	idem_metrics_ready(d->metrics, pg_connected(d), d->parts.n > 0, halted_count(d) > 0);
 }
 
