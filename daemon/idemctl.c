@@ -60,24 +60,24 @@ static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv)
 	(void)argv;
 	if (argc > 1) {
 		fprintf(stderr, "idemctl: migrate takes no arguments\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 
 	if (idem_pg_conn_open(cfg, "idemctl", &conn, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return 1;
+		return IDEM_EXIT_FAILURE;
 	}
 	if (idem_migrate_apply(conn, &from, &to, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: migrate failed: %s\n", err.msg);
 		PQfinish(conn);
-		return 1;
+		return IDEM_EXIT_FAILURE;
 	}
 	if (from == to)
 		printf("schema is up to date (version %d)\n", to);
 	else
 		printf("schema migrated from version %d to %d\n", from, to);
 	PQfinish(conn);
-	return 0;
+	return IDEM_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -102,18 +102,18 @@ int main(int argc, char **argv)
 			break;
 		case 'V':
 			printf("idemctl %s\n", IDEM_VERSION);
-			return 0;
+			return IDEM_EXIT_OK;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return IDEM_EXIT_OK;
 		default:
 			usage(stderr);
-			return 2;
+			return IDEM_EXIT_USAGE;
 		}
 	}
 	if (optind >= argc) {
 		usage(stderr);
-		return 2;
+		return IDEM_EXIT_USAGE;
 	}
 	cmd = argv[optind];
 	for (i = 0; i < IDEM_ARRAY_SIZE(commands); i++) {
@@ -123,13 +123,13 @@ int main(int argc, char **argv)
 	if (i == IDEM_ARRAY_SIZE(commands)) {
 		fprintf(stderr, "idemctl: unknown command '%s'\n", cmd);
 		usage(stderr);
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 	/* "idemctl COMMAND --help" needs no configuration: every command is described here. */
 	for (int k = optind + 1; k < argc; k++) {
 		if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0) {
 			usage(stdout);
-			return IDEMCTL_EXIT_OK;
+			return IDEM_EXIT_OK;
 		}
 	}
 	if (idem_cfg_load(path, &cfg, &errors) != IDEM_OK) {

@@ -2,7 +2,7 @@
  * idemctl.h - the subcommands of idemctl, one source file each group.
  *
  * Each takes the loaded configuration and the arguments after the subcommand name (argv[0] is
- * the subcommand), and returns the process exit status: 0 success, 1 failure, 2 usage error.
+ * the subcommand), and returns the process exit status (enum idem_exit).
  */
 #ifndef IDEMCTL_H
 #define IDEMCTL_H
@@ -10,10 +10,6 @@
 #include <stdio.h>
 
 #include "idem_cfg.h"
-
-#define IDEMCTL_EXIT_OK      0
-#define IDEMCTL_EXIT_FAILURE 1
-#define IDEMCTL_EXIT_USAGE   2
 
 /* daemon/idemctl_quarantine.c: quarantine list|show|retry|discard */
 int idemctl_quarantine(const struct idem_cfg *cfg, int argc, char **argv);

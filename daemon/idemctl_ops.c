@@ -41,22 +41,22 @@ int idemctl_purge(const struct idem_cfg *cfg, int argc, char **argv)
 	int64_t keep = idemctl_retention_keep(cfg);
 	idem_error err = { 0 };
 	PGconn *conn;
-	int rc = IDEMCTL_EXIT_OK;
+	int rc = IDEM_EXIT_OK;
 
 	if (argc == 3 && strcmp(argv[1], "--older-than") == 0) {
 		if (!idem_duration_parse(argv[2], &keep)) {
 			fprintf(stderr,
 			        "idemctl: purge: '%s' is not a duration (e.g. 30d, 12h, 90m, 3600s)\n",
 			        argv[2]);
-			return IDEMCTL_EXIT_USAGE;
+			return IDEM_EXIT_USAGE;
 		}
 	} else if (argc != 1) {
 		fprintf(stderr, "usage: idemctl purge [--older-than DURATION]\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 	if (idem_pg_conn_open(cfg, "idemctl", &conn, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
 	for (size_t i = 0; i < cfg->n_routes; i++) {
 		int64_t deleted = 0;
@@ -71,7 +71,7 @@ int idemctl_purge(const struct idem_cfg *cfg, int argc, char **argv)
 		if (idem_retention_purge(conn, cfg->routes[i].consumer, keep, cfg->retention_batch,
 		                         &deleted, &err) != IDEM_OK) {
 			fprintf(stderr, "idemctl: purge: %s\n", err.msg);
-			rc = IDEMCTL_EXIT_FAILURE;
+			rc = IDEM_EXIT_FAILURE;
 			break;
 		}
 		printf("consumer=%s purged=%" PRId64 " older_than_s=%" PRId64 "\n",
@@ -88,14 +88,14 @@ static int open_both(const struct idem_cfg *cfg, PGconn **conn, rd_kafka_t **rk)
 
 	if (idem_pg_conn_open(cfg, "idemctl", conn, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
 	if (idem_consumer_new(cfg, NULL, rk, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
 		PQfinish(*conn);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
-	return IDEMCTL_EXIT_OK;
+	return IDEM_EXIT_OK;
 }
 
 static void close_both(PGconn *conn, rd_kafka_t *rk)
@@ -177,14 +177,14 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 
 	if (json_only(argc, argv, 0, 0, &json) < 0) {
 		fprintf(stderr, "usage: idemctl %s [--json]\n", argv[0]);
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
-	if ((rc = open_both(cfg, &conn, &rk)) != IDEMCTL_EXIT_OK)
+	if ((rc = open_both(cfg, &conn, &rk)) != IDEM_EXIT_OK)
 		return rc;
 	if (idem_inspect_status(cfg, rk, conn, &rep, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s: %s\n", argv[0], err.msg);
 		close_both(conn, rk);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
 	if (json)
 		arr = json_object_new_array();
@@ -236,7 +236,7 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 		              : "ok: no partition has Kafka ahead of the database");
 	idem_status_report_done(&rep);
 	close_both(conn, rk);
-	return verify && alarms ? 3 : IDEMCTL_EXIT_OK;
+	return verify && alarms ? 3 : IDEM_EXIT_OK;
 }
 
 int idemctl_status(const struct idem_cfg *cfg, int argc, char **argv)
@@ -258,15 +258,15 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 	PGresult *res;
 	PGconn *conn;
 	bool json;
-	int rc = IDEMCTL_EXIT_OK;
+	int rc = IDEM_EXIT_OK;
 
 	if (json_only(argc, argv, 1, 1, &json) < 0) {
 		fprintf(stderr, "usage: idemctl lookup KEY [--json]\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 	if (idem_pg_conn_open(cfg, "idemctl", &conn, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
 	/* Look in the namespaces of this configuration's routes only. */
 	if (idem_pgarray_open(&consumers) != IDEM_OK)
@@ -288,14 +288,14 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		idem_pg_error(&err, conn, res, "lookup");
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		rc = IDEMCTL_EXIT_FAILURE;
+		rc = IDEM_EXIT_FAILURE;
 		goto out_clear;
 	}
 	if (PQntuples(res) == 0) {
 		fprintf(stderr,
 		        "idemctl: key '%s' has not been applied (or its claim was purged by retention)\n",
 		        argv[1]);
-		rc = 3;
+		rc = IDEM_EXIT_LOSS;
 		goto out_clear;
 	}
 	arr = json_object_new_array();
@@ -342,7 +342,7 @@ out_nomem:
 	fprintf(stderr, "idemctl: out of memory\n");
 	idem_buf_done(&consumers);
 	PQfinish(conn);
-	return IDEMCTL_EXIT_FAILURE;
+	return IDEM_EXIT_FAILURE;
 }
 
 static void replay_usage(FILE *f)
@@ -428,18 +428,18 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 			break;
 		case 'h':
 			replay_usage(stdout);
-			return IDEMCTL_EXIT_OK;
+			return IDEM_EXIT_OK;
 		default:
 			replay_usage(stderr);
-			return IDEMCTL_EXIT_USAGE;
+			return IDEM_EXIT_USAGE;
 		}
 	}
 	if (topic == NULL || optind != argc || (offset < 0) == (to_time == NULL) ||
 	    partition < -1) {
 		replay_usage(stderr);
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
-	if ((rc = open_both(cfg, &conn, &rk)) != IDEMCTL_EXIT_OK)
+	if ((rc = open_both(cfg, &conn, &rk)) != IDEM_EXIT_OK)
 		return rc;
 	if (to_time != NULL) {
 		int64_t ms = parse_time_ms(to_time);
@@ -449,7 +449,7 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 		if (ms < 0) {
 			fprintf(stderr, "idemctl: replay: cannot read time '%s'\n", to_time);
 			rd_kafka_topic_partition_list_destroy(l);
-			rc = IDEMCTL_EXIT_USAGE;
+			rc = IDEM_EXIT_USAGE;
 			goto out_close;
 		}
 		/* Each partition has its own offset for a time, so --to-time takes one partition.
@@ -464,14 +464,14 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 			                         : l->elems[0].err ? l->elems[0].err
 			                                           : RD_KAFKA_RESP_ERR__NOENT));
 			rd_kafka_topic_partition_list_destroy(l);
-			rc = IDEMCTL_EXIT_FAILURE;
+			rc = IDEM_EXIT_FAILURE;
 			goto out_close;
 		}
 		if (partition < 0) {
 			fprintf(stderr,
 			        "idemctl: replay: --to-time needs --partition (each partition has its own offset for a time)\n");
 			rd_kafka_topic_partition_list_destroy(l);
-			rc = IDEMCTL_EXIT_USAGE;
+			rc = IDEM_EXIT_USAGE;
 			goto out_close;
 		}
 		offset = l->elems[0].offset;
@@ -480,7 +480,7 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 	if (idem_inspect_replay_plan(cfg, rk, conn, topic, (int32_t)partition, offset, &rep,
 	                             &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: replay: %s\n", err.msg);
-		rc = IDEMCTL_EXIT_FAILURE;
+		rc = IDEM_EXIT_FAILURE;
 		goto out_close;
 	}
 	for (size_t i = 0; i < rep.n_plans; i++) {
@@ -543,7 +543,7 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 		        "idemctl: replay: refused: the range holds messages older than the retention horizon (claims purged before %" PRId64
 		        " ms since the epoch), which could be applied again; use --force to replay anyway\n",
 		        rep.horizon_ms);
-		rc = IDEMCTL_EXIT_FAILURE;
+		rc = IDEM_EXIT_FAILURE;
 		goto out_done;
 	}
 	if (dry) {
@@ -553,7 +553,7 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 	}
 	if (idem_inspect_reset(cfg, &rep, 30000, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: replay: %s\n", err.msg);
-		rc = IDEMCTL_EXIT_FAILURE;
+		rc = IDEM_EXIT_FAILURE;
 		goto out_done;
 	}
 	if (!json)

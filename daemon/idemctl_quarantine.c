@@ -56,7 +56,7 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 		if (c == '?' || strchr(allowed, c) == NULL) {
 			fprintf(stderr, "idemctl: quarantine %s: option not accepted here\n",
 			        argv[0]);
-			return IDEMCTL_EXIT_USAGE;
+			return IDEM_EXIT_USAGE;
 		}
 		switch (c) {
 		case 'a':
@@ -73,7 +73,7 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 			o->filter.limit = (size_t)strtoull(optarg, &end, 10);
 			if (errno != 0 || *end != '\0' || optarg[0] == '-' || optarg[0] == '\0') {
 				fprintf(stderr, "idemctl: --limit: invalid number '%s'\n", optarg);
-				return IDEMCTL_EXIT_USAGE;
+				return IDEM_EXIT_USAGE;
 			}
 			break;
 		case 'j':
@@ -81,7 +81,7 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 			break;
 		}
 	}
-	return IDEMCTL_EXIT_OK;
+	return IDEM_EXIT_OK;
 }
 
 static bool parse_id(const char *s, int64_t *ret_id)
@@ -213,9 +213,9 @@ static int open_conn(const struct idem_cfg *cfg, PGconn **ret_conn)
 
 	if (idem_pg_conn_open(cfg, "idemctl", ret_conn, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
-	return IDEMCTL_EXIT_OK;
+	return IDEM_EXIT_OK;
 }
 
 static int cmd_list(const struct idem_cfg *cfg, int argc, char **argv)
@@ -227,17 +227,17 @@ static int cmd_list(const struct idem_cfg *cfg, int argc, char **argv)
 	size_t n = 0;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "aCtlj")) != IDEMCTL_EXIT_OK)
+	if ((rc = parse_opts(argc, argv, &o, "aCtlj")) != IDEM_EXIT_OK)
 		return rc;
 	if (optind < argc) {
 		fprintf(stderr, "idemctl: quarantine list takes no operands\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
-	if ((rc = open_conn(cfg, &conn)) != IDEMCTL_EXIT_OK)
+	if ((rc = open_conn(cfg, &conn)) != IDEM_EXIT_OK)
 		return rc;
 	if (idem_quarantine_list(conn, &o.filter, &v, &n, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		rc = IDEMCTL_EXIT_FAILURE;
+		rc = IDEM_EXIT_FAILURE;
 		goto out_finish;
 	}
 	if (o.json) {
@@ -322,20 +322,20 @@ static int cmd_show(const struct idem_cfg *cfg, int argc, char **argv)
 	int64_t id;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "j")) != IDEMCTL_EXIT_OK)
+	if ((rc = parse_opts(argc, argv, &o, "j")) != IDEM_EXIT_OK)
 		return rc;
 	if (optind + 1 != argc) {
 		fprintf(stderr, "idemctl: quarantine show takes one ID\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 	if (!parse_id(argv[optind], &id))
-		return IDEMCTL_EXIT_USAGE;
-	if ((rc = open_conn(cfg, &conn)) != IDEMCTL_EXIT_OK)
+		return IDEM_EXIT_USAGE;
+	if ((rc = open_conn(cfg, &conn)) != IDEM_EXIT_OK)
 		return rc;
 	if (idem_quarantine_get(conn, id, &e, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
 		PQfinish(conn);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
 	if (o.json) {
 		json_object *j = entry_json(&e, true);
@@ -347,7 +347,7 @@ static int cmd_show(const struct idem_cfg *cfg, int argc, char **argv)
 	}
 	idem_quarantine_entry_done(&e);
 	PQfinish(conn);
-	return IDEMCTL_EXIT_OK;
+	return IDEM_EXIT_OK;
 }
 
 /* The ids to act on: the operands, or with --all the open entries the routes of @cfg serve. */
@@ -363,26 +363,26 @@ static int collect_ids(const struct idem_cfg *cfg, PGconn *conn, int argc, char 
 	if (!o->filter.all) {
 		ids = calloc((size_t)(argc - optind) + 1, sizeof(*ids));
 		if (ids == NULL)
-			return IDEMCTL_EXIT_FAILURE;
+			return IDEM_EXIT_FAILURE;
 		for (int i = optind; i < argc; i++) {
 			if (!parse_id(argv[i], &ids[k++])) {
 				free(ids);
-				return IDEMCTL_EXIT_USAGE;
+				return IDEM_EXIT_USAGE;
 			}
 		}
 		*ret_ids = ids;
 		*ret_n = k;
-		return IDEMCTL_EXIT_OK;
+		return IDEM_EXIT_OK;
 	}
 	f.all = false; /* open entries only */
 	if (idem_quarantine_list(conn, &f, &v, &n, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
 	ids = calloc(n + 1, sizeof(*ids));
 	if (ids == NULL) {
 		idem_quarantine_entries_free(v, n);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
 	for (size_t i = 0; i < n; i++) {
 		const struct idem_route *r = idem_cfg_route_for(cfg, v[i].topic);
@@ -393,7 +393,7 @@ static int collect_ids(const struct idem_cfg *cfg, PGconn *conn, int argc, char 
 	idem_quarantine_entries_free(v, n);
 	*ret_ids = ids;
 	*ret_n = k;
-	return IDEMCTL_EXIT_OK;
+	return IDEM_EXIT_OK;
 }
 
 static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
@@ -407,19 +407,19 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 	size_t n = 0, counts[3] = { 0, 0, 0 };
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "aCt")) != IDEMCTL_EXIT_OK)
+	if ((rc = parse_opts(argc, argv, &o, "aCt")) != IDEM_EXIT_OK)
 		return rc;
 	if (o.filter.all == (optind < argc)) {
 		fprintf(stderr, "idemctl: quarantine retry takes IDs or --all\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 	/* The daemon's own connection: schema checked, every handler prepared (a broken one
 	 * fails here), the same timeouts. */
 	if (idem_pg_new(cfg, &pg, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEMCTL_EXIT_FAILURE;
+		return IDEM_EXIT_FAILURE;
 	}
-	if ((rc = collect_ids(cfg, idem_pg_conn(pg), argc, argv, &o, &ids, &n)) != IDEMCTL_EXIT_OK)
+	if ((rc = collect_ids(cfg, idem_pg_conn(pg), argc, argv, &o, &ids, &n)) != IDEM_EXIT_OK)
 		goto out_free;
 	for (size_t i = 0; i < n; i++) {
 		detail[0] = '\0';
@@ -427,7 +427,7 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 		                          &err) != IDEM_OK) {
 			fprintf(stderr, "idemctl: quarantine entry %" PRId64 ": %s\n", ids[i],
 			        err.msg);
-			rc = IDEMCTL_EXIT_FAILURE;
+			rc = IDEM_EXIT_FAILURE;
 			if (!idem_pg_connected(pg))
 				break;
 			continue;
@@ -436,7 +436,7 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 		printf("%" PRId64 ": %s: %s\n", ids[i], idem_quarantine_outcome_str(outcome),
 		       detail);
 		if (outcome == IDEM_QUARANTINE_FAILED)
-			rc = IDEMCTL_EXIT_FAILURE;
+			rc = IDEM_EXIT_FAILURE;
 	}
 	if (n > 1 || o.filter.all)
 		printf("retried %zu: applied %zu, duplicate %zu, failed %zu\n", n,
@@ -455,26 +455,26 @@ static int cmd_discard(const struct idem_cfg *cfg, int argc, char **argv)
 	struct qopts o;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "")) != IDEMCTL_EXIT_OK)
+	if ((rc = parse_opts(argc, argv, &o, "")) != IDEM_EXIT_OK)
 		return rc;
 	if (optind >= argc) {
 		fprintf(stderr, "idemctl: quarantine discard takes one or more IDs\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 	for (int i = optind; i < argc; i++) {
 		int64_t id;
 
 		if (!parse_id(argv[i], &id))
-			return IDEMCTL_EXIT_USAGE;
+			return IDEM_EXIT_USAGE;
 	}
-	if ((rc = open_conn(cfg, &conn)) != IDEMCTL_EXIT_OK)
+	if ((rc = open_conn(cfg, &conn)) != IDEM_EXIT_OK)
 		return rc;
 	for (int i = optind; i < argc; i++) {
 		int64_t id = strtoll(argv[i], NULL, 10);
 
 		if (idem_quarantine_discard(conn, id, &err) != IDEM_OK) {
 			fprintf(stderr, "idemctl: %s\n", err.msg);
-			rc = IDEMCTL_EXIT_FAILURE;
+			rc = IDEM_EXIT_FAILURE;
 			continue;
 		}
 		printf("%" PRId64 ": discarded\n", id);
@@ -498,12 +498,12 @@ int idemctl_quarantine(const struct idem_cfg *cfg, int argc, char **argv)
 	if (argc < 2) {
 		fprintf(stderr,
 		        "idemctl: quarantine needs a subcommand: list, show, retry or discard\n");
-		return IDEMCTL_EXIT_USAGE;
+		return IDEM_EXIT_USAGE;
 	}
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(subs); i++) {
 		if (strcmp(argv[1], subs[i].name) == 0)
 			return subs[i].run(cfg, argc - 1, argv + 1);
 	}
 	fprintf(stderr, "idemctl: unknown quarantine subcommand '%s'\n", argv[1]);
-	return IDEMCTL_EXIT_USAGE;
+	return IDEM_EXIT_USAGE;
 }

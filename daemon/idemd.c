@@ -170,7 +170,8 @@ int main(int argc, char **argv)
 	char *errors = NULL;
 	idem_error err = { 0 };
 	uint64_t wd_usec = 0;
-	int c, rc = 1;
+	int c, rc = IDEM_EXIT_FAILURE;
+	unsigned int seed;
 
 	while ((c = getopt_long(argc, argv, "c:nVh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -182,20 +183,20 @@ int main(int argc, char **argv)
 			break;
 		case 'V':
 			printf("idemd %s\n", IDEM_VERSION);
-			return 0;
+			return IDEM_EXIT_OK;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return IDEM_EXIT_OK;
 		default:
 			usage(stderr);
-			return 2;
+			return IDEM_EXIT_USAGE;
 		}
 	}
 	if (optind < argc)
 		path = argv[optind++];
 	if (optind < argc) {
 		usage(stderr);
-		return 2;
+		return IDEM_EXIT_USAGE;
 	}
 
 	if (idem_cfg_load(path, &cfg, &errors) != IDEM_OK) {
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
 	if (check_only) {
 		printf("configuration OK\n");
 		idem_cfg_free(cfg);
-		return 0;
+		return IDEM_EXIT_OK;
 	}
 
 	idem_log_auto_journal();
@@ -218,6 +219,7 @@ int main(int argc, char **argv)
 	              cfg->group_id, cfg->n_routes);
 
 	/* Postgres may still be starting: wait for it, but not for a mistake in the setup. */
+	seed = (unsigned int)getpid() ^ (unsigned int)mono_usec();
 	for (int attempt = 1; !should_stop(); attempt++) {
 		int wait;
 
@@ -228,9 +230,7 @@ int main(int argc, char **argv)
 			rc = IDEM_EXIT_CONFIG;
 			goto out_free_cfg;
 		}
-		wait = cfg->retry_initial_ms << (attempt < 10 ? attempt : 10);
-		if (wait > cfg->retry_max_ms)
-			wait = cfg->retry_max_ms;
+		wait = idem_backoff_ms(cfg->retry_initial_ms, cfg->retry_max_ms, attempt, &seed);
 		idem_log_warn("main", "cannot start: %s, retrying in %dms", err.msg, wait);
 		for (int slept = 0; slept < wait && !should_stop(); slept += 100) {
 			struct timespec ts = { 0, 100 * 1000000L };
@@ -239,7 +239,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (d == NULL) {
-		rc = 0;
+		rc = IDEM_EXIT_OK;
 		goto out_free_cfg;
 	}
 	idem_log_info("main", "ready: consuming topics of group '%s'", cfg->group_id);
@@ -265,7 +265,7 @@ int main(int argc, char **argv)
 	idem_log_info("main", "stopped consumed=%llu applied=%llu duplicates=%llu quarantined=%llu",
 	              (unsigned long long)st.consumed, (unsigned long long)st.applied,
 	              (unsigned long long)st.duplicates, (unsigned long long)st.quarantined);
-	rc = 0;
+	rc = IDEM_EXIT_OK;
 out_free_daemon:
 	idem_daemon_free(d);
 out_free_cfg:

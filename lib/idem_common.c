@@ -22,6 +22,22 @@ idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, .
 	return code;
 }
 
+idem_status idem_error_nomem(idem_error *err)
+{
+	return idem_error_set(err, IDEM_ERR_NOMEM, "%s", idem_status_str(IDEM_ERR_NOMEM));
+}
+
+int idem_backoff_ms(int initial_ms, int max_ms, int attempt, unsigned int *seed)
+{
+	int64_t cap = initial_ms;
+
+	for (int i = 1; i < attempt && cap < max_ms; i++)
+		cap *= 2;
+	if (cap > max_ms)
+		cap = max_ms;
+	return (int)(cap / 2 + rand_r(seed) % (unsigned int)(cap / 2 + 1));
+}
+
 const char *idem_status_str(idem_status s)
 {
 	switch (s) {

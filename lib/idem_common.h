@@ -19,8 +19,18 @@
 #define IDEM_TESTABLE static
 #endif
 
-/* sysexits.h EX_CONFIG: configuration error; systemd must not restart on it. */
-#define IDEM_EXIT_CONFIG 78
+/*
+ * Exit codes of idemd and idemctl, in one place (README "Exit status" documents them).
+ * IDEM_EXIT_CONFIG is sysexits.h EX_CONFIG: systemd must not restart on it
+ * (RestartPreventExitStatus=78 in the units).
+ */
+enum idem_exit {
+	IDEM_EXIT_OK = 0,
+	IDEM_EXIT_FAILURE = 1, /* runtime failure */
+	IDEM_EXIT_USAGE = 2,   /* bad command line */
+	IDEM_EXIT_LOSS = 3,    /* idemctl verify: Kafka is ahead of the database (loss alarm) */
+	IDEM_EXIT_CONFIG = 78, /* configuration, schema or login: restarting will not help */
+};
 
 typedef enum idem_status {
 	IDEM_OK = 0,
@@ -50,6 +60,12 @@ typedef struct idem_error {
  */
 idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, ...)
         IDEM_PRINTF(3, 4);
+
+/*
+ * @brief idem_error_nomem(@err): the one spelling of it.
+ * @returns IDEM_ERR_NOMEM.
+ */
+idem_status idem_error_nomem(idem_error *err);
 
 /* @brief Human name of a status code ("out of memory", ...). */
 const char *idem_status_str(idem_status s);
@@ -89,6 +105,13 @@ IDEM_NODISCARD idem_status idem_pgarray_close(struct idem_buf *a);
  * @returns false if @s is not one (out of range included).
  */
 bool idem_duration_parse(const char *s, int64_t *ret_seconds);
+
+/*
+ * @brief The one retry policy: exponential backoff with jitter. Attempt 1 waits about
+ * @initial_ms, each further attempt doubles the cap up to @max_ms, and the delay is drawn from
+ * [cap/2, cap] with @seed (rand_r) so that instances retrying together spread out.
+ */
+int idem_backoff_ms(int initial_ms, int max_ms, int attempt, unsigned int *seed);
 
 /* @brief true if @p[0..n) is valid UTF-8 without NUL bytes. */
 bool idem_utf8_valid(const void *p, size_t n);

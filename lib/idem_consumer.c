@@ -57,7 +57,7 @@ idem_status idem_consumer_conf(const struct idem_cfg *cfg, rd_kafka_conf_t **ret
 	idem_status r;
 
 	if (conf == NULL)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	if ((r = set(conf, "bootstrap.servers", cfg->brokers, err)) != IDEM_OK ||
 	    (r = set(conf, "group.id", cfg->group_id, err)) != IDEM_OK ||
 	    (r = set(conf, "client.id", "idemd", err)) != IDEM_OK)

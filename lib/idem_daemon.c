@@ -82,16 +82,9 @@ static bool stopping(const idem_daemon *d)
 	return d->stop != NULL && d->stop();
 }
 
-/* Exponential backoff with jitter: a random delay in [cap/2, cap], cap doubling per attempt. */
 static int backoff_ms(idem_daemon *d, int attempt)
 {
-	int64_t cap = d->cfg->retry_initial_ms;
-
-	for (int i = 1; i < attempt && cap < d->cfg->retry_max_ms; i++)
-		cap *= 2;
-	if (cap > d->cfg->retry_max_ms)
-		cap = d->cfg->retry_max_ms;
-	return (int)(cap / 2 + rand_r(&d->seed) % (unsigned int)(cap / 2 + 1));
+	return idem_backoff_ms(d->cfg->retry_initial_ms, d->cfg->retry_max_ms, attempt, &d->seed);
 }
 
 static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
@@ -655,7 +648,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 
 	d = calloc(1, sizeof(*d));
 	if (d == NULL)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	d->cfg = cfg;
 	d->stop = stop;
 	d->seed = (unsigned int)now_ms() ^ (unsigned int)(uintptr_t)d;
@@ -675,7 +668,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->n_workers = (size_t)idem_cfg_workers(cfg);
 	d->workers = calloc(d->n_workers, sizeof(*d->workers));
 	if (d->metrics == NULL || d->workers == NULL) {
-		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		r = idem_error_nomem(err);
 		goto out_free;
 	}
 	/* Every connection is opened (and every handler prepared) before anything is consumed,
@@ -854,7 +847,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	    (p->batch.fetch_next >= 0 && rkm->offset < p->batch.fetch_next))
 		return IDEM_OK;
 	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
-		return idem_error_set(err, r, "out of memory");
+		return idem_error_nomem(err);
 	m.topic = topic;
 	m.partition = rkm->partition;
 	m.offset = rkm->offset;

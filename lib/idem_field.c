@@ -110,7 +110,8 @@ idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *
 	if (arg != NULL) {
 		copy = strdup(arg);
 		if (copy == NULL)
-			return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+			return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "%s",
+			                  idem_status_str(IDEM_ERR_NOMEM));
 	}
 	ret_field->kind = kind;
 	ret_field->arg = copy;
@@ -194,7 +195,8 @@ static idem_status template_parse_parts(const char *s, struct idem_template *t, 
 
 	lit = malloc(strlen(s) + 1);
 	if (lit == NULL)
-		return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+		return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "%s",
+		                  idem_status_str(IDEM_ERR_NOMEM));
 	lit[0] = '\0';
 	while (*p != '\0') {
 		const char *end;
@@ -216,12 +218,13 @@ static idem_status template_parse_parts(const char *s, struct idem_template *t, 
 		}
 		r = template_flush_literal(t, &cap, lit, &n_lit);
 		if (r != IDEM_OK) {
-			r = parse_fail(errbuf, errlen, r, "out of memory");
+			r = parse_fail(errbuf, errlen, r, "%s", idem_status_str(IDEM_ERR_NOMEM));
 			goto out_free_lit;
 		}
 		name = strndup(p + 2, (size_t)(end - (p + 2)));
 		r = name != NULL ? idem_field_parse(name, &f, errbuf, errlen)
-		                 : parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+		                 : parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "%s",
+		                              idem_status_str(IDEM_ERR_NOMEM));
 		free(name);
 		if (r != IDEM_OK)
 			goto out_free_lit;
@@ -233,7 +236,7 @@ static idem_status template_parse_parts(const char *s, struct idem_template *t, 
 		}
 		r = template_push(t, &cap, &f);
 		if (r != IDEM_OK) {
-			r = parse_fail(errbuf, errlen, r, "out of memory");
+			r = parse_fail(errbuf, errlen, r, "%s", idem_status_str(IDEM_ERR_NOMEM));
 			goto out_free_lit;
 		}
 		n_fields++;
@@ -241,7 +244,7 @@ static idem_status template_parse_parts(const char *s, struct idem_template *t, 
 	}
 	r = template_flush_literal(t, &cap, lit, &n_lit);
 	if (r != IDEM_OK)
-		r = parse_fail(errbuf, errlen, r, "out of memory");
+		r = parse_fail(errbuf, errlen, r, "%s", idem_status_str(IDEM_ERR_NOMEM));
 	else if (n_fields == 0)
 		r = parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
 		               "business key template references no field");
@@ -265,7 +268,7 @@ idem_status idem_template_parse(const char *s, struct idem_template *ret_tpl, ch
 	if (strstr(s, "${") == NULL) {
 		r = idem_field_parse(s, &f, why, sizeof(why));
 		if (r == IDEM_ERR_NOMEM)
-			return parse_fail(errbuf, errlen, r, "out of memory");
+			return parse_fail(errbuf, errlen, r, "%s", idem_status_str(IDEM_ERR_NOMEM));
 		if (r != IDEM_OK)
 			return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
 			                  "business key template references no field: %s", why);
@@ -277,7 +280,8 @@ idem_status idem_template_parse(const char *s, struct idem_template *ret_tpl, ch
 		t.parts = malloc(sizeof(*t.parts));
 		if (t.parts == NULL) {
 			idem_field_done(&f);
-			return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "out of memory");
+			return parse_fail(errbuf, errlen, IDEM_ERR_NOMEM, "%s",
+			                  idem_status_str(IDEM_ERR_NOMEM));
 		}
 		t.parts[0] = f;
 		t.n_parts = 1;
@@ -595,7 +599,7 @@ static idem_status key_append_json(const struct idem_field *f, const struct idem
 		break;
 	}
 	if (json_append(out, val) != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	return IDEM_OK;
 }
 
@@ -683,7 +687,7 @@ static idem_status key_append_part(const struct idem_field *f, const struct idem
 		                      "business key template cannot reference business_key");
 	}
 	if (r != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	return IDEM_OK;
 }
 
@@ -726,7 +730,7 @@ idem_status idem_key_build(const struct idem_template *tpl, const struct idem_ms
 		        n > (SIZE_MAX - 2) / 2 ? SIZE_MAX : 2 + 2 * n, max_len);
 	enc = 2 + 2 * n;
 	if (idem_buf_reserve(out, enc - n) != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	/* Encode in place from the end: byte i moves to 2+2i, past every byte still unread. */
 	for (size_t i = n; i > 0; i--) {
 		unsigned char c = (unsigned char)out->data[i - 1];
@@ -753,7 +757,7 @@ idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview
 
 	/* A present but empty field must still read as "" (not NULL) through out->data. */
 	if (idem_buf_reserve(out, 0) != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	idem_buf_reset(out);
 	switch (f->kind) {
 	case IDEM_FIELD_VALUE:
@@ -800,7 +804,7 @@ idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview
 		break;
 	}
 	if (r != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	*ret_null = null;
 	return IDEM_OK;
 }

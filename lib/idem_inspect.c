@@ -67,13 +67,13 @@ static idem_status add_part(struct idem_status_report *r, const char *topic,
 	struct idem_part_status *p;
 
 	if (np == NULL)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	r->parts = np;
 	p = &r->parts[r->n_parts];
 	memset(p, 0, sizeof(*p));
 	p->topic = strdup(topic);
 	if (p->topic == NULL)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	r->n_parts++;
 	p->route = route;
 	p->partition = partition;
@@ -111,7 +111,7 @@ static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_er
 			p->halt_reason =
 			        strdup(PQgetisnull(res, 0, 7) ? "" : PQgetvalue(res, 0, 7));
 			if (p->halt_reason == NULL)
-				r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+				r = idem_error_nomem(err);
 		}
 	}
 	PQclear(res);
@@ -241,7 +241,7 @@ static idem_status count_claimed(PGconn *conn, const char *consumer, char **keys
 		PGresult *res;
 
 		if (array_literal(&a, keys + from, k) != IDEM_OK) {
-			r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			r = idem_error_nomem(err);
 			break;
 		}
 		vals[0] = consumer;
@@ -345,7 +345,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 
 				if (nk == NULL) {
 					rd_kafka_message_destroy(rkm);
-					r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+					r = idem_error_nomem(err);
 					goto out;
 				}
 				keys = nk;
@@ -354,7 +354,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 			keys[n_keys] = strdup(key.data);
 			if (keys[n_keys] == NULL) {
 				rd_kafka_message_destroy(rkm);
-				r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+				r = idem_error_nomem(err);
 				goto out;
 			}
 			n_keys++;
@@ -426,7 +426,7 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 	rep.plans = calloc((size_t)n, sizeof(*rep.plans));
 	list = rd_kafka_topic_partition_list_new(n);
 	if (rep.plans == NULL || list == NULL) {
-		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		r = idem_error_nomem(err);
 		goto out_fail;
 	}
 	for (int p = 0; p < n; p++) {
@@ -445,7 +445,7 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 
 		plan->topic = strdup(topic);
 		if (plan->topic == NULL) {
-			r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			r = idem_error_nomem(err);
 			goto out_fail;
 		}
 		rep.n_plans++;

@@ -381,7 +381,7 @@ idem_status idem_pg_new(const struct idem_cfg *cfg, idem_pg **ret_pg, idem_error
 	idem_status r;
 
 	if (pg == NULL)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	pg->cfg = cfg;
 	r = setup(pg, err);
 	if (r != IDEM_OK) {
@@ -931,7 +931,7 @@ static idem_status send_closing(idem_pg *pg, const struct flush_ctx *ctx, int *r
 	int n = 0;
 
 	if (results_params(pg, b, &any) != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	if (any) {
 		const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
 
@@ -943,7 +943,7 @@ static idem_status send_closing(idem_pg *pg, const struct flush_ctx *ctx, int *r
 		if (b->msgs[i].state != IDEM_MSG_BAD)
 			continue;
 		if (quarantine_params(pg, b, i, part, off, ts, att) != IDEM_OK)
-			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			return idem_error_nomem(err);
 		/* libpq copies parameters at send time, so the buffers may be reused. */
 		if (!send_prepared(pg->conn, "idem_quarantine", 13, pg->vals, pg->lens, pg->fmts))
 			return idem_pg_error(err, pg->conn, NULL, "send quarantine");
@@ -1152,7 +1152,7 @@ static enum fast_outcome fast_fail(idem_pg *pg, PGresult *res, const char *what,
 static enum fast_outcome fast_nomem(idem_pg *pg, PGresult *res, idem_error *err)
 {
 	PQclear(res);
-	idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	idem_error_nomem(err);
 	pipeline_abort(pg, false);
 	return FAST_ERROR;
 }
@@ -1394,7 +1394,7 @@ static enum fast_outcome fast_path(idem_pg *pg, struct flush_ctx *ctx, size_t n,
 
 	for (size_t k = 0; k < n; k++) {
 		if (need_idx(&ctx[k], ctx[k].b->n_msgs) != IDEM_OK) {
-			idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			idem_error_nomem(err);
 			return FAST_ERROR;
 		}
 	}
@@ -1440,7 +1440,7 @@ static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const c
 		if ((r = exec_ok(pg->conn, "SAVEPOINT idem_msg", "savepoint", err)) != IDEM_OK)
 			return r;
 		if (claim_params(pg, b, &i, 1, part, cv) != IDEM_OK)
-			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			return idem_error_nomem(err);
 		if (exec_params(pg, "idem_claim", 6, cv, NULL, NULL, &res) != IDEM_OK) {
 			state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 			if (!idem_pg_timeout(state) || b->claim_timeouts < max) {
@@ -1470,12 +1470,12 @@ static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const c
 		}
 		PQclear(res);
 		if (handler_params(pg, b, i) != IDEM_OK)
-			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			return idem_error_nomem(err);
 		if (exec_params(pg, hname, (int)b->route->n_params, pg->vals, NULL, NULL, &res) ==
 		    IDEM_OK) {
 			if (store_result(b, i, res) != IDEM_OK) {
 				PQclear(res);
-				return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+				return idem_error_nomem(err);
 			}
 			PQclear(res);
 			m->state = IDEM_MSG_APPLIED;
@@ -1495,9 +1495,8 @@ static idem_status slow_one(idem_pg *pg, struct idem_batch *b, size_t i, const c
 			return r;
 	}
 	m->state = IDEM_MSG_BAD;
-	return idem_batch_set_reason(b, i, why, m->sqlstate) == IDEM_OK
-	               ? IDEM_OK
-	               : idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+	return idem_batch_set_reason(b, i, why, m->sqlstate) == IDEM_OK ? IDEM_OK
+	                                                                : idem_error_nomem(err);
 }
 
 /* Fetch the existing claims of the batch's duplicates (if any) into their messages. */
@@ -1507,7 +1506,7 @@ static idem_status fetch_claims(idem_pg *pg, struct flush_ctx *ctx, idem_error *
 	idem_status r;
 
 	if (claims_params(pg, ctx) != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	if (ctx->n_dups == 0)
 		return IDEM_OK;
 	if (exec_params(pg, "idem_claims_get", 2,
@@ -1519,7 +1518,7 @@ static idem_status fetch_claims(idem_pg *pg, struct flush_ctx *ctx, idem_error *
 	}
 	r = read_claims(ctx, res);
 	PQclear(res);
-	return r == IDEM_OK ? IDEM_OK : idem_error_set(err, r, "out of memory");
+	return r == IDEM_OK ? IDEM_OK : idem_error_nomem(err);
 }
 
 /* Look up the claims of the duplicates and classify them, inside the open transaction. */
@@ -1530,7 +1529,7 @@ static idem_status slow_classify(idem_pg *pg, struct flush_ctx *ctx, idem_error 
 	if ((r = fetch_claims(pg, ctx, err)) != IDEM_OK)
 		return r;
 	if (classify_dups(ctx) != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	return IDEM_OK;
 }
 
@@ -1667,7 +1666,7 @@ idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b, struct idem_flush_s
 	if (b->route->on_poison == IDEM_CFG_POISON_HALT && (bad = first_undecodable(b)) < b->n_msgs)
 		halt_at(ctx, bad);
 	if ((r = idem_batch_collapse(b)) != IDEM_OK)
-		return idem_error_set(err, r, "out of memory");
+		return idem_error_nomem(err);
 	/* Claims that ran into lock_timeout max_attempts times: find the locked keys one by one. */
 	if (b->claim_timeouts < pg->cfg->max_attempts) {
 		switch (fast_path(pg, ctx, 1, err)) {
@@ -1797,7 +1796,7 @@ idem_status idem_pg_apply_one(idem_pg *pg, struct idem_batch *b, size_t i, idem_
 		return r;
 	if (m->state == IDEM_MSG_APPLIED) {
 		if (results_params(pg, b, &any) != IDEM_OK)
-			return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			return idem_error_nomem(err);
 		if (any) {
 			const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
 			PGresult *res;

@@ -180,13 +180,13 @@ idem_status idem_quarantine_list(PGconn *conn, const struct idem_quarantine_filt
 	n = PQntuples(res);
 	v = calloc(n > 0 ? (size_t)n : 1, sizeof(*v));
 	if (v == NULL) {
-		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		r = idem_error_nomem(err);
 		goto out_clear;
 	}
 	for (int row = 0; row < n; row++) {
 		if (!read_entry(res, row, &v[row])) {
 			idem_quarantine_entries_free(v, (size_t)row + 1);
-			r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			r = idem_error_nomem(err);
 			goto out_clear;
 		}
 	}
@@ -213,7 +213,7 @@ static idem_status read_headers(PGconn *conn, const char *id, struct idem_quaran
 	if (n > 0) {
 		e->headers = calloc((size_t)n, sizeof(*e->headers));
 		if (e->headers == NULL) {
-			r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+			r = idem_error_nomem(err);
 			goto out_clear;
 		}
 		e->n_headers = (size_t)n;
@@ -225,7 +225,7 @@ static idem_status read_headers(PGconn *conn, const char *id, struct idem_quaran
 		e->headers[row].value = dup_hex(res, row, 1, &e->headers[row].value_len, &nomem);
 	}
 	if (nomem)
-		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		r = idem_error_nomem(err);
 out_clear:
 	PQclear(res);
 	return r;
@@ -262,7 +262,7 @@ static idem_status get_entry(PGconn *conn, int64_t id, bool lock, struct idem_qu
 	PQclear(res);
 	if (nomem) {
 		idem_quarantine_entry_done(e);
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	}
 	if ((r = read_headers(conn, ids, e, err)) != IDEM_OK)
 		idem_quarantine_entry_done(e);
@@ -423,15 +423,15 @@ static idem_status retry_locked(idem_pg *pg, const struct idem_cfg *cfg,
 		        " belongs to consumer '%s' topic '%s', which no route of '%s' serves",
 		        e->id, e->consumer, e->topic, cfg->path);
 	if (idem_batch_init(&b, route, e->topic, e->partition) != IDEM_OK)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	hdrs = calloc(e->n_headers ? e->n_headers : 1, sizeof(*hdrs));
 	if (hdrs == NULL) {
-		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		r = idem_error_nomem(err);
 		goto out_done;
 	}
 	entry_view(e, hdrs, &view);
 	if (idem_batch_add(&b, &view, cfg, 0) != IDEM_OK) {
-		r = idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		r = idem_error_nomem(err);
 		goto out_done;
 	}
 	m = &b.msgs[0];

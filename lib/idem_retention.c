@@ -229,7 +229,7 @@ idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_second
 	idem_retention *rt = calloc(1, sizeof(*rt));
 
 	if (rt == NULL)
-		return idem_error_set(err, IDEM_ERR_NOMEM, "out of memory");
+		return idem_error_nomem(err);
 	rt->cfg = cfg;
 	rt->keep = keep_seconds;
 	rt->interval = interval_seconds > 0 ? interval_seconds : 1;
