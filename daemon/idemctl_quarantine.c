@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idem_pg.h"
+#include "idem_flush.h"
 #include "idem_quarantine.h"
 #include "idemctl.h"
 
@@ -401,7 +401,7 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 	enum idem_quarantine_outcome outcome;
 	idem_error err = { 0 };
 	int64_t *ids = NULL;
-	idem_pg *pg = NULL;
+	idem_flush *pg = NULL;
 	char detail[1024];
 	struct qopts o;
 	size_t n = 0, counts[3] = { 0, 0, 0 };
@@ -415,11 +415,11 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 	}
 	/* The daemon's own connection: schema checked, every handler prepared (a broken one
 	 * fails here), the same timeouts. */
-	if (idem_pg_new(cfg, &pg, &err) != IDEM_OK) {
+	if (idem_flush_new(cfg, &pg, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
 		return IDEM_EXIT_FAILURE;
 	}
-	if ((rc = collect_ids(cfg, idem_pg_conn(pg), argc, argv, &o, &ids, &n)) != IDEM_EXIT_OK)
+	if ((rc = collect_ids(cfg, idem_flush_conn(pg), argc, argv, &o, &ids, &n)) != IDEM_EXIT_OK)
 		goto out_free;
 	for (size_t i = 0; i < n; i++) {
 		detail[0] = '\0';
@@ -428,7 +428,7 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 			fprintf(stderr, "idemctl: quarantine entry %" PRId64 ": %s\n", ids[i],
 			        err.msg);
 			rc = IDEM_EXIT_FAILURE;
-			if (!idem_pg_connected(pg))
+			if (!idem_flush_connected(pg))
 				break;
 			continue;
 		}
@@ -444,7 +444,7 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 		       counts[IDEM_QUARANTINE_FAILED]);
 out_free:
 	free(ids);
-	idem_pg_free(pg);
+	idem_flush_free(pg);
 	return rc;
 }
 

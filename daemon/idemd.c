@@ -81,17 +81,6 @@ static void usage(FILE *f)
 	        "not prepare, database refused the login): restarting will not help.\n");
 }
 
-/* Errors that a restart cannot cure: the configuration or the database must change first. */
-static bool is_config_error(const idem_error *err)
-{
-	if (err->code == IDEM_ERR_CONFIG)
-		return true;
-	if (err->code != IDEM_ERR_PG)
-		return false;
-	return strncmp(err->sqlstate, "42", 2) == 0 || strncmp(err->sqlstate, "28", 2) == 0 ||
-	       strncmp(err->sqlstate, "3D", 2) == 0;
-}
-
 static uint64_t mono_usec(void)
 {
 	struct timespec ts;
@@ -225,7 +214,7 @@ int main(int argc, char **argv)
 
 		if (idem_daemon_new(cfg, should_stop, &d, &err) == IDEM_OK)
 			break;
-		if (is_config_error(&err)) {
+		if (idem_pg_needs_operator(&err)) {
 			idem_log_error("main", "%s", err.msg);
 			rc = IDEM_EXIT_CONFIG;
 			goto out_free_cfg;

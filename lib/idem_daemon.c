@@ -3,7 +3,7 @@
  *
  * The consumer thread polls, fills one batch per partition and hands due batches to a pool of
  * workers, each with its own Postgres connection. A worker takes every batch that is ready (up
- * to a bound) and commits them in one transaction (idem_pg_flush_many), so at moderate rates
+ * to a bound) and commits them in one transaction (idem_flush_many), so at moderate rates
  * one fsync serves many partitions; under load batches fill while the workers are busy. Each
  * partition has at most one batch in flight, so its batches commit in offset order; the next
  * one fills meanwhile, and when it is full too the partition is paused until the one in flight
@@ -21,10 +21,10 @@
 #include <time.h>
 
 #include "idem_consumer.h"
+#include "idem_flush.h"
 #include "idem_log.h"
 #include "idem_metrics.h"
 #include "idem_offsets.h"
-#include "idem_pg.h"
 #include "idem_retention.h"
 
 /* Most batches one transaction carries, and most messages (in batch.max_messages units). */
@@ -33,10 +33,10 @@
 
 struct worker {
 	idem_daemon *d;
-	idem_pg *pg;
+	idem_flush *pg;
 	pthread_t thread;
 	bool started;
-	int connected; /* idem_pg_connected() after the last commit (atomic) */
+	int connected; /* idem_flush_connected() after the last commit (atomic) */
 };
 
 struct idem_daemon {
@@ -445,8 +445,8 @@ static void *worker_main(void *arg)
 
 		for (size_t i = 0; i < n; i++)
 			batches[i] = &group[i]->inflight;
-		idem_pg_flush_many(w->pg, batches, n, st, rs, errs);
-		__atomic_store_n(&w->connected, idem_pg_connected(w->pg), __ATOMIC_RELAXED);
+		idem_flush_many(w->pg, batches, n, st, rs, errs);
+		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
 
 		pthread_mutex_lock(&d->mu);
 		for (size_t i = 0; i < n; i++) {
@@ -675,7 +675,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	 * so a bad conninfo or handler fails here. */
 	for (size_t i = 0; i < d->n_workers; i++) {
 		d->workers[i].d = d;
-		if ((r = idem_pg_new(cfg, &d->workers[i].pg, err)) != IDEM_OK)
+		if ((r = idem_flush_new(cfg, &d->workers[i].pg, err)) != IDEM_OK)
 			goto out_free;
 		d->workers[i].connected = 1;
 	}
@@ -754,7 +754,7 @@ void idem_daemon_free(idem_daemon *d)
 		rd_kafka_destroy(d->rk);
 	idem_metrics_free(d->metrics);
 	for (size_t i = 0; d->workers != NULL && i < d->n_workers; i++)
-		idem_pg_free(d->workers[i].pg);
+		idem_flush_free(d->workers[i].pg);
 	free(d->workers);
 	idem_parts_done(&d->parts);
 	if (d->sync_init) {

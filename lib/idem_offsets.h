@@ -11,7 +11,7 @@
 #include "idem_batch.h"
 #include "idem_cfg.h"
 #include "idem_common.h"
-#include "idem_pg.h"
+#include "idem_flush.h"
 
 /* A batch handed to a worker, and what came of it. */
 struct idem_part_job {

@@ -1,16 +1,15 @@
 /*
- * idem_pg.h - the Postgres side: connection, prepared statements, and the batch transaction.
+ * idem_pg.h - talking to Postgres: connecting (with the password kept out of conninfo and logs),
+ * turning a failed result into an idem_error, the one SQLSTATE policy, and the small exec helpers
+ * every module uses. Knows nothing of batches (idem_flush.h) or of statements (idem_sql.h).
  */
 #ifndef IDEM_PG_H
 #define IDEM_PG_H
 
 #include <libpq-fe.h>
 
-#include "idem_batch.h"
 #include "idem_cfg.h"
 #include "idem_common.h"
-
-typedef struct idem_pg idem_pg;
 
 /* How a failure is handled (DESIGN §3), decided by SQLSTATE only. */
 enum idem_pg_class {
@@ -33,21 +32,12 @@ const char *idem_pg_class_str(enum idem_pg_class c);
 /* @brief true for the SQLSTATEs of lock_timeout (55P03) and statement_timeout (57014). */
 bool idem_pg_timeout(const char *sqlstate);
 
-/* What one committed batch did, for logs and counters. */
-struct idem_flush_stats {
-	uint64_t consumed;
-	uint64_t applied;
-	uint64_t duplicates;
-	uint64_t quarantined;
-	uint64_t dup_redelivery; /* duplicates by kind; they add up to duplicates */
-	uint64_t dup_replay;
-	uint64_t dup_upstream;
-	uint64_t payload_mismatches; /* duplicates whose payload differs, quarantined or not */
-	bool slow_path;
-	int64_t next_offset; /* the partition is done below this offset */
-	bool halted;         /* on_poison: halt stopped the batch at next_offset */
-	char halt_reason[512];
-};
+/*
+ * @brief true when @err (from connecting or setting up) is one a retry cannot cure: a
+ * configuration error, or Postgres refusing the schema, the handler SQL, the login or the
+ * database (SQLSTATE classes 42, 28, 3D). idemd exits IDEM_EXIT_CONFIG on it.
+ */
+bool idem_pg_needs_operator(const idem_error *err);
 
 /*
  * @brief Open a connection using cfg->conninfo and the configured password source.
@@ -60,75 +50,18 @@ IDEM_NODISCARD idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const c
 idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, const char *what);
 
 /*
- * @brief Connect, check that the schema is migrated, and prepare every statement, the handlers
- * included, so that a broken handler fails here (IDEM_ERR_PG, class IDEM_PG_BROKEN, the route
- * named in @err) rather than on the first message. @cfg must outlive the handle.
+ * @brief Run @sql (no parameters; several statements allowed) and check it succeeded.
+ * @what names it in @err.
  */
-IDEM_NODISCARD idem_status idem_pg_new(const struct idem_cfg *cfg, idem_pg **ret_pg,
-                                       idem_error *err);
-void idem_pg_free(idem_pg *pg);
-
-/* @brief Drop the connection and open a new one (re-preparing everything). */
-IDEM_NODISCARD idem_status idem_pg_reconnect(idem_pg *pg, idem_error *err);
-bool idem_pg_connected(const idem_pg *pg);
+IDEM_NODISCARD idem_status idem_pg_exec(PGconn *conn, const char *sql, const char *what,
+                                        idem_error *err);
 
 /*
- * @brief Process batch @b in one transaction: claim, run handlers, store results, classify
- * duplicates, quarantine what cannot be processed, advance idem.partition_progress, commit.
- *
- * Fast path: three pipelined round trips for the whole batch. If a handler fails for a
- * message-specific reason (or times out), the transaction is rolled back and redone on the slow
- * path with a SAVEPOINT per message, so only the failing message is retried (retry.max_attempts)
- * and then quarantined, while its neighbours commit. A claim that runs into lock_timeout is a
- * transient failure of the batch; after retry.max_attempts of them the batch goes to the slow
- * path, where a key still locked by another transaction gets its message quarantined.
- * With routes[].on_poison: halt, the batch is committed only up to its first message that would
- * be quarantined; @b is truncated there and ret_stats->halted is set.
- *
- * On IDEM_OK the transaction committed and every message left in @b has its final state.
- * On IDEM_ERR_PG nothing was committed (err->sqlstate and idem_pg_classify() tell what to do);
- * if the connection broke, the outcome of a COMMIT in flight is unknown, which is safe: the retry
- * finds the keys claimed.
+ * @brief Run @sql with text parameters pv[0..n) and check it succeeded; the result, if wanted,
+ * goes to *ret_res (the caller clears it, on failure too). @what names it in @err.
  */
-IDEM_NODISCARD idem_status idem_pg_flush(idem_pg *pg, struct idem_batch *b,
-                                         struct idem_flush_stats *ret_stats, idem_error *err);
-
-/*
- * @brief Commit the batches b[0..n) (distinct batches of different partitions), together when
- * possible: one transaction, one commit, the three round trips of idem_pg_flush()'s fast path
- * for all of them, with one claim of all their keys in a single global order.
- *
- * Each batch ends exactly as idem_pg_flush() would leave it, and the database gets what n
- * idem_pg_flush() calls would write: ret_r[i], ret_stats[i] and errs[i] are what idem_pg_flush()
- * would have returned and filled for b[i] (ret_stats[i] on IDEM_OK only, errs[i] on failure
- * only). A key that two batches of one consumer carry is applied for the first of them; the
- * other one's message is a duplicate of it.
- *
- * Batches that cannot share the transaction are flushed on their own with idem_pg_flush(): empty
- * ones, those that need the slow path (claims timed out retry.max_attempts times) or stop at a
- * message that cannot be decoded (on_poison: halt). If the shared transaction does not commit
- * for any reason (a handler failed, a claim timed out, the connection broke, out of memory), it
- * is rolled back and every batch is flushed on its own, in order. So the shared commit, if any,
- * comes first, then the others' in order; n == 1 is just idem_pg_flush().
- *
- * @param errs NULL, or n of them.
- */
-void idem_pg_flush_many(idem_pg *pg, struct idem_batch *const *b, size_t n,
-                        struct idem_flush_stats *ret_stats, idem_status *ret_r, idem_error *errs);
-
-/*
- * @brief Apply message @i of @b (decoded, not undecodable) on its own, inside the transaction
- * the caller opened on idem_pg_conn(): claim its key and run its handler under a savepoint,
- * retried up to retry.max_attempts for message-specific failures, and store the handler's
- * result. Leaves the message APPLIED, DUPLICATE (b->msgs[i].claim tells where the key was
- * applied) or BAD (reason and SQLSTATE set; its claim rolled back).
- * @returns IDEM_OK, or IDEM_ERR_PG for a failure that is not the message's (the transaction is
- * then aborted), IDEM_ERR_NOMEM.
- */
-IDEM_NODISCARD idem_status idem_pg_apply_one(idem_pg *pg, struct idem_batch *b, size_t i,
-                                             idem_error *err);
-
-/* @brief The connection (NULL while disconnected); valid until the next call on @pg. */
-PGconn *idem_pg_conn(idem_pg *pg);
+IDEM_NODISCARD idem_status idem_pg_exec_params(PGconn *conn, const char *sql, int n,
+                                               const char *const *pv, const char *what,
+                                               PGresult **ret_res, idem_error *err);
 
 #endif

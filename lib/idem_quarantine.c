@@ -398,12 +398,12 @@ static idem_status failed_again(PGconn *conn, const struct idem_batch *b, int64_
 }
 
 /* Inside the open transaction: decode and apply the message of @e, update the row. */
-static idem_status retry_locked(idem_pg *pg, const struct idem_cfg *cfg,
+static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
                                 const struct idem_quarantine_entry *e,
                                 enum idem_quarantine_outcome *ret_outcome, char *detail,
                                 size_t detail_len, idem_error *err)
 {
-	PGconn *conn = idem_pg_conn(pg);
+	PGconn *conn = idem_flush_conn(pg);
 	const struct idem_route *route = idem_cfg_route_for(cfg, e->topic);
 	struct idem_header *hdrs = NULL;
 	struct idem_batch_msg *m;
@@ -435,7 +435,7 @@ static idem_status retry_locked(idem_pg *pg, const struct idem_cfg *cfg,
 		goto out_done;
 	}
 	m = &b.msgs[0];
-	if (!m->undecodable && (r = idem_pg_apply_one(pg, &b, 0, err)) != IDEM_OK)
+	if (!m->undecodable && (r = idem_flush_apply_one(pg, &b, 0, err)) != IDEM_OK)
 		goto out_done;
 	switch (m->state) {
 	case IDEM_MSG_APPLIED:
@@ -476,11 +476,11 @@ out_done:
 	return r;
 }
 
-idem_status idem_quarantine_retry(idem_pg *pg, const struct idem_cfg *cfg, int64_t id,
+idem_status idem_quarantine_retry(idem_flush *pg, const struct idem_cfg *cfg, int64_t id,
                                   enum idem_quarantine_outcome *ret_outcome, char *detail,
                                   size_t detail_len, idem_error *err)
 {
-	PGconn *conn = idem_pg_conn(pg);
+	PGconn *conn = idem_flush_conn(pg);
 	struct idem_quarantine_entry e;
 	enum idem_quarantine_outcome outcome = IDEM_QUARANTINE_FAILED;
 	PGresult *res;

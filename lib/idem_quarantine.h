@@ -14,7 +14,7 @@
 
 #include "idem_cfg.h"
 #include "idem_common.h"
-#include "idem_pg.h"
+#include "idem_flush.h"
 
 /* One header of a quarantined message. */
 struct idem_quarantine_header {
@@ -93,12 +93,12 @@ const char *idem_quarantine_outcome_str(enum idem_quarantine_outcome o);
  * (and consumer), claim its business key and run the handler, all in one transaction that also
  * resolves the row and moves the partition's counters, so a retried message is applied at most
  * once, whatever idemd is doing meanwhile.
- * @param pg a connection prepared for @cfg (idem_pg_new()).
+ * @param pg a connection prepared for @cfg (idem_flush_new()).
  * @param detail receives one line for the operator: where the key was applied, or why it failed.
  * @returns IDEM_OK with *ret_outcome; IDEM_ERR_NOT_FOUND (no such row), IDEM_ERR_INVALID (row
  * resolved already, or no route of @cfg serves it), IDEM_ERR_PG (nothing changed).
  */
-IDEM_NODISCARD idem_status idem_quarantine_retry(idem_pg *pg, const struct idem_cfg *cfg,
+IDEM_NODISCARD idem_status idem_quarantine_retry(idem_flush *pg, const struct idem_cfg *cfg,
                                                  int64_t id,
                                                  enum idem_quarantine_outcome *ret_outcome,
                                                  char *detail, size_t detail_len, idem_error *err);

@@ -1,0 +1,1687 @@
+/*
+ * idem_pg.c - the batch transaction.
+ *
+ * Fast path, in libpq pipeline mode (three round trips per batch whatever its size):
+ *   1. BEGIN; read the partition's recorded progress; claim every unique key of the batch with
+ *      one INSERT ... ON CONFLICT DO NOTHING RETURNING over unnest()ed arrays, keys in sorted
+ *      order;
+ *   2. only if some keys were claimed already: where (topic/partition/offset, payload hash),
+ *      to classify the duplicates; the handler once per newly claimed message, in offset order;
+ *   3. store the handlers' results; quarantine what cannot be applied; advance
+ *      idem.partition_progress with the batch's counters; COMMIT.
+ * Slow path, only after a message-specific handler failure (or a handler timeout, or claims that
+ * kept running into lock_timeout): the same work with a SAVEPOINT around each message's claim
+ * and handler, so a failing message takes its claim with it and its neighbours still commit.
+ * Several partitions' batches (idem_flush_many()): the fast path's three round trips carry
+ * them all, with one claim of all their keys in one global order, and one COMMIT (one fsync).
+ * Anything short of a clean commit rolls that back, and each batch is flushed on its own.
+ */
+#include "idem_flush.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idem_log.h"
+#include "idem_migrate.h"
+
+/*
+ * One batch's part of a flush, kept between the round trips: idem_flush_batch() uses pg->one,
+ * idem_flush_many() one per batch of its combined transaction.
+ */
+struct flush_ctx {
+	struct idem_batch *b;
+	size_t pos;                 /* idem_flush_many(): the batch's index in its arguments */
+	struct idem_flush_stats st; /* what the closing statements record */
+	size_t *applied; /* indices of messages whose handler must run, in offset order */
+	size_t n_apply;
+	size_t *dups; /* indices of messages that ran into an existing claim, sorted by key */
+	size_t n_dups;
+	size_t cap_idx;
+	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
+	struct {
+		bool on;
+		int64_t offset;
+		char reason[512];
+	} halt; /* on_poison: halt stopped the batch */
+};
+
+/* A key of the combined claim: message @i of the batch of pg->many[@k]. */
+struct claim_ref {
+	const struct idem_batch *b;
+	size_t k;
+	size_t i;
+};
+
+struct idem_flush {
+	const struct idem_cfg *cfg;
+	PGconn *conn;
+	struct idem_buf keys, offs, hashes;  /* array literals for the claim */
+	struct idem_buf cons, topics, parts; /* and for the combined claim */
+	struct idem_buf rkeys, rvals;        /* array literals for the results */
+	struct idem_buf hnames, hvals;       /* array literals for quarantined headers */
+	struct idem_buf dkeys;               /* array literal: keys of the duplicates */
+	const char **vals;                   /* parameter pointers, reused */
+	int *lens, *fmts;
+	size_t cap_vals;
+	struct flush_ctx one;   /* idem_flush_batch() and idem_flush_apply_one() */
+	struct flush_ctx *many; /* idem_flush_many(), cap_many of them */
+	size_t cap_many;
+	struct claim_ref *refs; /* the combined claim's keys, in claim order */
+	size_t cap_refs;
+};
+
+static const char SQL_CLAIM[] =
+        "INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
+        " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
+        " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING business_key";
+
+/*
+ * The claim of several partitions' keys at once (idem_flush_many()): each row carries its own
+ * consumer and partition, and the rows returned say whose they are. A key given twice for one
+ * consumer is inserted once, for the row that comes first; the other finds it claimed.
+ */
+static const char SQL_CLAIM_MANY[] =
+        "INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
+        " SELECT u.c, u.k, u.t, u.p, u.o, decode(u.h, 'hex')"
+        " FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::text[])"
+        " AS u(c, k, t, p, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING business_key, topic, partition";
+
+static const char SQL_RESULTS[] = "UPDATE idem.processed_messages AS p SET result = u.r"
+                                  " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
+                                  " WHERE p.consumer = $1 AND p.business_key = u.k";
+
+static const char SQL_PROGRESS_GET[] = "SELECT next_offset FROM idem.partition_progress"
+                                       " WHERE consumer = $1 AND topic = $2 AND partition = $3";
+
+/* Sent only when a batch has duplicates; sees the claims this transaction made, too. */
+static const char SQL_CLAIMS_GET[] =
+        "SELECT business_key, topic, partition, \"offset\", encode(payload_hash, 'hex')"
+        " FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])";
+
+static const char SQL_PROGRESS[] =
+        "INSERT INTO idem.partition_progress AS p"
+        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
+        " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
+        " halt_reason)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
+        " next_offset = greatest(p.next_offset, excluded.next_offset),"
+        " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
+        " duplicates = p.duplicates + excluded.duplicates,"
+        " quarantined = p.quarantined + excluded.quarantined,"
+        " dup_redelivery = p.dup_redelivery + excluded.dup_redelivery,"
+        " dup_replay = p.dup_replay + excluded.dup_replay,"
+        " dup_upstream = p.dup_upstream + excluded.dup_upstream,"
+        " payload_mismatches = p.payload_mismatches + excluded.payload_mismatches,"
+        " halted_offset = excluded.halted_offset, halt_reason = excluded.halt_reason,"
+        " updated_at = now()";
+
+/* Idempotent per offset: a message quarantined again (a replay) reopens its row. */
+static const char SQL_QUARANTINE[] =
+        "INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\", business_key,"
+        " msg_key, msg_value, header_names, header_values, msg_timestamp, reason, sqlstate,"
+        " attempts)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[], $9::bytea[],"
+        " to_timestamp($10::bigint / 1000.0), $11, nullif($12, ''), $13)"
+        " ON CONFLICT (consumer, topic, partition, \"offset\") DO UPDATE SET"
+        " attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
+        " sqlstate = excluded.sqlstate,"
+        " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
+        " last_failed_at = now(), resolved_at = NULL, resolution = NULL";
+
+static idem_status prepare(PGconn *conn, const char *name, const char *sql, int nparams,
+                           const char *what, idem_error *err)
+{
+	PGresult *res = PQprepare(conn, name, sql, nparams, NULL);
+	idem_status r = IDEM_OK;
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		r = idem_pg_error(err, conn, res, what);
+	PQclear(res);
+	return r;
+}
+
+static idem_status check_schema(PGconn *conn, idem_error *err)
+{
+	PGresult *res =
+	        PQexec(conn, "SELECT coalesce(max(version), 0) FROM idem.schema_migrations");
+	idem_status r = IDEM_OK;
+	int have;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		r = idem_pg_error(err, conn, res, "schema check failed (run 'idemctl migrate')");
+		goto out_clear;
+	}
+	have = atoi(PQgetvalue(res, 0, 0));
+	if (have < idem_migrate_latest()) {
+		r = idem_error_set(
+		        err, IDEM_ERR_PG,
+		        "database schema is at version %d, idemd needs %d: run 'idemctl migrate'",
+		        have, idem_migrate_latest());
+		if (err != NULL)
+			snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", "42P01");
+	}
+out_clear:
+	PQclear(res);
+	return r;
+}
+
+/* @sql on one line, shortened to fit @len, for a message that names the statement. */
+static void sql_excerpt(const char *sql, char *buf, size_t len)
+{
+	size_t o = 0;
+	bool space = false;
+	const char *p;
+
+	for (p = sql; *p != '\0' && o + 5 < len; p++) {
+		if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
+			space = o > 0;
+			continue;
+		}
+		if (space)
+			buf[o++] = ' ';
+		space = false;
+		buf[o++] = *p;
+	}
+	if (*p != '\0') {
+		memcpy(buf + o, "...", 3);
+		o += 3;
+	}
+	buf[o] = '\0';
+}
+
+static idem_status setup(idem_flush *pg, idem_error *err)
+{
+	char name[32], what[512], sql[160], set[128];
+	idem_status r;
+
+	r = idem_pg_conn_open(pg->cfg, "idemd", &pg->conn, err);
+	if (r != IDEM_OK)
+		return r;
+	if ((r = check_schema(pg->conn, err)) != IDEM_OK)
+		return r;
+	/* Per connection, so they also hold after a reconnect. A claim waits at most
+	 * lock_timeout for a key another transaction is claiming; a handler runs at most
+	 * statement_timeout. 0 means no limit, as in Postgres. */
+	snprintf(set, sizeof(set), "SET lock_timeout = %d; SET statement_timeout = %d",
+	         pg->cfg->lock_timeout_ms, pg->cfg->statement_timeout_ms);
+	if ((r = idem_pg_exec(pg->conn, set, "set timeouts", err)) != IDEM_OK)
+		return r;
+	if ((r = prepare(pg->conn, "idem_claim", SQL_CLAIM, 6, "prepare claim", err)) != IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_claim_many", SQL_CLAIM_MANY, 6, "prepare claim", err)) !=
+	            IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_results", SQL_RESULTS, 3, "prepare results", err)) !=
+	            IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_progress_get", SQL_PROGRESS_GET, 3, "prepare progress",
+	                 err)) != IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_claims_get", SQL_CLAIMS_GET, 2, "prepare claims", err)) !=
+	            IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_progress", SQL_PROGRESS, 14, "prepare progress", err)) !=
+	            IDEM_OK ||
+	    (r = prepare(pg->conn, "idem_quarantine", SQL_QUARANTINE, 13, "prepare quarantine",
+	                 err)) != IDEM_OK)
+		return r;
+	for (size_t i = 0; i < pg->cfg->n_routes; i++) {
+		const struct idem_route *rt = &pg->cfg->routes[i];
+
+		snprintf(name, sizeof(name), "idem_h%zu", i);
+		sql_excerpt(rt->handler_sql, sql, sizeof(sql));
+		snprintf(what, sizeof(what), "route '%s': handler sql '%s' does not prepare",
+		         rt->name, sql);
+		r = prepare(pg->conn, name, rt->handler_sql, (int)rt->n_params, what, err);
+		if (r != IDEM_OK)
+			return r;
+	}
+	return IDEM_OK;
+}
+
+idem_status idem_flush_new(const struct idem_cfg *cfg, idem_flush **ret_pg, idem_error *err)
+{
+	idem_flush *pg = calloc(1, sizeof(*pg));
+	idem_status r;
+
+	if (pg == NULL)
+		return idem_error_nomem(err);
+	pg->cfg = cfg;
+	r = setup(pg, err);
+	if (r != IDEM_OK) {
+		idem_flush_free(pg);
+		return r;
+	}
+	*ret_pg = pg;
+	return IDEM_OK;
+}
+
+static void ctx_done(struct flush_ctx *ctx)
+{
+	free(ctx->applied);
+	free(ctx->dups);
+}
+
+void idem_flush_free(idem_flush *pg)
+{
+	if (pg == NULL)
+		return;
+	if (pg->conn != NULL)
+		PQfinish(pg->conn);
+	idem_buf_done(&pg->keys);
+	idem_buf_done(&pg->offs);
+	idem_buf_done(&pg->hashes);
+	idem_buf_done(&pg->cons);
+	idem_buf_done(&pg->topics);
+	idem_buf_done(&pg->parts);
+	idem_buf_done(&pg->rkeys);
+	idem_buf_done(&pg->rvals);
+	idem_buf_done(&pg->hnames);
+	idem_buf_done(&pg->hvals);
+	idem_buf_done(&pg->dkeys);
+	free(pg->vals);
+	free(pg->lens);
+	free(pg->fmts);
+	ctx_done(&pg->one);
+	for (size_t k = 0; k < pg->cap_many; k++)
+		ctx_done(&pg->many[k]);
+	free(pg->many);
+	free(pg->refs);
+	free(pg);
+}
+
+idem_status idem_flush_reconnect(idem_flush *pg, idem_error *err)
+{
+	if (pg->conn != NULL)
+		PQfinish(pg->conn);
+	pg->conn = NULL;
+	return setup(pg, err);
+}
+
+bool idem_flush_connected(const idem_flush *pg)
+{
+	return pg->conn != NULL && PQstatus(pg->conn) == CONNECTION_OK;
+}
+
+PGconn *idem_flush_conn(idem_flush *pg)
+{
+	return pg->conn;
+}
+
+static idem_status need_vals(idem_flush *pg, size_t n)
+{
+	if (n <= pg->cap_vals)
+		return IDEM_OK;
+	free(pg->vals);
+	free(pg->lens);
+	free(pg->fmts);
+	pg->vals = calloc(n, sizeof(*pg->vals));
+	pg->lens = calloc(n, sizeof(*pg->lens));
+	pg->fmts = calloc(n, sizeof(*pg->fmts));
+	pg->cap_vals = n;
+	if (pg->vals == NULL || pg->lens == NULL || pg->fmts == NULL) {
+		pg->cap_vals = 0;
+		return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+static idem_status need_idx(struct flush_ctx *ctx, size_t n)
+{
+	size_t *a, *d;
+
+	if (n <= ctx->cap_idx)
+		return IDEM_OK;
+	a = realloc(ctx->applied, n * sizeof(*a));
+	if (a == NULL)
+		return IDEM_ERR_NOMEM;
+	ctx->applied = a;
+	d = realloc(ctx->dups, n * sizeof(*d));
+	if (d == NULL)
+		return IDEM_ERR_NOMEM;
+	ctx->dups = d;
+	ctx->cap_idx = n;
+	return IDEM_OK;
+}
+
+/* Room for @n batches in pg->many; new ones start empty. */
+static idem_status need_many(idem_flush *pg, size_t n)
+{
+	struct flush_ctx *ctx;
+
+	if (n <= pg->cap_many)
+		return IDEM_OK;
+	ctx = realloc(pg->many, n * sizeof(*ctx));
+	if (ctx == NULL)
+		return IDEM_ERR_NOMEM;
+	memset(ctx + pg->cap_many, 0, (n - pg->cap_many) * sizeof(*ctx));
+	pg->many = ctx;
+	pg->cap_many = n;
+	return IDEM_OK;
+}
+
+static idem_status need_refs(idem_flush *pg, size_t n)
+{
+	struct claim_ref *x;
+
+	if (n <= pg->cap_refs)
+		return IDEM_OK;
+	x = realloc(pg->refs, n * sizeof(*x));
+	if (x == NULL)
+		return IDEM_ERR_NOMEM;
+	pg->refs = x;
+	pg->cap_refs = n;
+	return IDEM_OK;
+}
+
+/* Parameters for the claim of the keys of messages idx[0..n). */
+static idem_status claim_params(idem_flush *pg, const struct idem_batch *b, const size_t *idx,
+                                size_t n, char *part, const char **vals)
+{
+	if (idem_pgarray_open(&pg->keys) || idem_pgarray_open(&pg->offs) ||
+	    idem_pgarray_open(&pg->hashes))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		const struct idem_batch_msg *m = &b->msgs[idx[k]];
+		char off[24];
+		int len = snprintf(off, sizeof(off), "%" PRId64, m->offset);
+
+		if (idem_pgarray_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    idem_pgarray_add(&pg->offs, off, (size_t)len, false) ||
+		    idem_pgarray_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len,
+		                     m->hash.null))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&pg->keys) || idem_pgarray_close(&pg->offs) ||
+	    idem_pgarray_close(&pg->hashes))
+		return IDEM_ERR_NOMEM;
+	snprintf(part, 16, "%" PRId32, b->partition);
+	vals[0] = b->route->consumer;
+	vals[1] = b->topic;
+	vals[2] = part;
+	vals[3] = pg->keys.data;
+	vals[4] = pg->offs.data;
+	vals[5] = pg->hashes.data;
+	return IDEM_OK;
+}
+
+/*
+ * Claim order of the combined claim: by key bytes like a single batch's (idem_batch_collapse()),
+ * so that it never crosses the order of another transaction's claims and both cannot deadlock;
+ * then by consumer, as a key is locked per consumer; then by batch, the first one winning a key
+ * that two batches of one consumer carry, as if it had been flushed first on its own.
+ */
+static int ref_cmp(const void *p, const void *q)
+{
+	const struct claim_ref *x = p, *y = q;
+	const struct idem_span *kx = &x->b->msgs[x->i].bkey, *ky = &y->b->msgs[y->i].bkey;
+	int c = memcmp(idem_batch_ptr(x->b, *kx), idem_batch_ptr(y->b, *ky),
+	               kx->len < ky->len ? kx->len : ky->len);
+
+	if (c == 0)
+		c = (kx->len > ky->len) - (kx->len < ky->len);
+	if (c == 0)
+		c = strcmp(x->b->route->consumer, y->b->route->consumer);
+	if (c == 0)
+		c = (x->k > y->k) - (x->k < y->k);
+	return c;
+}
+
+static idem_status claim_many_add(idem_flush *pg, const struct claim_ref *x)
+{
+	const struct idem_batch *b = x->b;
+	const struct idem_batch_msg *m = &b->msgs[x->i];
+	char off[24], part[16];
+	int olen = snprintf(off, sizeof(off), "%" PRId64, m->offset);
+	int plen = snprintf(part, sizeof(part), "%" PRId32, b->partition);
+
+	if (idem_pgarray_add(&pg->cons, b->route->consumer, strlen(b->route->consumer), false) ||
+	    idem_pgarray_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+	    idem_pgarray_add(&pg->topics, b->topic, strlen(b->topic), false) ||
+	    idem_pgarray_add(&pg->parts, part, (size_t)plen, false) ||
+	    idem_pgarray_add(&pg->offs, off, (size_t)olen, false) ||
+	    idem_pgarray_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
+		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+/* Parameters for the combined claim of the keys of the batches of ctx[0..n), @n_keys in all. */
+static idem_status claim_many_params(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
+                                     size_t n_keys, const char **vals)
+{
+	size_t n_refs = 0;
+
+	if (need_refs(pg, n_keys) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		for (size_t j = 0; j < ctx[k].b->n_order; j++)
+			pg->refs[n_refs++] = (struct claim_ref){ ctx[k].b, k, ctx[k].b->order[j] };
+	}
+	qsort(pg->refs, n_refs, sizeof(*pg->refs), ref_cmp);
+	if (idem_pgarray_open(&pg->cons) || idem_pgarray_open(&pg->keys) ||
+	    idem_pgarray_open(&pg->topics) || idem_pgarray_open(&pg->parts) ||
+	    idem_pgarray_open(&pg->offs) || idem_pgarray_open(&pg->hashes))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n_refs; k++) {
+		if (claim_many_add(pg, &pg->refs[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&pg->cons) || idem_pgarray_close(&pg->keys) ||
+	    idem_pgarray_close(&pg->topics) || idem_pgarray_close(&pg->parts) ||
+	    idem_pgarray_close(&pg->offs) || idem_pgarray_close(&pg->hashes))
+		return IDEM_ERR_NOMEM;
+	vals[0] = pg->cons.data;
+	vals[1] = pg->keys.data;
+	vals[2] = pg->topics.data;
+	vals[3] = pg->parts.data;
+	vals[4] = pg->offs.data;
+	vals[5] = pg->hashes.data;
+	return IDEM_OK;
+}
+
+/* Parameters for the progress lookup. */
+static void progress_get_params(const struct idem_batch *b, char *part, const char **vals)
+{
+	snprintf(part, 16, "%" PRId32, b->partition);
+	vals[0] = b->route->consumer;
+	vals[1] = b->topic;
+	vals[2] = part;
+}
+
+static void read_progress(struct flush_ctx *ctx, const PGresult *res)
+{
+	ctx->progress_next = -1;
+	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+		ctx->progress_next = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+}
+
+/*
+ * Keys of the messages of the batch that ran into an existing claim, into ctx->dups (sorted by
+ * key; ctx->n_dups of them, 0 meaning nothing to look up) and pg->dkeys (an array literal).
+ */
+static idem_status claims_params(idem_flush *pg, struct flush_ctx *ctx)
+{
+	const struct idem_batch *b = ctx->b;
+	size_t n = 0;
+
+	if (need_idx(ctx, b->n_msgs) != IDEM_OK || idem_pgarray_open(&pg->dkeys))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+
+		if (m->state != IDEM_MSG_DUPLICATE)
+			continue;
+		ctx->dups[n++] = i;
+		if (idem_pgarray_add(&pg->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&pg->dkeys))
+		return IDEM_ERR_NOMEM;
+	idem_batch_sort_by_key(b, ctx->dups, n);
+	ctx->n_dups = n;
+	return IDEM_OK;
+}
+
+/* Record the claims found by SQL_CLAIMS_GET on the duplicates ctx->dups[0..ctx->n_dups). */
+static idem_status read_claims(struct flush_ctx *ctx, const PGresult *res)
+{
+	struct idem_batch *b = ctx->b;
+	const size_t *dups = ctx->dups;
+	size_t n = ctx->n_dups;
+
+	for (int row = 0; row < PQntuples(res); row++) {
+		const char *k = PQgetvalue(res, row, 0);
+		size_t klen = (size_t)PQgetlength(res, row, 0);
+		int32_t part = (int32_t)strtol(PQgetvalue(res, row, 2), NULL, 10);
+		int64_t off = strtoll(PQgetvalue(res, row, 3), NULL, 10);
+		bool no_hash = PQgetisnull(res, row, 4);
+
+		for (size_t pos = idem_batch_lower_bound(b, dups, n, k, klen);
+		     pos < n && b->msgs[dups[pos]].bkey.len == klen &&
+		     memcmp(idem_batch_ptr(b, b->msgs[dups[pos]].bkey), k, klen) == 0;
+		     pos++) {
+			if (idem_batch_set_claim(b, dups[pos], PQgetvalue(res, row, 1), part, off,
+			                         no_hash ? NULL : PQgetvalue(res, row, 4),
+			                         (size_t)PQgetlength(res, row, 4)) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+		}
+	}
+	return IDEM_OK;
+}
+
+/* Shorten a hex hash for a message. */
+static void short_hash(const struct idem_batch *b, struct idem_span h, char *buf, size_t len)
+{
+	if (h.null)
+		snprintf(buf, len, "none");
+	else
+		snprintf(buf, len, "%.12s", idem_batch_ptr(b, h));
+}
+
+/*
+ * Classify every duplicate (redelivery, replay, upstream) and compare its payload with its
+ * claim's. routes[].on_payload_mismatch: quarantine turns a mismatching duplicate into BAD.
+ */
+static idem_status classify_dups(struct flush_ctx *ctx)
+{
+	struct idem_batch *b = ctx->b;
+
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+		struct idem_batch_claim winner;
+		const struct idem_batch_claim *c;
+		char why[512], h1[16], h2[16];
+
+		if (m->state == IDEM_MSG_DUPLICATE) {
+			c = &m->claim;
+		} else if (m->state == IDEM_MSG_DUP_IN_BATCH) {
+			const struct idem_batch_msg *w = &b->msgs[m->winner];
+
+			/* A key that is new to the database was claimed by its winner in this
+			 * very transaction. */
+			if (w->state == IDEM_MSG_APPLIED) {
+				winner = (struct idem_batch_claim){ .found = true,
+					                            .same_topic = true,
+					                            .topic = { 0, 0, true },
+					                            .partition = b->partition,
+					                            .offset = w->offset,
+					                            .hash = w->hash };
+				c = &winner;
+			} else {
+				c = &w->claim;
+			}
+		} else {
+			continue;
+		}
+		m->dup = idem_batch_dup_kind(b->partition, m->offset, c, ctx->progress_next);
+		m->mismatch = idem_batch_payload_differs(b, i, c);
+		if (!m->mismatch || b->route->on_payload_mismatch != IDEM_CFG_MISMATCH_QUARANTINE)
+			continue;
+		short_hash(b, c->hash, h1, sizeof(h1));
+		short_hash(b, m->hash, h2, sizeof(h2));
+		snprintf(
+		        why, sizeof(why),
+		        "payload mismatch: business key already applied from topic '%s' partition %" PRId32
+		        " offset %" PRId64
+		        " with a different payload (sha256 %s..., this message %s...)",
+		        c->same_topic ? b->topic : idem_batch_ptr(b, c->topic), c->partition,
+		        c->offset, h1, h2);
+		m->state = IDEM_MSG_BAD;
+		m->attempts = 1;
+		if (idem_batch_set_reason(b, i, why, NULL) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+static void count(const struct idem_batch *b, struct idem_flush_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->consumed = b->n_msgs;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+
+		st->payload_mismatches += m->mismatch;
+		switch (m->state) {
+		case IDEM_MSG_APPLIED:
+			st->applied++;
+			break;
+		case IDEM_MSG_DUPLICATE:
+		case IDEM_MSG_DUP_IN_BATCH:
+			st->duplicates++;
+			st->dup_redelivery += m->dup == IDEM_DUP_REDELIVERY;
+			st->dup_replay += m->dup == IDEM_DUP_REPLAY;
+			/* Unclassified ones (a claim purged meanwhile) count as upstream. */
+			st->dup_upstream += m->dup == IDEM_DUP_UPSTREAM || m->dup == IDEM_DUP_NONE;
+			break;
+		case IDEM_MSG_BAD:
+		case IDEM_MSG_QUARANTINED:
+			st->quarantined++;
+			break;
+		case IDEM_MSG_PENDING:
+			break;
+		}
+	}
+}
+
+/* Bind the handler parameters of message @i into pg->vals. */
+static idem_status handler_params(idem_flush *pg, const struct idem_batch *b, size_t i)
+{
+	const struct idem_batch_msg *m = &b->msgs[i];
+	size_t np = b->route->n_params;
+
+	if (need_vals(pg, np + 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t p = 0; p < np; p++)
+		pg->vals[p] = idem_batch_ptr(b, b->params[m->param_first + p]);
+	return IDEM_OK;
+}
+
+static int send_prepared(PGconn *conn, const char *name, int n, const char *const *vals,
+                         const int *lens, const int *fmts)
+{
+	return PQsendQueryPrepared(conn, name, n, vals, lens, fmts, 0);
+}
+
+static idem_status results_params(idem_flush *pg, const struct idem_batch *b, bool *ret_any)
+{
+	*ret_any = false;
+	if (idem_pgarray_open(&pg->rkeys) || idem_pgarray_open(&pg->rvals))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+
+		if (m->state != IDEM_MSG_APPLIED || m->result.null)
+			continue;
+		if (idem_pgarray_add(&pg->rkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    idem_pgarray_add(&pg->rvals, idem_batch_ptr(b, m->result), m->result.len,
+		                     false))
+			return IDEM_ERR_NOMEM;
+		*ret_any = true;
+	}
+	if (idem_pgarray_close(&pg->rkeys) || idem_pgarray_close(&pg->rvals))
+		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+static idem_status hex_elem(struct idem_buf *a, const char *p, size_t n, bool null)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	if (a->len > 1 && idem_buf_append(a, ",", 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (null)
+		return idem_buf_append(a, "NULL", 4);
+	/* "\\x..." inside a quoted array element is the bytea hex input "\x...". */
+	if (idem_buf_reserve(a, 2 * n + 6) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	memcpy(a->data + a->len, "\"\\\\x", 4);
+	a->len += 4;
+	for (size_t i = 0; i < n; i++) {
+		a->data[a->len++] = hex[(unsigned char)p[i] >> 4];
+		a->data[a->len++] = hex[(unsigned char)p[i] & 15];
+	}
+	a->data[a->len++] = '"';
+	a->data[a->len] = '\0';
+	return IDEM_OK;
+}
+
+/* Parameters for quarantining message @i. key and value are bound as binary bytea. */
+static idem_status quarantine_params(idem_flush *pg, const struct idem_batch *b, size_t i,
+                                     char *part, char *off, char *ts, char *att)
+{
+	const struct idem_batch_msg *m = &b->msgs[i];
+
+	if (need_vals(pg, 13) != IDEM_OK || idem_pgarray_open(&pg->hnames) ||
+	    idem_pgarray_open(&pg->hvals))
+		return IDEM_ERR_NOMEM;
+	for (size_t h = 0; h < m->n_hdrs; h++) {
+		const struct idem_batch_hdr *hd = &b->hdrs[m->hdr_first + h];
+		const char *name = idem_batch_ptr(b, hd->name);
+
+		/* Header names are stored as text; a name that is not UTF-8 is stored as hex. */
+		if (idem_utf8_valid(name, hd->name.len)) {
+			if (idem_pgarray_add(&pg->hnames, name, hd->name.len, false))
+				return IDEM_ERR_NOMEM;
+		} else if (hex_elem(&pg->hnames, name, hd->name.len, false)) {
+			return IDEM_ERR_NOMEM;
+		}
+		if (hex_elem(&pg->hvals, idem_batch_ptr(b, hd->value), hd->value.len,
+		             hd->value.null))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&pg->hnames) || idem_pgarray_close(&pg->hvals))
+		return IDEM_ERR_NOMEM;
+	snprintf(part, 16, "%" PRId32, b->partition);
+	snprintf(off, 24, "%" PRId64, m->offset);
+	snprintf(ts, 24, "%" PRId64, m->timestamp_ms);
+	snprintf(att, 16, "%d", m->attempts > 0 ? m->attempts : 1);
+	memset(pg->fmts, 0, 13 * sizeof(*pg->fmts));
+	memset(pg->lens, 0, 13 * sizeof(*pg->lens));
+	pg->vals[0] = b->route->consumer;
+	pg->vals[1] = b->topic;
+	pg->vals[2] = part;
+	pg->vals[3] = off;
+	pg->vals[4] = idem_batch_ptr(b, m->bkey);
+	pg->vals[5] = idem_batch_ptr(b, m->key);
+	pg->lens[5] = (int)m->key.len;
+	pg->fmts[5] = 1;
+	pg->vals[6] = idem_batch_ptr(b, m->value);
+	pg->lens[6] = (int)m->value.len;
+	pg->fmts[6] = 1;
+	pg->vals[7] = pg->hnames.data;
+	pg->vals[8] = pg->hvals.data;
+	pg->vals[9] = m->timestamp_ms >= 0 ? ts : NULL;
+	pg->vals[10] = idem_batch_ptr(b, m->reason);
+	pg->vals[11] = m->sqlstate;
+	pg->vals[12] = att;
+	return IDEM_OK;
+}
+
+/* Why a handler failed, for the quarantine: the limit it hit, or Postgres's message. */
+static void handler_reason(const idem_flush *pg, const PGresult *res, char *buf, size_t len)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *prim = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	const char *det = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+	char head[128];
+
+	if (state != NULL && strcmp(state, "57014") == 0)
+		snprintf(head, sizeof(head),
+		         "handler timed out (postgres.statement_timeout_ms is %d)",
+		         pg->cfg->statement_timeout_ms);
+	else if (state != NULL && strcmp(state, "55P03") == 0)
+		snprintf(head, sizeof(head),
+		         "handler waited for a lock longer than postgres.lock_timeout_ms (%d)",
+		         pg->cfg->lock_timeout_ms);
+	else
+		snprintf(head, sizeof(head), "handler failed");
+	snprintf(buf, len, "%s: %s%s%s", head, prim ? prim : "unknown error", det ? ": " : "",
+	         det ? det : "");
+}
+
+/*
+ * Send one batch's closing statements in pipeline mode: results (if any), one quarantine insert
+ * per bad message, progress. @ret_n counts the statements sent.
+ */
+static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int *ret_n,
+                                idem_error *err)
+{
+	const struct idem_batch *b = ctx->b;
+	const struct idem_flush_stats *st = &ctx->st;
+	char part[16], off[24], ts[24], att[16], nx[24], c[8][24];
+	const char *pv[14];
+	bool any;
+	int n = 0;
+
+	if (results_params(pg, b, &any) != IDEM_OK)
+		return idem_error_nomem(err);
+	if (any) {
+		const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
+
+		if (!send_prepared(pg->conn, "idem_results", 3, rv, NULL, NULL))
+			return idem_pg_error(err, pg->conn, NULL, "send results");
+		n++;
+	}
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state != IDEM_MSG_BAD)
+			continue;
+		if (quarantine_params(pg, b, i, part, off, ts, att) != IDEM_OK)
+			return idem_error_nomem(err);
+		/* libpq copies parameters at send time, so the buffers may be reused. */
+		if (!send_prepared(pg->conn, "idem_quarantine", 13, pg->vals, pg->lens, pg->fmts))
+			return idem_pg_error(err, pg->conn, NULL, "send quarantine");
+		n++;
+	}
+	snprintf(part, sizeof(part), "%" PRId32, b->partition);
+	snprintf(nx, sizeof(nx), "%" PRId64, st->next_offset);
+	snprintf(c[0], sizeof(c[0]), "%" PRIu64, st->consumed);
+	snprintf(c[1], sizeof(c[1]), "%" PRIu64, st->applied);
+	snprintf(c[2], sizeof(c[2]), "%" PRIu64, st->duplicates);
+	snprintf(c[3], sizeof(c[3]), "%" PRIu64, st->quarantined);
+	snprintf(c[4], sizeof(c[4]), "%" PRIu64, st->dup_redelivery);
+	snprintf(c[5], sizeof(c[5]), "%" PRIu64, st->dup_replay);
+	snprintf(c[6], sizeof(c[6]), "%" PRIu64, st->dup_upstream);
+	snprintf(c[7], sizeof(c[7]), "%" PRIu64, st->payload_mismatches);
+	pv[0] = b->route->consumer;
+	pv[1] = b->topic;
+	pv[2] = part;
+	pv[3] = nx;
+	for (int k = 0; k < 8; k++)
+		pv[4 + k] = c[k];
+	pv[12] = st->halted ? nx : NULL;
+	pv[13] = st->halted ? st->halt_reason : NULL;
+	if (!send_prepared(pg->conn, "idem_progress", 14, pv, NULL, NULL))
+		return idem_pg_error(err, pg->conn, NULL, "send progress");
+	*ret_n = n + 1;
+	return IDEM_OK;
+}
+
+/* Counters, where the partition is done, and the halt if any, for the closing statements. */
+static void finish_stats(struct flush_ctx *ctx)
+{
+	const struct idem_batch *b = ctx->b;
+	struct idem_flush_stats *st = &ctx->st;
+
+	count(b, st);
+	st->halted = ctx->halt.on;
+	if (ctx->halt.on) {
+		st->next_offset = ctx->halt.offset;
+		snprintf(st->halt_reason, sizeof(st->halt_reason), "%s", ctx->halt.reason);
+	} else {
+		st->next_offset = b->msgs[b->n_msgs - 1].offset + 1;
+	}
+}
+
+/* Stop the batch at message @i (on_poison: halt): it and what follows stay unprocessed. */
+static void halt_at(struct flush_ctx *ctx, size_t i)
+{
+	struct idem_batch *b = ctx->b;
+	const struct idem_batch_msg *m = &b->msgs[i];
+
+	ctx->halt.on = true;
+	ctx->halt.offset = m->offset;
+	snprintf(ctx->halt.reason, sizeof(ctx->halt.reason), "%s",
+	         m->reason.null ? "unknown" : idem_batch_ptr(b, m->reason));
+	idem_batch_truncate(b, i);
+}
+
+/*
+ * Read the result of the next pipelined statement: one PGresult then NULL. Returns the status
+ * and keeps the result in *ret_res (caller clears) when @keep.
+ */
+static ExecStatusType next_result(PGconn *conn, PGresult **ret_res)
+{
+	PGresult *res = PQgetResult(conn), *extra;
+	ExecStatusType st;
+
+	if (res == NULL) {
+		*ret_res = NULL;
+		return PGRES_FATAL_ERROR;
+	}
+	st = PQresultStatus(res);
+	if (st != PGRES_PIPELINE_SYNC) {
+		/* Each query's results are followed by a NULL. */
+		while ((extra = PQgetResult(conn)) != NULL)
+			PQclear(extra);
+	}
+	*ret_res = res;
+	return st;
+}
+
+/* After a failure in pipeline mode: drain to the sync, leave pipeline mode, roll back. */
+static void pipeline_abort(idem_flush *pg, bool sync_sent)
+{
+	PGresult *res;
+
+	if (PQstatus(pg->conn) != CONNECTION_OK)
+		return;
+	if (!sync_sent && !PQpipelineSync(pg->conn))
+		return;
+	for (;;) {
+		res = PQgetResult(pg->conn);
+		if (res == NULL) {
+			if (PQstatus(pg->conn) != CONNECTION_OK)
+				return;
+			continue;
+		}
+		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+			PQclear(res);
+			break;
+		}
+		PQclear(res);
+	}
+	PQexitPipelineMode(pg->conn);
+	res = PQexec(pg->conn, "ROLLBACK");
+	PQclear(res);
+}
+
+static idem_status exec_params(idem_flush *pg, const char *name, int n, const char *const *vals,
+                               const int *lens, const int *fmts, PGresult **ret_res)
+{
+	PGresult *res = PQexecPrepared(pg->conn, name, n, vals, lens, fmts, 0);
+	ExecStatusType s = PQresultStatus(res);
+
+	*ret_res = res;
+	return (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) ? IDEM_OK : IDEM_ERR_PG;
+}
+
+/* Send the closing statements of the batches of ctx[0..n) and COMMIT; @ret_n counts them. */
+static idem_status send_commit(idem_flush *pg, const struct flush_ctx *ctx, size_t n, int *ret_n,
+                               idem_error *err)
+{
+	int n_sent = 0, n_one;
+	idem_status r;
+
+	for (size_t k = 0; k < n; k++) {
+		if ((r = send_closing(pg, &ctx[k], &n_one, err)) != IDEM_OK)
+			return r;
+		n_sent += n_one;
+	}
+	if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
+		return idem_pg_error(err, pg->conn, NULL, "send commit");
+	*ret_n = n_sent + 1;
+	return IDEM_OK;
+}
+
+/*
+ * Send the closing statements of the batches of ctx[0..n), COMMIT and sync, read their results;
+ * the pipeline is left on success.
+ */
+static idem_status close_batch(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
+                               idem_error *err)
+{
+	PGresult *res;
+	int n_close = 0;
+	idem_status r;
+
+	if ((r = send_commit(pg, ctx, n, &n_close, err)) != IDEM_OK) {
+		pipeline_abort(pg, false);
+		return r;
+	}
+	if (!PQpipelineSync(pg->conn)) {
+		r = idem_pg_error(err, pg->conn, NULL, "sync");
+		pipeline_abort(pg, false);
+		return r;
+	}
+	for (int k = 0; k < n_close; k++) {
+		ExecStatusType s = next_result(pg->conn, &res);
+
+		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
+			r = idem_pg_error(err, pg->conn, res, "batch commit");
+			PQclear(res);
+			pipeline_abort(pg, true);
+			return r;
+		}
+		PQclear(res);
+	}
+	if (next_result(pg->conn, &res) != PGRES_PIPELINE_SYNC) {
+		r = idem_pg_error(err, pg->conn, res, "batch sync");
+		PQclear(res);
+		return r;
+	}
+	PQclear(res);
+	PQexitPipelineMode(pg->conn);
+	return IDEM_OK;
+}
+
+static void handler_name(const idem_flush *pg, const struct idem_batch *b, char *buf, size_t len)
+{
+	snprintf(buf, len, "idem_h%zu", (size_t)(b->route - pg->cfg->routes));
+}
+
+static idem_status store_result(struct idem_batch *b, size_t i, const PGresult *res)
+{
+	if (PQntuples(res) > 0 && PQnfields(res) > 0)
+		return idem_batch_set_result(b, i, PQgetvalue(res, 0, 0),
+		                             (size_t)PQgetlength(res, 0, 0),
+		                             PQgetisnull(res, 0, 0));
+	return IDEM_OK;
+}
+
+/*
+ * Outcome of the fast path, or of one of its round trips: done, or redo on the slow path, or an
+ * error to return.
+ */
+enum fast_outcome { FAST_DONE, FAST_SLOW, FAST_ERROR };
+
+/* The fast path failed: report @res (NULL: the connection), clear it, abort the pipeline. */
+static enum fast_outcome fast_fail(idem_flush *pg, PGresult *res, const char *what, idem_error *err)
+{
+	idem_pg_error(err, pg->conn, res, what);
+	PQclear(res);
+	pipeline_abort(pg, false);
+	return FAST_ERROR;
+}
+
+static enum fast_outcome fast_nomem(idem_flush *pg, PGresult *res, idem_error *err)
+{
+	PQclear(res);
+	idem_error_nomem(err);
+	pipeline_abort(pg, false);
+	return FAST_ERROR;
+}
+
+/* A failure to build (IDEM_ERR_NOMEM) or to send (else) statements of the fast path. */
+static enum fast_outcome fast_send_fail(idem_flush *pg, idem_status r, idem_error *err)
+{
+	if (r == IDEM_ERR_NOMEM)
+		return fast_nomem(pg, NULL, err);
+	return fast_fail(pg, NULL, "batch send", err);
+}
+
+/*
+ * Round trip 1, sent: BEGIN, each batch's partition progress, and one claim of all their keys
+ * (*ret_claim: whether there were keys to claim). A single batch is claimed as it always was;
+ * several with the combined claim.
+ */
+static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
+                              bool *ret_claim)
+{
+	const char *gv[3], *cv[6];
+	char part[16];
+	size_t n_keys = 0;
+
+	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
+		return IDEM_ERR_PG;
+	for (size_t k = 0; k < n; k++) {
+		progress_get_params(ctx[k].b, part, gv);
+		if (!send_prepared(pg->conn, "idem_progress_get", 3, gv, NULL, NULL))
+			return IDEM_ERR_PG;
+		n_keys += ctx[k].b->n_order;
+	}
+	*ret_claim = n_keys > 0;
+	if (n_keys == 0)
+		return IDEM_OK;
+	if (n == 1) {
+		if (claim_params(pg, ctx->b, ctx->b->order, ctx->b->n_order, part, cv) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		return send_prepared(pg->conn, "idem_claim", 6, cv, NULL, NULL) ? IDEM_OK
+		                                                                : IDEM_ERR_PG;
+	}
+	if (claim_many_params(pg, ctx, n, n_keys, cv) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	return send_prepared(pg->conn, "idem_claim_many", 6, cv, NULL, NULL) ? IDEM_OK
+	                                                                     : IDEM_ERR_PG;
+}
+
+/* The batch of ctx[0..n) with @topic and @partition, or NULL. */
+static struct flush_ctx *ctx_find(struct flush_ctx *ctx, size_t n, const char *topic,
+                                  int32_t partition)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (ctx[k].b->partition == partition && strcmp(ctx[k].b->topic, topic) == 0)
+			return &ctx[k];
+	}
+	return NULL;
+}
+
+/*
+ * Mark APPLIED the messages whose keys the claim inserted (the combined claim returns each key's
+ * topic and partition too, telling its batch). A key that is no message's would be claimed
+ * without its handler running: that fails the flush.
+ */
+static idem_status mark_claimed(struct flush_ctx *ctx, size_t n, const PGresult *res,
+                                idem_error *err)
+{
+	for (int row = 0; row < PQntuples(res); row++) {
+		const char *k = PQgetvalue(res, row, 0);
+		struct flush_ctx *owner = ctx;
+		ssize_t i = -1;
+
+		if (n > 1)
+			owner = ctx_find(ctx, n, PQgetvalue(res, row, 1),
+			                 (int32_t)strtol(PQgetvalue(res, row, 2), NULL, 10));
+		if (owner != NULL)
+			i = idem_batch_find_key(owner->b, k, (size_t)PQgetlength(res, row, 0));
+		if (i < 0)
+			return idem_error_set(
+			        err, IDEM_ERR_PG,
+			        "claim returned business key '%s' of no message being flushed", k);
+		owner->b->msgs[i].state = IDEM_MSG_APPLIED;
+	}
+	return IDEM_OK;
+}
+
+/*
+ * Unclaimed keys belong to someone else already: duplicates. The handler runs for the claimed
+ * ones in offset order.
+ */
+static void split_claimed(struct flush_ctx *ctx)
+{
+	struct idem_batch *b = ctx->b;
+
+	ctx->n_apply = 0;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state == IDEM_MSG_PENDING)
+			b->msgs[i].state = IDEM_MSG_DUPLICATE;
+		else if (b->msgs[i].state == IDEM_MSG_APPLIED)
+			ctx->applied[ctx->n_apply++] = i;
+	}
+}
+
+/* Round trip 1: BEGIN, the partitions' progress so far, and the claim. */
+static enum fast_outcome begin_rt(idem_flush *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	PGresult *res;
+	bool claim;
+	idem_status r;
+
+	if ((r = send_begin(pg, ctx, n, &claim)) != IDEM_OK)
+		return fast_send_fail(pg, r, err);
+	if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0)
+		return fast_fail(pg, NULL, "batch send", err);
+	if (next_result(pg->conn, &res) != PGRES_COMMAND_OK)
+		return fast_fail(pg, res, "batch", err);
+	PQclear(res);
+	for (size_t k = 0; k < n; k++) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+			return fast_fail(pg, res, "batch", err);
+		read_progress(&ctx[k], res);
+		PQclear(res);
+	}
+	if (claim) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK) {
+			/* Another transaction holds one of the keys for longer than lock_timeout:
+			 * not any one message's fault, so the batch is retried; after
+			 * max_attempts such tries it goes to the slow path (see idem_flush_batch).
+			 * Which of several batches has the key is unknown: each is retried on its
+			 * own (idem_flush_many), and counts there. */
+			if (n == 1 && res != NULL &&
+			    idem_pg_timeout(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
+				ctx->b->claim_timeouts++;
+			return fast_fail(pg, res, "batch", err);
+		}
+		r = mark_claimed(ctx, n, res, err);
+		PQclear(res);
+		if (r != IDEM_OK) {
+			pipeline_abort(pg, false);
+			return FAST_ERROR;
+		}
+	}
+	for (size_t k = 0; k < n; k++)
+		split_claimed(&ctx[k]);
+	return FAST_DONE;
+}
+
+/* Round trip 2, sent for one batch: its duplicates' claims lookup (if any), its handlers. */
+static idem_status send_handlers(idem_flush *pg, struct flush_ctx *ctx)
+{
+	const struct idem_batch *b = ctx->b;
+	char hname[32];
+
+	if (claims_params(pg, ctx) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (ctx->n_dups > 0) {
+		const char *dv[2] = { b->route->consumer, pg->dkeys.data };
+
+		if (!send_prepared(pg->conn, "idem_claims_get", 2, dv, NULL, NULL))
+			return IDEM_ERR_PG;
+	}
+	handler_name(pg, b, hname, sizeof(hname));
+	for (size_t k = 0; k < ctx->n_apply; k++) {
+		if (handler_params(pg, b, ctx->applied[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->vals, NULL,
+		                         NULL, 0))
+			return IDEM_ERR_PG;
+	}
+	return IDEM_OK;
+}
+
+/*
+ * Round trip 2, read for one batch: the claims of its duplicates, its handlers' results. A
+ * handler's message-specific failure or timeout is for the slow path.
+ */
+static enum fast_outcome read_handlers(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
+{
+	PGresult *res;
+
+	if (ctx->n_dups > 0) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+			return fast_fail(pg, res, "batch", err);
+		if (read_claims(ctx, res) != IDEM_OK)
+			return fast_nomem(pg, res, err);
+		PQclear(res);
+	}
+	for (size_t k = 0; k < ctx->n_apply; k++) {
+		ExecStatusType s = next_result(pg->conn, &res);
+
+		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
+			const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+			if (res != NULL && (idem_pg_classify(state) == IDEM_PG_MESSAGE ||
+			                    idem_pg_timeout(state))) {
+				PQclear(res);
+				pipeline_abort(pg, false);
+				return FAST_SLOW;
+			}
+			return fast_fail(pg, res, "batch", err);
+		}
+		if (store_result(ctx->b, ctx->applied[k], res) != IDEM_OK)
+			return fast_nomem(pg, res, err);
+		PQclear(res);
+	}
+	return FAST_DONE;
+}
+
+/*
+ * Round trip 2: where the duplicates' keys were claimed (only if there are any), and the
+ * handlers; batch after batch.
+ */
+static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_t n,
+                                    idem_error *err)
+{
+	enum fast_outcome o;
+	bool any = false;
+	idem_status r;
+
+	for (size_t k = 0; k < n; k++) {
+		if ((r = send_handlers(pg, &ctx[k])) != IDEM_OK)
+			return fast_send_fail(pg, r, err);
+		any = any || ctx[k].n_apply > 0 || ctx[k].n_dups > 0;
+	}
+	if (any && (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0))
+		return fast_fail(pg, NULL, "batch send", err);
+	for (size_t k = 0; k < n; k++) {
+		if ((o = read_handlers(pg, &ctx[k], err)) != FAST_DONE)
+			return o;
+	}
+	return FAST_DONE;
+}
+
+/*
+ * The batches of ctx[0..n) in one transaction, three round trips whatever their number and size.
+ * On FAST_DONE it committed and every ctx[k].st is filled; otherwise it was rolled back (or the
+ * connection broke).
+ */
+static enum fast_outcome fast_path(idem_flush *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	enum fast_outcome o;
+
+	for (size_t k = 0; k < n; k++) {
+		if (need_idx(&ctx[k], ctx[k].b->n_msgs) != IDEM_OK) {
+			idem_error_nomem(err);
+			return FAST_ERROR;
+		}
+	}
+	if (!PQenterPipelineMode(pg->conn)) {
+		idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
+		return FAST_ERROR;
+	}
+	if ((o = begin_rt(pg, ctx, n, err)) != FAST_DONE ||
+	    (o = handler_rt(pg, ctx, n, err)) != FAST_DONE)
+		return o;
+	for (size_t k = 0; k < n; k++) {
+		if (classify_dups(&ctx[k]) != IDEM_OK)
+			return fast_nomem(pg, NULL, err);
+	}
+
+	/* Round trip 3: results, quarantine, progress, COMMIT. */
+	for (size_t k = 0; k < n; k++)
+		finish_stats(&ctx[k]);
+	if (close_batch(pg, ctx, n, err) != IDEM_OK)
+		return FAST_ERROR;
+	return FAST_DONE;
+}
+
+/*
+ * One message on the slow path, inside SAVEPOINT idem_msg: claim, then handler. A
+ * message-specific failure or a handler timeout rolls back to the savepoint (taking the claim
+ * with it) and is retried up to retry.max_attempts times, then the message becomes BAD. A claim
+ * that times out makes the message BAD only once the batch has had its max_attempts of those;
+ * before that it fails the batch, to be retried. Other failures end the batch.
+ */
+static idem_status slow_one(idem_flush *pg, struct idem_batch *b, size_t i, const char *hname,
+                            idem_error *err)
+{
+	struct idem_batch_msg *m = &b->msgs[i];
+	int max = pg->cfg->max_attempts;
+	const char *cv[6], *state;
+	char part[16], why[768] = "";
+	PGresult *res;
+	idem_status r;
+
+	for (int attempt = 1; attempt <= max; attempt++) {
+		m->attempts = attempt;
+		if ((r = idem_pg_exec(pg->conn, "SAVEPOINT idem_msg", "savepoint", err)) != IDEM_OK)
+			return r;
+		if (claim_params(pg, b, &i, 1, part, cv) != IDEM_OK)
+			return idem_error_nomem(err);
+		if (exec_params(pg, "idem_claim", 6, cv, NULL, NULL, &res) != IDEM_OK) {
+			state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+			if (!idem_pg_timeout(state) || b->claim_timeouts < max) {
+				if (idem_pg_timeout(state))
+					b->claim_timeouts++;
+				r = idem_pg_error(err, pg->conn, res, "claim");
+				PQclear(res);
+				return r;
+			}
+			snprintf(
+			        why, sizeof(why),
+			        "claim: the business key stayed locked by another transaction longer than postgres.lock_timeout_ms (%d) in %d attempts: %s",
+			        pg->cfg->lock_timeout_ms, b->claim_timeouts,
+			        PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+			snprintf(m->sqlstate, sizeof(m->sqlstate), "%s", state);
+			m->attempts = b->claim_timeouts;
+			PQclear(res);
+			if ((r = idem_pg_exec(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg",
+			                      "rollback to savepoint", err)) != IDEM_OK)
+				return r;
+			break;
+		}
+		if (PQntuples(res) == 0) {
+			PQclear(res);
+			m->state = IDEM_MSG_DUPLICATE;
+			return idem_pg_exec(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
+		}
+		PQclear(res);
+		if (handler_params(pg, b, i) != IDEM_OK)
+			return idem_error_nomem(err);
+		if (exec_params(pg, hname, (int)b->route->n_params, pg->vals, NULL, NULL, &res) ==
+		    IDEM_OK) {
+			if (store_result(b, i, res) != IDEM_OK) {
+				PQclear(res);
+				return idem_error_nomem(err);
+			}
+			PQclear(res);
+			m->state = IDEM_MSG_APPLIED;
+			return idem_pg_exec(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
+		}
+		state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		if (idem_pg_classify(state) != IDEM_PG_MESSAGE && !idem_pg_timeout(state)) {
+			r = idem_pg_error(err, pg->conn, res, "handler");
+			PQclear(res);
+			return r;
+		}
+		handler_reason(pg, res, why, sizeof(why));
+		snprintf(m->sqlstate, sizeof(m->sqlstate), "%s", state);
+		PQclear(res);
+		if ((r = idem_pg_exec(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg",
+		                      "rollback to savepoint", err)) != IDEM_OK)
+			return r;
+	}
+	m->state = IDEM_MSG_BAD;
+	return idem_batch_set_reason(b, i, why, m->sqlstate) == IDEM_OK ? IDEM_OK
+	                                                                : idem_error_nomem(err);
+}
+
+/* Fetch the existing claims of the batch's duplicates (if any) into their messages. */
+static idem_status fetch_claims(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
+{
+	PGresult *res;
+	idem_status r;
+
+	if (claims_params(pg, ctx) != IDEM_OK)
+		return idem_error_nomem(err);
+	if (ctx->n_dups == 0)
+		return IDEM_OK;
+	if (exec_params(pg, "idem_claims_get", 2,
+	                (const char *[]){ ctx->b->route->consumer, pg->dkeys.data }, NULL, NULL,
+	                &res) != IDEM_OK) {
+		r = idem_pg_error(err, pg->conn, res, "claims");
+		PQclear(res);
+		return r;
+	}
+	r = read_claims(ctx, res);
+	PQclear(res);
+	return r == IDEM_OK ? IDEM_OK : idem_error_nomem(err);
+}
+
+/* Look up the claims of the duplicates and classify them, inside the open transaction. */
+static idem_status slow_classify(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
+{
+	idem_status r;
+
+	if ((r = fetch_claims(pg, ctx, err)) != IDEM_OK)
+		return r;
+	if (classify_dups(ctx) != IDEM_OK)
+		return idem_error_nomem(err);
+	return IDEM_OK;
+}
+
+static idem_status slow_path(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
+{
+	struct idem_batch *b = ctx->b;
+	char hname[32], gpart[16];
+	const char *gv[3];
+	PGresult *res;
+	idem_status r;
+
+	handler_name(pg, b, hname, sizeof(hname));
+	/* Every decodable message gets its own attempt, in offset order: an in-batch duplicate
+	 * whose first copy fails must still be able to claim the key. */
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (!b->msgs[i].undecodable)
+			b->msgs[i].state = IDEM_MSG_PENDING;
+	}
+	b->n_order = 0;
+	if ((r = idem_pg_exec(pg->conn, "BEGIN", "begin", err)) != IDEM_OK)
+		return r;
+	progress_get_params(b, gpart, gv);
+	if (exec_params(pg, "idem_progress_get", 3, gv, NULL, NULL, &res) != IDEM_OK) {
+		r = idem_pg_error(err, pg->conn, res, "progress");
+		PQclear(res);
+		goto out_rollback;
+	}
+	read_progress(ctx, res);
+	PQclear(res);
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state != IDEM_MSG_PENDING)
+			continue;
+		if ((r = slow_one(pg, b, i, hname, err)) != IDEM_OK)
+			goto out_rollback;
+		if (b->msgs[i].state == IDEM_MSG_BAD &&
+		    b->route->on_poison == IDEM_CFG_POISON_HALT) {
+			halt_at(ctx, i);
+			break;
+		}
+	}
+	if ((r = slow_classify(pg, ctx, err)) != IDEM_OK)
+		goto out_rollback;
+	finish_stats(ctx);
+	ctx->st.slow_path = true;
+	if (!PQenterPipelineMode(pg->conn)) {
+		r = idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
+		goto out_rollback;
+	}
+	return close_batch(pg, ctx, 1, err);
+
+out_rollback:
+	if (PQstatus(pg->conn) == CONNECTION_OK) {
+		res = PQexec(pg->conn, "ROLLBACK");
+		PQclear(res);
+	}
+	return r;
+}
+
+/* Start a flush from the decoded state: undo what an earlier attempt marked. */
+static void reset_states(struct flush_ctx *ctx)
+{
+	struct idem_batch *b = ctx->b;
+
+	ctx->halt.on = false;
+	ctx->progress_next = -1;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+
+		m->state = m->undecodable ? IDEM_MSG_BAD : IDEM_MSG_PENDING;
+		if (!m->undecodable) {
+			m->sqlstate[0] = '\0';
+			m->attempts = 0;
+		}
+		m->result.null = true;
+		m->dup = IDEM_DUP_NONE;
+		m->mismatch = false;
+		m->claim.found = false;
+	}
+}
+
+/* The first message of @b that cannot be decoded, or b->n_msgs. */
+static size_t first_undecodable(const struct idem_batch *b)
+{
+	size_t i = 0;
+
+	while (i < b->n_msgs && !b->msgs[i].undecodable)
+		i++;
+	return i;
+}
+
+/* Committed: the bad messages are in the quarantine now, and the counters are the caller's. */
+static void flush_done(struct flush_ctx *ctx, struct idem_flush_stats *ret_stats)
+{
+	struct idem_batch *b = ctx->b;
+
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].state == IDEM_MSG_BAD)
+			b->msgs[i].state = IDEM_MSG_QUARANTINED;
+	}
+	*ret_stats = ctx->st;
+}
+
+/*
+ * A connection left mid-pipeline or mid-transaction by a failure is not worth saving: drop it,
+ * and the next attempt starts on a fresh one.
+ */
+static void drop_unclean(idem_flush *pg)
+{
+	if (pg->conn != NULL &&
+	    (PQstatus(pg->conn) != CONNECTION_OK || PQpipelineStatus(pg->conn) != PQ_PIPELINE_OFF ||
+	     PQtransactionStatus(pg->conn) != PQTRANS_IDLE)) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+	}
+}
+
+idem_status idem_flush_batch(idem_flush *pg, struct idem_batch *b,
+                             struct idem_flush_stats *ret_stats, idem_error *err)
+{
+	struct flush_ctx *ctx = &pg->one;
+	size_t bad;
+	idem_status r;
+
+	if (b->n_msgs == 0) {
+		memset(ret_stats, 0, sizeof(*ret_stats));
+		return IDEM_OK;
+	}
+	if (!idem_flush_connected(pg) && (r = idem_flush_reconnect(pg, err)) != IDEM_OK)
+		return r;
+	ctx->b = b;
+	reset_states(ctx);
+	/* With on_poison: halt, nothing at or after a message that cannot even be decoded is
+	 * processed: the partition stops there. */
+	if (b->route->on_poison == IDEM_CFG_POISON_HALT && (bad = first_undecodable(b)) < b->n_msgs)
+		halt_at(ctx, bad);
+	if ((r = idem_batch_collapse(b)) != IDEM_OK)
+		return idem_error_nomem(err);
+	/* Claims that ran into lock_timeout max_attempts times: find the locked keys one by one. */
+	if (b->claim_timeouts < pg->cfg->max_attempts) {
+		switch (fast_path(pg, ctx, 1, err)) {
+		case FAST_DONE:
+			goto out_done;
+		case FAST_ERROR:
+			r = err ? err->code : IDEM_ERR_PG;
+			goto out_reset;
+		case FAST_SLOW:
+			break;
+		}
+	}
+	if (!idem_flush_connected(pg)) {
+		r = idem_pg_error(err, pg->conn, NULL, "connection lost");
+		goto out_reset;
+	}
+	if ((r = slow_path(pg, ctx, err)) != IDEM_OK)
+		goto out_reset;
+out_done:
+	flush_done(ctx, ret_stats);
+	return IDEM_OK;
+
+out_reset:
+	drop_unclean(pg);
+	return r;
+}
+
+/*
+ * Can @b join the batches of ctx[0..n) in one transaction? Not if it is empty, needs the slow
+ * path (its claims timed out max_attempts times) or stops at a message that cannot be decoded
+ * (on_poison: halt): idem_flush_batch() deals with those. Nor if one of ctx[0..n) has its
+ * partition, as the combined claim tells batches apart by topic and partition.
+ */
+static bool combinable(const idem_flush *pg, struct flush_ctx *ctx, size_t n,
+                       const struct idem_batch *b)
+{
+	if (b->n_msgs == 0 || b->claim_timeouts >= pg->cfg->max_attempts ||
+	    ctx_find(ctx, n, b->topic, b->partition) != NULL)
+		return false;
+	return b->route->on_poison != IDEM_CFG_POISON_HALT || first_undecodable(b) == b->n_msgs;
+}
+
+/* Put the batches of b[0..n) that can be combined into pg->many, decoded state; how many. */
+static size_t pick_many(idem_flush *pg, struct idem_batch *const *b, size_t n)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct flush_ctx *ctx = &pg->many[m];
+
+		if (!combinable(pg, pg->many, m, b[i]))
+			continue;
+		ctx->b = b[i];
+		ctx->pos = i;
+		reset_states(ctx);
+		/* Out of memory: its own flush will say so. */
+		if (idem_batch_collapse(b[i]) == IDEM_OK)
+			m++;
+	}
+	return m;
+}
+
+/*
+ * The batches of pg->many[0..m) in one transaction. false: nothing was committed (rolled back, or
+ * the connection is gone), the batches are to be flushed one by one.
+ */
+static bool flush_combined(idem_flush *pg, size_t m)
+{
+	idem_error e;
+
+	switch (fast_path(pg, pg->many, m, &e)) {
+	case FAST_DONE:
+		return true;
+	case FAST_SLOW:
+		idem_log_debug(
+		        "pg",
+		        "handler failed in the transaction of %zu batches, flushing them one by one",
+		        m);
+		break;
+	case FAST_ERROR:
+		idem_log_debug("pg",
+		               "transaction of %zu batches failed, flushing them one by one: %s", m,
+		               e.msg);
+		break;
+	}
+	drop_unclean(pg);
+	return false;
+}
+
+void idem_flush_many(idem_flush *pg, struct idem_batch *const *b, size_t n,
+                     struct idem_flush_stats *ret_stats, idem_status *ret_r, idem_error *errs)
+{
+	size_t m = 0, k = 0;
+
+	/* A connection that must be reopened first is idem_flush_batch()'s to report, per batch. */
+	if (n > 1 && idem_flush_connected(pg) && need_many(pg, n) == IDEM_OK) {
+		m = pick_many(pg, b, n);
+		if (m < 2 || !flush_combined(pg, m))
+			m = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (k < m && pg->many[k].pos == i) {
+			flush_done(&pg->many[k++], &ret_stats[i]);
+			ret_r[i] = IDEM_OK;
+			continue;
+		}
+		/* idem_flush_batch() starts again from the decoded state. */
+		ret_r[i] = idem_flush_batch(pg, b[i], &ret_stats[i], errs ? &errs[i] : NULL);
+	}
+}
+
+idem_status idem_flush_apply_one(idem_flush *pg, struct idem_batch *b, size_t i, idem_error *err)
+{
+	struct idem_batch_msg *m = &b->msgs[i];
+	char hname[32];
+	bool any;
+	idem_status r;
+
+	handler_name(pg, b, hname, sizeof(hname));
+	m->state = IDEM_MSG_PENDING;
+	m->sqlstate[0] = '\0';
+	m->result.null = true;
+	m->claim.found = false;
+	/* An operator is waiting: a locked key is reported at once, not retried as a batch. */
+	b->claim_timeouts = pg->cfg->max_attempts;
+	if ((r = slow_one(pg, b, i, hname, err)) != IDEM_OK)
+		return r;
+	if (m->state == IDEM_MSG_APPLIED) {
+		if (results_params(pg, b, &any) != IDEM_OK)
+			return idem_error_nomem(err);
+		if (any) {
+			const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
+			PGresult *res;
+
+			if (exec_params(pg, "idem_results", 3, rv, NULL, NULL, &res) != IDEM_OK) {
+				r = idem_pg_error(err, pg->conn, res, "store result");
+				PQclear(res);
+				return r;
+			}
+			PQclear(res);
+		}
+	} else if (m->state == IDEM_MSG_DUPLICATE) {
+		pg->one.b = b;
+		if ((r = fetch_claims(pg, &pg->one, err)) != IDEM_OK)
+			return r;
+	}
+	return IDEM_OK;
+}
