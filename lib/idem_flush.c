@@ -1,5 +1,5 @@
 /*
- * idem_pg.c - the batch transaction.
+ * idem_flush.c - the batch transaction.
  *
  * Fast path, in libpq pipeline mode (three round trips per batch whatever its size):
  *   1. BEGIN; read the partition's recorded progress; claim every unique key of the batch with
@@ -26,6 +26,7 @@
 
 #include "idem_log.h"
 #include "idem_migrate.h"
+#include "idem_sql.h"
 
 /*
  * One batch's part of a flush, kept between the round trips: idem_flush_batch() uses pg->one,
@@ -73,106 +74,6 @@ struct idem_flush {
 	size_t cap_refs;
 };
 
-static const char SQL_CLAIM[] =
-        "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
-        " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
-        " ON CONFLICT DO NOTHING RETURNING business_key";
-
-/*
- * The claim of several partitions' keys at once (idem_flush_many()): each row carries its own
- * consumer and partition, and the rows returned say whose they are. A key given twice for one
- * consumer is inserted once, for the row that comes first; the other finds it claimed.
- */
-static const char SQL_CLAIM_MANY[] =
-        "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT u.c, u.k, u.t, u.p, u.o, decode(u.h, 'hex')"
-        " FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::text[])"
-        " AS u(c, k, t, p, o, h)"
-        " ON CONFLICT DO NOTHING RETURNING business_key, topic, partition";
-
-static const char SQL_RESULTS[] = "UPDATE idem.processed_messages AS p SET result = u.r"
-                                  " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
-                                  " WHERE p.consumer = $1 AND p.business_key = u.k";
-
-static const char SQL_PROGRESS_GET[] = "SELECT next_offset FROM idem.partition_progress"
-                                       " WHERE consumer = $1 AND topic = $2 AND partition = $3";
-
-/* Sent only when a batch has duplicates; sees the claims this transaction made, too. */
-static const char SQL_CLAIMS_GET[] =
-        "SELECT business_key, topic, partition, \"offset\", encode(payload_hash, 'hex')"
-        " FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])";
-
-static const char SQL_PROGRESS[] =
-        "INSERT INTO idem.partition_progress AS p"
-        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
-        " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
-        " halt_reason)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
-        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
-        " next_offset = greatest(p.next_offset, excluded.next_offset),"
-        " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
-        " duplicates = p.duplicates + excluded.duplicates,"
-        " quarantined = p.quarantined + excluded.quarantined,"
-        " dup_redelivery = p.dup_redelivery + excluded.dup_redelivery,"
-        " dup_replay = p.dup_replay + excluded.dup_replay,"
-        " dup_upstream = p.dup_upstream + excluded.dup_upstream,"
-        " payload_mismatches = p.payload_mismatches + excluded.payload_mismatches,"
-        " halted_offset = excluded.halted_offset, halt_reason = excluded.halt_reason,"
-        " updated_at = now()";
-
-/* Idempotent per offset: a message quarantined again (a replay) reopens its row. */
-static const char SQL_QUARANTINE[] =
-        "INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\", business_key,"
-        " msg_key, msg_value, header_names, header_values, msg_timestamp, reason, sqlstate,"
-        " attempts)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[], $9::bytea[],"
-        " to_timestamp($10::bigint / 1000.0), $11, nullif($12, ''), $13)"
-        " ON CONFLICT (consumer, topic, partition, \"offset\") DO UPDATE SET"
-        " attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
-        " sqlstate = excluded.sqlstate,"
-        " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
-        " last_failed_at = now(), resolved_at = NULL, resolution = NULL";
-
-static idem_status prepare(PGconn *conn, const char *name, const char *sql, int nparams,
-                           const char *what, idem_error *err)
-{
-	PGresult *res = PQprepare(conn, name, sql, nparams, NULL);
-	idem_status r = IDEM_OK;
-
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-		r = idem_pg_error(err, conn, res, what);
-	PQclear(res);
-	return r;
-}
-
-static idem_status check_schema(PGconn *conn, idem_error *err)
-{
-	PGresult *res =
-	        PQexec(conn, "SELECT coalesce(max(version), 0) FROM idem.schema_migrations");
-	idem_status r = IDEM_OK;
-	int have;
-
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "schema check failed (run 'idemctl migrate')");
-		goto out_clear;
-	}
-	have = atoi(PQgetvalue(res, 0, 0));
-	if (have < idem_migrate_latest()) {
-		r = idem_error_set(
-		        err, IDEM_ERR_PG,
-		        "database schema is at version %d, idemd needs %d: run 'idemctl migrate'",
-		        have, idem_migrate_latest());
-		if (err != NULL)
-			snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", "42P01");
-	}
-out_clear:
-	PQclear(res);
-	return r;
-}
-
 /* @sql on one line, shortened to fit @len, for a message that names the statement. */
 static void sql_excerpt(const char *sql, char *buf, size_t len)
 {
@@ -205,7 +106,7 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	r = idem_pg_conn_open(pg->cfg, "idemd", &pg->conn, err);
 	if (r != IDEM_OK)
 		return r;
-	if ((r = check_schema(pg->conn, err)) != IDEM_OK)
+	if ((r = idem_migrate_check(pg->conn, err)) != IDEM_OK)
 		return r;
 	/* Per connection, so they also hold after a reconnect. A claim waits at most
 	 * lock_timeout for a key another transaction is claiming; a handler runs at most
@@ -214,19 +115,7 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	         pg->cfg->lock_timeout_ms, pg->cfg->statement_timeout_ms);
 	if ((r = idem_pg_exec(pg->conn, set, "set timeouts", err)) != IDEM_OK)
 		return r;
-	if ((r = prepare(pg->conn, "idem_claim", SQL_CLAIM, 6, "prepare claim", err)) != IDEM_OK ||
-	    (r = prepare(pg->conn, "idem_claim_many", SQL_CLAIM_MANY, 6, "prepare claim", err)) !=
-	            IDEM_OK ||
-	    (r = prepare(pg->conn, "idem_results", SQL_RESULTS, 3, "prepare results", err)) !=
-	            IDEM_OK ||
-	    (r = prepare(pg->conn, "idem_progress_get", SQL_PROGRESS_GET, 3, "prepare progress",
-	                 err)) != IDEM_OK ||
-	    (r = prepare(pg->conn, "idem_claims_get", SQL_CLAIMS_GET, 2, "prepare claims", err)) !=
-	            IDEM_OK ||
-	    (r = prepare(pg->conn, "idem_progress", SQL_PROGRESS, 14, "prepare progress", err)) !=
-	            IDEM_OK ||
-	    (r = prepare(pg->conn, "idem_quarantine", SQL_QUARANTINE, 13, "prepare quarantine",
-	                 err)) != IDEM_OK)
+	if ((r = idem_sql_prepare_batch(pg->conn, err)) != IDEM_OK)
 		return r;
 	for (size_t i = 0; i < pg->cfg->n_routes; i++) {
 		const struct idem_route *rt = &pg->cfg->routes[i];
@@ -235,7 +124,7 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 		sql_excerpt(rt->handler_sql, sql, sizeof(sql));
 		snprintf(what, sizeof(what), "route '%s': handler sql '%s' does not prepare",
 		         rt->name, sql);
-		r = prepare(pg->conn, name, rt->handler_sql, (int)rt->n_params, what, err);
+		r = idem_pg_prepare(pg->conn, name, rt->handler_sql, (int)rt->n_params, what, err);
 		if (r != IDEM_OK)
 			return r;
 	}
@@ -660,12 +549,6 @@ static idem_status handler_params(idem_flush *pg, const struct idem_batch *b, si
 	return IDEM_OK;
 }
 
-static int send_prepared(PGconn *conn, const char *name, int n, const char *const *vals,
-                         const int *lens, const int *fmts)
-{
-	return PQsendQueryPrepared(conn, name, n, vals, lens, fmts, 0);
-}
-
 static idem_status results_params(idem_flush *pg, const struct idem_batch *b, bool *ret_any)
 {
 	*ret_any = false;
@@ -802,7 +685,7 @@ static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int
 	if (any) {
 		const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
 
-		if (!send_prepared(pg->conn, "idem_results", 3, rv, NULL, NULL))
+		if (!idem_sql_send(pg->conn, IDEM_SQL_RESULTS, rv, NULL, NULL))
 			return idem_pg_error(err, pg->conn, NULL, "send results");
 		n++;
 	}
@@ -812,7 +695,7 @@ static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int
 		if (quarantine_params(pg, b, i, part, off, ts, att) != IDEM_OK)
 			return idem_error_nomem(err);
 		/* libpq copies parameters at send time, so the buffers may be reused. */
-		if (!send_prepared(pg->conn, "idem_quarantine", 13, pg->vals, pg->lens, pg->fmts))
+		if (!idem_sql_send(pg->conn, IDEM_SQL_QUARANTINE, pg->vals, pg->lens, pg->fmts))
 			return idem_pg_error(err, pg->conn, NULL, "send quarantine");
 		n++;
 	}
@@ -834,7 +717,7 @@ static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int
 		pv[4 + k] = c[k];
 	pv[12] = st->halted ? nx : NULL;
 	pv[13] = st->halted ? st->halt_reason : NULL;
-	if (!send_prepared(pg->conn, "idem_progress", 14, pv, NULL, NULL))
+	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS, pv, NULL, NULL))
 		return idem_pg_error(err, pg->conn, NULL, "send progress");
 	*ret_n = n + 1;
 	return IDEM_OK;
@@ -927,6 +810,15 @@ static idem_status exec_params(idem_flush *pg, const char *name, int n, const ch
 
 	*ret_res = res;
 	return (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) ? IDEM_OK : IDEM_ERR_PG;
+}
+
+/* exec_params() of statement @id of the table. */
+static idem_status exec_stmt(idem_flush *pg, enum idem_sql_id id, const char *const *vals,
+                             const int *lens, const int *fmts, PGresult **ret_res)
+{
+	const struct idem_sql_stmt *st = idem_sql(id);
+
+	return exec_params(pg, st->name, st->n_params, vals, lens, fmts, ret_res);
 }
 
 /* Send the closing statements of the batches of ctx[0..n) and COMMIT; @ret_n counts them. */
@@ -1049,7 +941,7 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 		return IDEM_ERR_PG;
 	for (size_t k = 0; k < n; k++) {
 		progress_get_params(ctx[k].b, part, gv);
-		if (!send_prepared(pg->conn, "idem_progress_get", 3, gv, NULL, NULL))
+		if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS_GET, gv, NULL, NULL))
 			return IDEM_ERR_PG;
 		n_keys += ctx[k].b->n_order;
 	}
@@ -1059,13 +951,12 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 	if (n == 1) {
 		if (claim_params(pg, ctx->b, ctx->b->order, ctx->b->n_order, part, cv) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
-		return send_prepared(pg->conn, "idem_claim", 6, cv, NULL, NULL) ? IDEM_OK
-		                                                                : IDEM_ERR_PG;
+		return idem_sql_send(pg->conn, IDEM_SQL_CLAIM, cv, NULL, NULL) ? IDEM_OK
+		                                                               : IDEM_ERR_PG;
 	}
 	if (claim_many_params(pg, ctx, n, n_keys, cv) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
-	return send_prepared(pg->conn, "idem_claim_many", 6, cv, NULL, NULL) ? IDEM_OK
-	                                                                     : IDEM_ERR_PG;
+	return idem_sql_send(pg->conn, IDEM_SQL_CLAIM_MANY, cv, NULL, NULL) ? IDEM_OK : IDEM_ERR_PG;
 }
 
 /* The batch of ctx[0..n) with @topic and @partition, or NULL. */
@@ -1178,7 +1069,7 @@ static idem_status send_handlers(idem_flush *pg, struct flush_ctx *ctx)
 	if (ctx->n_dups > 0) {
 		const char *dv[2] = { b->route->consumer, pg->dkeys.data };
 
-		if (!send_prepared(pg->conn, "idem_claims_get", 2, dv, NULL, NULL))
+		if (!idem_sql_send(pg->conn, IDEM_SQL_CLAIMS_GET, dv, NULL, NULL))
 			return IDEM_ERR_PG;
 	}
 	handler_name(pg, b, hname, sizeof(hname));
@@ -1311,7 +1202,7 @@ static idem_status slow_one(idem_flush *pg, struct idem_batch *b, size_t i, cons
 			return r;
 		if (claim_params(pg, b, &i, 1, part, cv) != IDEM_OK)
 			return idem_error_nomem(err);
-		if (exec_params(pg, "idem_claim", 6, cv, NULL, NULL, &res) != IDEM_OK) {
+		if (exec_stmt(pg, IDEM_SQL_CLAIM, cv, NULL, NULL, &res) != IDEM_OK) {
 			state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 			if (!idem_pg_timeout(state) || b->claim_timeouts < max) {
 				if (idem_pg_timeout(state))
@@ -1379,9 +1270,9 @@ static idem_status fetch_claims(idem_flush *pg, struct flush_ctx *ctx, idem_erro
 		return idem_error_nomem(err);
 	if (ctx->n_dups == 0)
 		return IDEM_OK;
-	if (exec_params(pg, "idem_claims_get", 2,
-	                (const char *[]){ ctx->b->route->consumer, pg->dkeys.data }, NULL, NULL,
-	                &res) != IDEM_OK) {
+	if (exec_stmt(pg, IDEM_SQL_CLAIMS_GET,
+	              (const char *[]){ ctx->b->route->consumer, pg->dkeys.data }, NULL, NULL,
+	              &res) != IDEM_OK) {
 		r = idem_pg_error(err, pg->conn, res, "claims");
 		PQclear(res);
 		return r;
@@ -1422,7 +1313,7 @@ static idem_status slow_path(idem_flush *pg, struct flush_ctx *ctx, idem_error *
 	if ((r = idem_pg_exec(pg->conn, "BEGIN", "begin", err)) != IDEM_OK)
 		return r;
 	progress_get_params(b, gpart, gv);
-	if (exec_params(pg, "idem_progress_get", 3, gv, NULL, NULL, &res) != IDEM_OK) {
+	if (exec_stmt(pg, IDEM_SQL_PROGRESS_GET, gv, NULL, NULL, &res) != IDEM_OK) {
 		r = idem_pg_error(err, pg->conn, res, "progress");
 		PQclear(res);
 		goto out_rollback;
@@ -1671,7 +1562,7 @@ idem_status idem_flush_apply_one(idem_flush *pg, struct idem_batch *b, size_t i,
 			const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
 			PGresult *res;
 
-			if (exec_params(pg, "idem_results", 3, rv, NULL, NULL, &res) != IDEM_OK) {
+			if (exec_stmt(pg, IDEM_SQL_RESULTS, rv, NULL, NULL, &res) != IDEM_OK) {
 				r = idem_pg_error(err, pg->conn, res, "store result");
 				PQclear(res);
 				return r;

@@ -7,21 +7,41 @@
 #include <stdlib.h>
 
 #include "idem_pg.h"
+#include "idem_sql.h"
 
 int idem_migrate_latest(void)
 {
 	return idem_migrations_count > 0 ? idem_migrations[idem_migrations_count - 1].version : 0;
 }
 
-static idem_status run(PGconn *conn, const char *sql, const char *what, idem_error *err)
+/* The version the schema is at (0 if none), from the open transaction or session. */
+static idem_status schema_version(PGconn *conn, const char *what, int *ret_version, idem_error *err)
 {
-	PGresult *res = PQexec(conn, sql);
-	ExecStatusType st = PQresultStatus(res);
-	idem_status r = IDEM_OK;
+	PGresult *res;
+	idem_status r;
 
-	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-		r = idem_pg_error(err, conn, res, what);
+	if ((r = idem_sql_exec(conn, IDEM_SQL_SCHEMA_VERSION, NULL, what, &res, err)) == IDEM_OK)
+		*ret_version = atoi(PQgetvalue(res, 0, 0));
 	PQclear(res);
+	return r;
+}
+
+idem_status idem_migrate_check(PGconn *conn, idem_error *err)
+{
+	int have;
+	idem_status r;
+
+	r = schema_version(conn, "schema check failed (run 'idemctl migrate')", &have, err);
+	if (r != IDEM_OK)
+		return r;
+	if (have < idem_migrate_latest()) {
+		r = idem_error_set(
+		        err, IDEM_ERR_PG,
+		        "database schema is at version %d, idemd needs %d: run 'idemctl migrate'",
+		        have, idem_migrate_latest());
+		if (err != NULL)
+			snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", "42P01");
+	}
 	return r;
 }
 
@@ -32,26 +52,23 @@ idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to, idem_er
 	PGresult *res;
 	idem_status r;
 
-	if ((r = run(conn, "BEGIN", "begin", err)) != IDEM_OK)
+	if ((r = idem_pg_exec(conn, "BEGIN", "begin", err)) != IDEM_OK)
 		return r;
 	/* One migrator at a time; the key is an arbitrary constant ("idem" in ASCII). */
-	if ((r = run(conn, "SELECT pg_advisory_xact_lock(1768187245)", "lock", err)) != IDEM_OK ||
-	    (r = run(conn, "SET LOCAL client_min_messages = warning", "set", err)) != IDEM_OK ||
-	    (r = run(conn, "CREATE SCHEMA IF NOT EXISTS idem", "create schema idem", err)) !=
+	if ((r = idem_pg_exec(conn, "SELECT pg_advisory_xact_lock(1768187245)", "lock", err)) !=
 	            IDEM_OK ||
-	    (r = run(conn,
+	    (r = idem_pg_exec(conn, "SET LOCAL client_min_messages = warning", "set", err)) !=
+	            IDEM_OK ||
+	    (r = idem_pg_exec(conn, "CREATE SCHEMA IF NOT EXISTS idem", "create schema idem",
+	                      err)) != IDEM_OK ||
+	    (r = idem_pg_exec(
+	             conn,
 	             "CREATE TABLE IF NOT EXISTS idem.schema_migrations (version integer PRIMARY KEY,"
 	             " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
 	             "create idem.schema_migrations", err)) != IDEM_OK)
 		goto out_rollback;
-	res = PQexec(conn, "SELECT coalesce(max(version), 0) FROM idem.schema_migrations");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "read schema version");
-		PQclear(res);
+	if ((r = schema_version(conn, "read schema version", &have, err)) != IDEM_OK)
 		goto out_rollback;
-	}
-	have = atoi(PQgetvalue(res, 0, 0));
-	PQclear(res);
 	*ret_from = have;
 	for (size_t i = 0; i < idem_migrations_count; i++) {
 		const struct idem_migration *m = &idem_migrations[i];
@@ -61,23 +78,17 @@ idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to, idem_er
 		if (m->version <= have)
 			continue;
 		snprintf(what, sizeof(what), "migration %s", m->name);
-		if ((r = run(conn, m->sql, what, err)) != IDEM_OK)
+		if ((r = idem_pg_exec(conn, m->sql, what, err)) != IDEM_OK)
 			goto out_rollback;
 		snprintf(ver, sizeof(ver), "%d", m->version);
 		vals[0] = ver;
 		vals[1] = m->name;
-		res = PQexecParams(
-		        conn, "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)",
-		        2, NULL, vals, NULL, NULL, 0);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-			r = idem_pg_error(err, conn, res, what);
-			PQclear(res);
+		if ((r = idem_sql_exec(conn, IDEM_SQL_SCHEMA_RECORD, vals, what, NULL, err)) !=
+		    IDEM_OK)
 			goto out_rollback;
-		}
-		PQclear(res);
 		have = m->version;
 	}
-	if ((r = run(conn, "COMMIT", "commit", err)) != IDEM_OK)
+	if ((r = idem_pg_exec(conn, "COMMIT", "commit", err)) != IDEM_OK)
 		return r;
 	*ret_to = have;
 	return IDEM_OK;

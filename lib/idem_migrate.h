@@ -22,6 +22,13 @@ extern const size_t idem_migrations_count;
 int idem_migrate_latest(void);
 
 /*
+ * @brief Check that the database's schema is at idem_migrate_latest(); if not, fail with
+ * IDEM_ERR_PG and SQLSTATE 42P01 (so idemd takes it for an operator's job) and a message
+ * saying to run 'idemctl migrate'.
+ */
+IDEM_NODISCARD idem_status idem_migrate_check(PGconn *conn, idem_error *err);
+
+/*
  * @brief Bring the schema to the latest version, in one transaction, serialised against
  * concurrent runs with an advisory lock. Re-running it is a no-op.
  * @param ret_from the version found (0: none), @param ret_to the version left.

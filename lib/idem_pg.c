@@ -166,3 +166,15 @@ idem_status idem_pg_exec_params(PGconn *conn, const char *sql, int n, const char
 		PQclear(res);
 	return r;
 }
+
+idem_status idem_pg_prepare(PGconn *conn, const char *name, const char *sql, int n,
+                            const char *what, idem_error *err)
+{
+	PGresult *res = PQprepare(conn, name, sql, n, NULL);
+	idem_status r = IDEM_OK;
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		r = idem_pg_error(err, conn, res, what);
+	PQclear(res);
+	return r;
+}

@@ -64,4 +64,8 @@ IDEM_NODISCARD idem_status idem_pg_exec_params(PGconn *conn, const char *sql, in
                                                const char *const *pv, const char *what,
                                                PGresult **ret_res, idem_error *err);
 
+/* @brief PREPARE @sql as @name with @n untyped parameters. @what names it in @err. */
+IDEM_NODISCARD idem_status idem_pg_prepare(PGconn *conn, const char *name, const char *sql, int n,
+                                           const char *what, idem_error *err);
+
 #endif

@@ -325,13 +325,7 @@ const char *idem_quarantine_outcome_str(enum idem_quarantine_outcome o)
 static idem_status exec_cmd(PGconn *conn, const char *sql, int n, const char *const *pv,
                             const char *what, idem_error *err)
 {
-	PGresult *res = PQexecParams(conn, sql, n, NULL, pv, NULL, NULL, 0);
-	idem_status r = IDEM_OK;
-
-	if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
-		r = idem_pg_error(err, conn, res, what);
-	PQclear(res);
-	return r;
+	return idem_pg_exec_params(conn, sql, n, pv, what, NULL, err);
 }
 
 /* The stored message as idemd saw it. @hdrs must hold e->n_headers entries. */

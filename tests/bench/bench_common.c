@@ -16,28 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Copied from lib/idem_pg.c; see bench_common.h. */
-const char bench_sql_claim[] =
-        "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
-        " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
-        " ON CONFLICT DO NOTHING RETURNING business_key";
-
-const char bench_sql_results[] = "UPDATE idem.processed_messages AS p SET result = u.r"
-                                 " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
-                                 " WHERE p.consumer = $1 AND p.business_key = u.k";
-
-const char bench_sql_progress[] =
-        "INSERT INTO idem.partition_progress AS p"
-        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
-        " next_offset = greatest(p.next_offset, excluded.next_offset),"
-        " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
-        " duplicates = p.duplicates + excluded.duplicates,"
-        " quarantined = p.quarantined + excluded.quarantined, updated_at = now()";
-
 /* Same text as tests/integration/common.sh IDEM_PAYMENTS_SQL. */
 const char bench_sql_payments[] =
         "WITH l AS (INSERT INTO ledger (payment_id, account, amount) VALUES ($1, $2, $3::bigint))"

@@ -1,6 +1,7 @@
 /*
  * bench_common.h - helpers shared by the benchmark programs (tests/bench/README.md): clocks,
- * CPU accounting from /proc, decoding of the payment messages, and the SQL that idemd runs.
+ * CPU accounting from /proc, decoding of the payment messages. idemd's own statements come from
+ * lib/idem_sql.h, the very table idemd runs.
  *
  * Not part of libidem: nothing here is used by idemd itself.
  */
@@ -14,15 +15,7 @@
 #include <sys/types.h>
 
 #include "idem_common.h"
-
-/*
- * The statements of idemd's batch transaction, copied from lib/idem_pg.c (they are static
- * there). The raw Postgres benchmark must run exactly these; if lib/idem_pg.c changes them,
- * change them here too.
- */
-extern const char bench_sql_claim[];
-extern const char bench_sql_results[];
-extern const char bench_sql_progress[];
+#include "idem_sql.h"
 
 /* The payments handler of sql/examples/payments.sql ($1 business key, $2 account, $3 amount). */
 extern const char bench_sql_payments[];

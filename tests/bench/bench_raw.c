@@ -15,9 +15,9 @@
  *      keys sorted);
  *   2. the payments handler once per claimed message, in offset order;
  *   3. the results UPDATE, the progress upsert, COMMIT;
- * the same statements, round trips and batch size as lib/idem_pg.c, without idemd's decoding,
- * polling and bookkeeping around them. A batch that runs into a deadlock with another
- * connection (two partitions touching one account) is rolled back and run again, as idemd
+ * the same statements (lib/idem_sql.h), round trips and batch size as lib/idem_flush.c, without
+ * idemd's decoding, polling and bookkeeping around them. A batch that runs into a deadlock with
+ * another connection (two partitions touching one account) is rolled back and run again, as idemd
  * retries it.
  *
  * Prints one line: raw messages=M batches=K applied=U duplicates=D seconds=S rate=R
@@ -236,7 +236,7 @@ static ssize_t find_key(const struct raw_batch *b, const char *k)
 }
 
 /*
- * The next pipelined result: one PGresult, then the NULL that ends it (as lib/idem_pg.c).
+ * The next pipelined result: one PGresult, then the NULL that ends it (as lib/idem_flush.c).
  * NULL for a deadlock or serialization failure (the batch is to be retried); dies otherwise.
  */
 static PGresult *next_result(PGconn *conn, ExecStatusType want, const char *what)
@@ -280,8 +280,8 @@ static void check(idem_status r)
 static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *b,
                       struct raw_bufs *bf, uint64_t *applied, uint64_t *dups)
 {
-	char part[16], nx[24], c1[24], c2[24], c3[24], c4[24];
-	const char *cv[6], *pv[8], *hv[3];
+	char part[16], nx[24], c[8][24];
+	const char *cv[6], *pv[14], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
 	bool sync_sent = false;
 	PGresult *res;
@@ -314,8 +314,8 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	cv[4] = bf->offs.data;
 	cv[5] = bf->hashes.data;
 	if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-	    !PQsendQueryPrepared(conn, "idem_claim", 6, cv, NULL, NULL, 0) ||
-	    !PQsendFlushRequest(conn) || PQflush(conn) != 0)
+	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
+	    PQflush(conn) != 0)
 		bench_die("send claim: %s", PQerrorMessage(conn));
 	if ((res = next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
 		goto retry;
@@ -380,25 +380,31 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	check(idem_pgarray_close(&bf->rkeys));
 	check(idem_pgarray_close(&bf->rvals));
 	snprintf(nx, sizeof(nx), "%" PRId64, b->msgs[b->n - 1].offset + 1);
-	snprintf(c1, sizeof(c1), "%zu", b->n);
-	snprintf(c2, sizeof(c2), "%" PRIu64, n_app);
-	snprintf(c3, sizeof(c3), "%" PRIu64, n_dup);
-	snprintf(c4, sizeof(c4), "0");
+	/* consumed, applied, duplicates, quarantined, then the duplicates by kind (all upstream
+	 * here: the topic is read once) and payload mismatches; no halt. */
+	snprintf(c[0], sizeof(c[0]), "%zu", b->n);
+	snprintf(c[1], sizeof(c[1]), "%" PRIu64, n_app);
+	snprintf(c[2], sizeof(c[2]), "%" PRIu64, n_dup);
+	snprintf(c[3], sizeof(c[3]), "0");
+	snprintf(c[4], sizeof(c[4]), "0");
+	snprintf(c[5], sizeof(c[5]), "0");
+	snprintf(c[6], sizeof(c[6]), "%" PRIu64, n_dup);
+	snprintf(c[7], sizeof(c[7]), "0");
 	pv[0] = o->consumer;
 	pv[1] = o->topic;
 	pv[2] = part;
 	pv[3] = nx;
-	pv[4] = c1;
-	pv[5] = c2;
-	pv[6] = c3;
-	pv[7] = c4;
+	for (int k = 0; k < 8; k++)
+		pv[4 + k] = c[k];
+	pv[12] = NULL;
+	pv[13] = NULL;
 	if (b->n_applied > 0) {
 		const char *rv[3] = { o->consumer, bf->rkeys.data, bf->rvals.data };
 
-		if (!PQsendQueryPrepared(conn, "idem_results", 3, rv, NULL, NULL, 0))
+		if (!idem_sql_send(conn, IDEM_SQL_RESULTS, rv, NULL, NULL))
 			bench_die("send results: %s", PQerrorMessage(conn));
 	}
-	if (!PQsendQueryPrepared(conn, "idem_progress", 8, pv, NULL, NULL, 0) ||
+	if (!idem_sql_send(conn, IDEM_SQL_PROGRESS, pv, NULL, NULL) ||
 	    !PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
 	    !PQpipelineSync(conn))
 		bench_die("send commit: %s", PQerrorMessage(conn));
@@ -534,6 +540,7 @@ int main(int argc, char **argv)
 	uint64_t applied = 0, dups = 0, batches = 0, retries = 0;
 	size_t *first, *lim, nparts = 0;
 	double t0, t1, cpu0, cpu1, pg0 = -1, pg1 = -1;
+	idem_error err;
 	int c;
 
 	bench_set_prog("bench_raw");
@@ -601,9 +608,8 @@ int main(int argc, char **argv)
 			                     .lim = lim,
 			                     .nparts = nparts };
 		th[i].conn = bench_pg_connect(o.conninfo);
-		bench_pg_prepare(th[i].conn, "idem_claim", bench_sql_claim);
-		bench_pg_prepare(th[i].conn, "idem_results", bench_sql_results);
-		bench_pg_prepare(th[i].conn, "idem_progress", bench_sql_progress);
+		if (idem_sql_prepare_batch(th[i].conn, &err) != IDEM_OK)
+			bench_die("%s", err.msg);
 		bench_pg_prepare(th[i].conn, "idem_h0", bench_sql_payments);
 	}
 	fprintf(stderr,

@@ -1,0 +1,156 @@
+/*
+ * idem_sql.c - the statement table.
+ */
+#include "idem_sql.h"
+
+#include <stdio.h>
+
+#include "idem_pg.h"
+
+static const char sql_claim[] =
+        "INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
+        " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
+        " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING business_key";
+
+/*
+ * The claim of several partitions' keys at once (idem_flush_many()): each row carries its own
+ * consumer and partition, and the rows returned say whose they are. A key given twice for one
+ * consumer is inserted once, for the row that comes first; the other finds it claimed.
+ */
+static const char sql_claim_many[] =
+        "INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
+        " SELECT u.c, u.k, u.t, u.p, u.o, decode(u.h, 'hex')"
+        " FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::text[])"
+        " AS u(c, k, t, p, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING business_key, topic, partition";
+
+static const char sql_results[] = "UPDATE idem.processed_messages AS p SET result = u.r"
+                                  " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
+                                  " WHERE p.consumer = $1 AND p.business_key = u.k";
+
+static const char sql_progress_get[] = "SELECT next_offset FROM idem.partition_progress"
+                                       " WHERE consumer = $1 AND topic = $2 AND partition = $3";
+
+/* Sent only when a batch has duplicates; sees the claims this transaction made, too. */
+static const char sql_claims_get[] =
+        "SELECT business_key, topic, partition, \"offset\", encode(payload_hash, 'hex')"
+        " FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])";
+
+static const char sql_progress[] =
+        "INSERT INTO idem.partition_progress AS p"
+        " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
+        " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
+        " halt_reason)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
+        " next_offset = greatest(p.next_offset, excluded.next_offset),"
+        " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
+        " duplicates = p.duplicates + excluded.duplicates,"
+        " quarantined = p.quarantined + excluded.quarantined,"
+        " dup_redelivery = p.dup_redelivery + excluded.dup_redelivery,"
+        " dup_replay = p.dup_replay + excluded.dup_replay,"
+        " dup_upstream = p.dup_upstream + excluded.dup_upstream,"
+        " payload_mismatches = p.payload_mismatches + excluded.payload_mismatches,"
+        " halted_offset = excluded.halted_offset, halt_reason = excluded.halt_reason,"
+        " updated_at = now()";
+
+/* Idempotent per offset: a message quarantined again (a replay) reopens its row. */
+static const char sql_quarantine[] =
+        "INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\", business_key,"
+        " msg_key, msg_value, header_names, header_values, msg_timestamp, reason, sqlstate,"
+        " attempts)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[], $9::bytea[],"
+        " to_timestamp($10::bigint / 1000.0), $11, nullif($12, ''), $13)"
+        " ON CONFLICT (consumer, topic, partition, \"offset\") DO UPDATE SET"
+        " attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
+        " sqlstate = excluded.sqlstate,"
+        " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
+        " last_failed_at = now(), resolved_at = NULL, resolution = NULL";
+
+static const char sql_schema_version[] =
+        "SELECT coalesce(max(version), 0) FROM idem.schema_migrations";
+
+static const char sql_schema_record[] =
+        "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)";
+
+static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
+	[IDEM_SQL_CLAIM] = { "idem_claim", 6, sql_claim },
+	[IDEM_SQL_CLAIM_MANY] = { "idem_claim_many", 6, sql_claim_many },
+	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results },
+	[IDEM_SQL_PROGRESS_GET] = { "idem_progress_get", 3, sql_progress_get },
+	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
+	[IDEM_SQL_PROGRESS] = { "idem_progress", 14, sql_progress },
+	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
+	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
+	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },
+};
+
+const struct idem_sql_stmt *idem_sql(enum idem_sql_id id)
+{
+	return &stmts[id];
+}
+
+idem_status idem_sql_prepare(PGconn *conn, enum idem_sql_id id, idem_error *err)
+{
+	const struct idem_sql_stmt *s = &stmts[id];
+	char what[64];
+
+	snprintf(what, sizeof(what), "prepare %s", s->name);
+	return idem_pg_prepare(conn, s->name, s->text, s->n_params, what, err);
+}
+
+idem_status idem_sql_prepare_batch(PGconn *conn, idem_error *err)
+{
+	idem_status r;
+
+	for (int id = 0; id < IDEM_SQL_N_BATCH; id++) {
+		if ((r = idem_sql_prepare(conn, (enum idem_sql_id)id, err)) != IDEM_OK)
+			return r;
+	}
+	return IDEM_OK;
+}
+
+int idem_sql_send(PGconn *conn, enum idem_sql_id id, const char *const *vals, const int *lens,
+                  const int *fmts)
+{
+	const struct idem_sql_stmt *s = &stmts[id];
+
+	return PQsendQueryPrepared(conn, s->name, s->n_params, vals, lens, fmts, 0);
+}
+
+static idem_status check(PGconn *conn, PGresult *res, const char *what, PGresult **ret_res,
+                         idem_error *err)
+{
+	ExecStatusType st = PQresultStatus(res);
+	idem_status r = IDEM_OK;
+
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+		r = idem_pg_error(err, conn, res, what);
+	if (ret_res != NULL)
+		*ret_res = res;
+	else
+		PQclear(res);
+	return r;
+}
+
+idem_status idem_sql_exec(PGconn *conn, enum idem_sql_id id, const char *const *vals,
+                          const char *what, PGresult **ret_res, idem_error *err)
+{
+	const struct idem_sql_stmt *s = &stmts[id];
+
+	return check(conn, PQexecParams(conn, s->text, s->n_params, NULL, vals, NULL, NULL, 0),
+	             what, ret_res, err);
+}
+
+idem_status idem_sql_exec_prepared(PGconn *conn, enum idem_sql_id id, const char *const *vals,
+                                   const int *lens, const int *fmts, const char *what,
+                                   PGresult **ret_res, idem_error *err)
+{
+	const struct idem_sql_stmt *s = &stmts[id];
+
+	return check(conn, PQexecPrepared(conn, s->name, s->n_params, vals, lens, fmts, 0), what,
+	             ret_res, err);
+}
