@@ -169,7 +169,9 @@ static const struct cfg_key postgres_keys[] = {
 };
 static const struct cfg_section postgres_section = { postgres_keys, PG_N, cfg_check_postgres };
 
-enum { HANDLER_SQL, HANDLER_PARAMS, HANDLER_N };
+static const char *const cfg_mode_names[] = { "row", "set", NULL };
+
+enum { HANDLER_SQL, HANDLER_PARAMS, HANDLER_MODE, HANDLER_N };
 static const struct cfg_key handler_keys[] = {
 	[HANDLER_SQL] = { .name = "sql",
 	                  .type = CFG_STRING,
@@ -179,12 +181,18 @@ static const struct cfg_key handler_keys[] = {
 	                     .type = CFG_FIELDS,
 	                     .off = offsetof(struct idem_route, params),
 	                     .n_off = offsetof(struct idem_route, n_params) },
+	[HANDLER_MODE] = { .name = "mode",
+	                   .type = CFG_ENUM,
+	                   .def = IDEM_CFG_MODE_ROW,
+	                   .off = offsetof(struct idem_route, handler_mode),
+	                   .names = cfg_mode_names },
 };
 static const struct cfg_section handler_section = { handler_keys, HANDLER_N, cfg_check_handler };
 
 /* CFG_ENUM values are stored through an int. */
 _Static_assert(sizeof(enum idem_cfg_poison) == sizeof(int) &&
-                       sizeof(enum idem_cfg_mismatch) == sizeof(int),
+                       sizeof(enum idem_cfg_mismatch) == sizeof(int) &&
+                       sizeof(enum idem_cfg_mode) == sizeof(int),
                "CFG_ENUM targets must be int-sized");
 static const char *const cfg_poison_names[] = { "quarantine", "halt", NULL };
 static const char *const cfg_mismatch_names[] = { "ignore", "log", "quarantine", NULL };

@@ -24,6 +24,14 @@ enum idem_cfg_mismatch {
 	IDEM_CFG_MISMATCH_QUARANTINE, /* count it and quarantine the message */
 };
 
+/* routes[].handler.mode: how often the handler statement runs. */
+enum idem_cfg_mode {
+	IDEM_CFG_MODE_ROW = 0, /* once per newly claimed message, with that message's fields */
+	IDEM_CFG_MODE_SET,     /* once per transaction over all its newly claimed messages of the
+	                          route: each parameter is a text[] of that field, one element per
+	                          message, in the order they are applied */
+};
+
 /* One route: which topics, how to build the business key, which handler to run. */
 struct idem_route {
 	char *name;    /* routes[].name, required, unique */
@@ -34,6 +42,7 @@ struct idem_route {
 	char *handler_sql;         /* routes[].handler.sql: one statement with $1..$n */
 	struct idem_field *params; /* routes[].handler.params: $1..$n, in order */
 	size_t n_params;
+	enum idem_cfg_mode handler_mode;            /* routes[].handler.mode, default row */
 	enum idem_cfg_poison on_poison;             /* routes[].on_poison, default quarantine */
 	enum idem_cfg_mismatch on_payload_mismatch; /* routes[].on_payload_mismatch, default log */
 	bool needs_json;                            /* computed: key or a param uses json: */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idem_bind.h"
 #include "idem_log.h"
 #include "idem_migrate.h"
 #include "idem_sql.h"
@@ -42,6 +43,7 @@ struct flush_ctx {
 	size_t n_dups;
 	size_t cap_idx;
 	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
+	bool set_sent;         /* set mode: sent its route's statement (round trip 2) */
 	struct {
 		bool on;
 		int64_t offset;
@@ -49,29 +51,14 @@ struct flush_ctx {
 	} halt; /* on_poison: halt stopped the batch */
 };
 
-/* A key of the combined claim: message @i of the batch of pg->many[@k]. */
-struct claim_ref {
-	const struct idem_batch *b;
-	size_t k;
-	size_t i;
-};
-
 struct idem_flush {
 	const struct idem_cfg *cfg;
 	PGconn *conn;
-	struct idem_buf keys, offs, hashes;  /* array literals for the claim */
-	struct idem_buf cons, topics, parts; /* and for the combined claim */
-	struct idem_buf rkeys, rvals;        /* array literals for the results */
-	struct idem_buf hnames, hvals;       /* array literals for quarantined headers */
-	struct idem_buf dkeys;               /* array literal: keys of the duplicates */
-	const char **vals;                   /* parameter pointers, reused */
-	int *lens, *fmts;
-	size_t cap_vals;
+	struct idem_bind bind;  /* statement parameters, rebuilt for each statement */
 	struct flush_ctx one;   /* idem_flush_batch() and idem_flush_apply_one() */
 	struct flush_ctx *many; /* idem_flush_many(), cap_many of them */
 	size_t cap_many;
-	struct claim_ref *refs; /* the combined claim's keys, in claim order */
-	size_t cap_refs;
+	const struct idem_batch **many_b; /* the batches of pg->many, for the combined claim */
 };
 
 /* @sql on one line, shortened to fit @len, for a message that names the statement. */
@@ -160,25 +147,12 @@ void idem_flush_free(idem_flush *pg)
 		return;
 	if (pg->conn != NULL)
 		PQfinish(pg->conn);
-	idem_buf_done(&pg->keys);
-	idem_buf_done(&pg->offs);
-	idem_buf_done(&pg->hashes);
-	idem_buf_done(&pg->cons);
-	idem_buf_done(&pg->topics);
-	idem_buf_done(&pg->parts);
-	idem_buf_done(&pg->rkeys);
-	idem_buf_done(&pg->rvals);
-	idem_buf_done(&pg->hnames);
-	idem_buf_done(&pg->hvals);
-	idem_buf_done(&pg->dkeys);
-	free(pg->vals);
-	free(pg->lens);
-	free(pg->fmts);
+	idem_bind_done(&pg->bind);
 	ctx_done(&pg->one);
 	for (size_t k = 0; k < pg->cap_many; k++)
 		ctx_done(&pg->many[k]);
 	free(pg->many);
-	free(pg->refs);
+	free(pg->many_b);
 	free(pg);
 }
 
@@ -198,24 +172,6 @@ bool idem_flush_connected(const idem_flush *pg)
 PGconn *idem_flush_conn(idem_flush *pg)
 {
 	return pg->conn;
-}
-
-static idem_status need_vals(idem_flush *pg, size_t n)
-{
-	if (n <= pg->cap_vals)
-		return IDEM_OK;
-	free(pg->vals);
-	free(pg->lens);
-	free(pg->fmts);
-	pg->vals = calloc(n, sizeof(*pg->vals));
-	pg->lens = calloc(n, sizeof(*pg->lens));
-	pg->fmts = calloc(n, sizeof(*pg->fmts));
-	pg->cap_vals = n;
-	if (pg->vals == NULL || pg->lens == NULL || pg->fmts == NULL) {
-		pg->cap_vals = 0;
-		return IDEM_ERR_NOMEM;
-	}
-	return IDEM_OK;
 }
 
 static idem_status need_idx(struct flush_ctx *ctx, size_t n)
@@ -240,9 +196,14 @@ static idem_status need_idx(struct flush_ctx *ctx, size_t n)
 static idem_status need_many(idem_flush *pg, size_t n)
 {
 	struct flush_ctx *ctx;
+	const struct idem_batch **bs;
 
 	if (n <= pg->cap_many)
 		return IDEM_OK;
+	bs = realloc(pg->many_b, n * sizeof(*bs));
+	if (bs == NULL)
+		return IDEM_ERR_NOMEM;
+	pg->many_b = bs;
 	ctx = realloc(pg->many, n * sizeof(*ctx));
 	if (ctx == NULL)
 		return IDEM_ERR_NOMEM;
@@ -252,166 +213,11 @@ static idem_status need_many(idem_flush *pg, size_t n)
 	return IDEM_OK;
 }
 
-static idem_status need_refs(idem_flush *pg, size_t n)
-{
-	struct claim_ref *x;
-
-	if (n <= pg->cap_refs)
-		return IDEM_OK;
-	x = realloc(pg->refs, n * sizeof(*x));
-	if (x == NULL)
-		return IDEM_ERR_NOMEM;
-	pg->refs = x;
-	pg->cap_refs = n;
-	return IDEM_OK;
-}
-
-/* Parameters for the claim of the keys of messages idx[0..n). */
-static idem_status claim_params(idem_flush *pg, const struct idem_batch *b, const size_t *idx,
-                                size_t n, char *part, const char **vals)
-{
-	if (idem_pgarray_open(&pg->keys) || idem_pgarray_open(&pg->offs) ||
-	    idem_pgarray_open(&pg->hashes))
-		return IDEM_ERR_NOMEM;
-	for (size_t k = 0; k < n; k++) {
-		const struct idem_batch_msg *m = &b->msgs[idx[k]];
-		char off[24];
-		int len = snprintf(off, sizeof(off), "%" PRId64, m->offset);
-
-		if (idem_pgarray_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-		    idem_pgarray_add(&pg->offs, off, (size_t)len, false) ||
-		    idem_pgarray_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len,
-		                     m->hash.null))
-			return IDEM_ERR_NOMEM;
-	}
-	if (idem_pgarray_close(&pg->keys) || idem_pgarray_close(&pg->offs) ||
-	    idem_pgarray_close(&pg->hashes))
-		return IDEM_ERR_NOMEM;
-	snprintf(part, 16, "%" PRId32, b->partition);
-	vals[0] = b->route->consumer;
-	vals[1] = b->topic;
-	vals[2] = part;
-	vals[3] = pg->keys.data;
-	vals[4] = pg->offs.data;
-	vals[5] = pg->hashes.data;
-	return IDEM_OK;
-}
-
-/*
- * Claim order of the combined claim: by key bytes like a single batch's (idem_batch_collapse()),
- * so that it never crosses the order of another transaction's claims and both cannot deadlock;
- * then by consumer, as a key is locked per consumer; then by batch, the first one winning a key
- * that two batches of one consumer carry, as if it had been flushed first on its own.
- */
-static int ref_cmp(const void *p, const void *q)
-{
-	const struct claim_ref *x = p, *y = q;
-	const struct idem_span *kx = &x->b->msgs[x->i].bkey, *ky = &y->b->msgs[y->i].bkey;
-	int c = memcmp(idem_batch_ptr(x->b, *kx), idem_batch_ptr(y->b, *ky),
-	               kx->len < ky->len ? kx->len : ky->len);
-
-	if (c == 0)
-		c = (kx->len > ky->len) - (kx->len < ky->len);
-	if (c == 0)
-		c = strcmp(x->b->route->consumer, y->b->route->consumer);
-	if (c == 0)
-		c = (x->k > y->k) - (x->k < y->k);
-	return c;
-}
-
-static idem_status claim_many_add(idem_flush *pg, const struct claim_ref *x)
-{
-	const struct idem_batch *b = x->b;
-	const struct idem_batch_msg *m = &b->msgs[x->i];
-	char off[24], part[16];
-	int olen = snprintf(off, sizeof(off), "%" PRId64, m->offset);
-	int plen = snprintf(part, sizeof(part), "%" PRId32, b->partition);
-
-	if (idem_pgarray_add(&pg->cons, b->route->consumer, strlen(b->route->consumer), false) ||
-	    idem_pgarray_add(&pg->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-	    idem_pgarray_add(&pg->topics, b->topic, strlen(b->topic), false) ||
-	    idem_pgarray_add(&pg->parts, part, (size_t)plen, false) ||
-	    idem_pgarray_add(&pg->offs, off, (size_t)olen, false) ||
-	    idem_pgarray_add(&pg->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
-		return IDEM_ERR_NOMEM;
-	return IDEM_OK;
-}
-
-/* Parameters for the combined claim of the keys of the batches of ctx[0..n), @n_keys in all. */
-static idem_status claim_many_params(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
-                                     size_t n_keys, const char **vals)
-{
-	size_t n_refs = 0;
-
-	if (need_refs(pg, n_keys) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	for (size_t k = 0; k < n; k++) {
-		for (size_t j = 0; j < ctx[k].b->n_order; j++)
-			pg->refs[n_refs++] = (struct claim_ref){ ctx[k].b, k, ctx[k].b->order[j] };
-	}
-	qsort(pg->refs, n_refs, sizeof(*pg->refs), ref_cmp);
-	if (idem_pgarray_open(&pg->cons) || idem_pgarray_open(&pg->keys) ||
-	    idem_pgarray_open(&pg->topics) || idem_pgarray_open(&pg->parts) ||
-	    idem_pgarray_open(&pg->offs) || idem_pgarray_open(&pg->hashes))
-		return IDEM_ERR_NOMEM;
-	for (size_t k = 0; k < n_refs; k++) {
-		if (claim_many_add(pg, &pg->refs[k]) != IDEM_OK)
-			return IDEM_ERR_NOMEM;
-	}
-	if (idem_pgarray_close(&pg->cons) || idem_pgarray_close(&pg->keys) ||
-	    idem_pgarray_close(&pg->topics) || idem_pgarray_close(&pg->parts) ||
-	    idem_pgarray_close(&pg->offs) || idem_pgarray_close(&pg->hashes))
-		return IDEM_ERR_NOMEM;
-	vals[0] = pg->cons.data;
-	vals[1] = pg->keys.data;
-	vals[2] = pg->topics.data;
-	vals[3] = pg->parts.data;
-	vals[4] = pg->offs.data;
-	vals[5] = pg->hashes.data;
-	return IDEM_OK;
-}
-
-/* Parameters for the progress lookup. */
-static void progress_get_params(const struct idem_batch *b, char *part, const char **vals)
-{
-	snprintf(part, 16, "%" PRId32, b->partition);
-	vals[0] = b->route->consumer;
-	vals[1] = b->topic;
-	vals[2] = part;
-}
-
 static void read_progress(struct flush_ctx *ctx, const PGresult *res)
 {
 	ctx->progress_next = -1;
 	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
 		ctx->progress_next = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-}
-
-/*
- * Keys of the messages of the batch that ran into an existing claim, into ctx->dups (sorted by
- * key; ctx->n_dups of them, 0 meaning nothing to look up) and pg->dkeys (an array literal).
- */
-static idem_status claims_params(idem_flush *pg, struct flush_ctx *ctx)
-{
-	const struct idem_batch *b = ctx->b;
-	size_t n = 0;
-
-	if (need_idx(ctx, b->n_msgs) != IDEM_OK || idem_pgarray_open(&pg->dkeys))
-		return IDEM_ERR_NOMEM;
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		const struct idem_batch_msg *m = &b->msgs[i];
-
-		if (m->state != IDEM_MSG_DUPLICATE)
-			continue;
-		ctx->dups[n++] = i;
-		if (idem_pgarray_add(&pg->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
-			return IDEM_ERR_NOMEM;
-	}
-	if (idem_pgarray_close(&pg->dkeys))
-		return IDEM_ERR_NOMEM;
-	idem_batch_sort_by_key(b, ctx->dups, n);
-	ctx->n_dups = n;
-	return IDEM_OK;
 }
 
 /* Record the claims found by SQL_CLAIMS_GET on the duplicates ctx->dups[0..ctx->n_dups). */
@@ -536,114 +342,6 @@ static void count(const struct idem_batch *b, struct idem_flush_stats *st)
 	}
 }
 
-/* Bind the handler parameters of message @i into pg->vals. */
-static idem_status handler_params(idem_flush *pg, const struct idem_batch *b, size_t i)
-{
-	const struct idem_batch_msg *m = &b->msgs[i];
-	size_t np = b->route->n_params;
-
-	if (need_vals(pg, np + 1) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	for (size_t p = 0; p < np; p++)
-		pg->vals[p] = idem_batch_ptr(b, b->params[m->param_first + p]);
-	return IDEM_OK;
-}
-
-static idem_status results_params(idem_flush *pg, const struct idem_batch *b, bool *ret_any)
-{
-	*ret_any = false;
-	if (idem_pgarray_open(&pg->rkeys) || idem_pgarray_open(&pg->rvals))
-		return IDEM_ERR_NOMEM;
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		const struct idem_batch_msg *m = &b->msgs[i];
-
-		if (m->state != IDEM_MSG_APPLIED || m->result.null)
-			continue;
-		if (idem_pgarray_add(&pg->rkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-		    idem_pgarray_add(&pg->rvals, idem_batch_ptr(b, m->result), m->result.len,
-		                     false))
-			return IDEM_ERR_NOMEM;
-		*ret_any = true;
-	}
-	if (idem_pgarray_close(&pg->rkeys) || idem_pgarray_close(&pg->rvals))
-		return IDEM_ERR_NOMEM;
-	return IDEM_OK;
-}
-
-static idem_status hex_elem(struct idem_buf *a, const char *p, size_t n, bool null)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	if (a->len > 1 && idem_buf_append(a, ",", 1) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	if (null)
-		return idem_buf_append(a, "NULL", 4);
-	/* "\\x..." inside a quoted array element is the bytea hex input "\x...". */
-	if (idem_buf_reserve(a, 2 * n + 6) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	memcpy(a->data + a->len, "\"\\\\x", 4);
-	a->len += 4;
-	for (size_t i = 0; i < n; i++) {
-		a->data[a->len++] = hex[(unsigned char)p[i] >> 4];
-		a->data[a->len++] = hex[(unsigned char)p[i] & 15];
-	}
-	a->data[a->len++] = '"';
-	a->data[a->len] = '\0';
-	return IDEM_OK;
-}
-
-/* Parameters for quarantining message @i. key and value are bound as binary bytea. */
-static idem_status quarantine_params(idem_flush *pg, const struct idem_batch *b, size_t i,
-                                     char *part, char *off, char *ts, char *att)
-{
-	const struct idem_batch_msg *m = &b->msgs[i];
-
-	if (need_vals(pg, 13) != IDEM_OK || idem_pgarray_open(&pg->hnames) ||
-	    idem_pgarray_open(&pg->hvals))
-		return IDEM_ERR_NOMEM;
-	for (size_t h = 0; h < m->n_hdrs; h++) {
-		const struct idem_batch_hdr *hd = &b->hdrs[m->hdr_first + h];
-		const char *name = idem_batch_ptr(b, hd->name);
-
-		/* Header names are stored as text; a name that is not UTF-8 is stored as hex. */
-		if (idem_utf8_valid(name, hd->name.len)) {
-			if (idem_pgarray_add(&pg->hnames, name, hd->name.len, false))
-				return IDEM_ERR_NOMEM;
-		} else if (hex_elem(&pg->hnames, name, hd->name.len, false)) {
-			return IDEM_ERR_NOMEM;
-		}
-		if (hex_elem(&pg->hvals, idem_batch_ptr(b, hd->value), hd->value.len,
-		             hd->value.null))
-			return IDEM_ERR_NOMEM;
-	}
-	if (idem_pgarray_close(&pg->hnames) || idem_pgarray_close(&pg->hvals))
-		return IDEM_ERR_NOMEM;
-	snprintf(part, 16, "%" PRId32, b->partition);
-	snprintf(off, 24, "%" PRId64, m->offset);
-	snprintf(ts, 24, "%" PRId64, m->timestamp_ms);
-	snprintf(att, 16, "%d", m->attempts > 0 ? m->attempts : 1);
-	memset(pg->fmts, 0, 13 * sizeof(*pg->fmts));
-	memset(pg->lens, 0, 13 * sizeof(*pg->lens));
-	pg->vals[0] = b->route->consumer;
-	pg->vals[1] = b->topic;
-	pg->vals[2] = part;
-	pg->vals[3] = off;
-	pg->vals[4] = idem_batch_ptr(b, m->bkey);
-	pg->vals[5] = idem_batch_ptr(b, m->key);
-	pg->lens[5] = (int)m->key.len;
-	pg->fmts[5] = 1;
-	pg->vals[6] = idem_batch_ptr(b, m->value);
-	pg->lens[6] = (int)m->value.len;
-	pg->fmts[6] = 1;
-	pg->vals[7] = pg->hnames.data;
-	pg->vals[8] = pg->hvals.data;
-	pg->vals[9] = m->timestamp_ms >= 0 ? ts : NULL;
-	pg->vals[10] = idem_batch_ptr(b, m->reason);
-	pg->vals[11] = m->sqlstate;
-	pg->vals[12] = att;
-	return IDEM_OK;
-}
-
 /* Why a handler failed, for the quarantine: the limit it hit, or Postgres's message. */
 static void handler_reason(const idem_flush *pg, const PGresult *res, char *buf, size_t len)
 {
@@ -675,49 +373,39 @@ static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int
 {
 	const struct idem_batch *b = ctx->b;
 	const struct idem_flush_stats *st = &ctx->st;
-	char part[16], off[24], ts[24], att[16], nx[24], c[8][24];
-	const char *pv[14];
+	struct idem_bind *bd = &pg->bind;
+	const struct idem_bind_progress pr = {
+		.next_offset = st->next_offset,
+		.counts = { st->consumed, st->applied, st->duplicates, st->quarantined,
+		            st->dup_redelivery, st->dup_replay, st->dup_upstream,
+		            st->payload_mismatches },
+		.halted = st->halted,
+		.halt_reason = st->halt_reason,
+	};
+	const char *v[14];
 	bool any;
 	int n = 0;
 
-	if (results_params(pg, b, &any) != IDEM_OK)
+	/* Only results there are: no claim row is rewritten for nothing. */
+	if (idem_bind_results(bd, b, &any, v) != IDEM_OK)
 		return idem_error_nomem(err);
 	if (any) {
-		const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
-
-		if (!idem_sql_send(pg->conn, IDEM_SQL_RESULTS, rv, NULL, NULL))
+		if (!idem_sql_send(pg->conn, IDEM_SQL_RESULTS, v, NULL, NULL))
 			return idem_pg_error(err, pg->conn, NULL, "send results");
 		n++;
 	}
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		if (b->msgs[i].state != IDEM_MSG_BAD)
 			continue;
-		if (quarantine_params(pg, b, i, part, off, ts, att) != IDEM_OK)
+		if (idem_bind_quarantine(bd, b, i) != IDEM_OK)
 			return idem_error_nomem(err);
 		/* libpq copies parameters at send time, so the buffers may be reused. */
-		if (!idem_sql_send(pg->conn, IDEM_SQL_QUARANTINE, pg->vals, pg->lens, pg->fmts))
+		if (!idem_sql_send(pg->conn, IDEM_SQL_QUARANTINE, bd->vals, bd->lens, bd->fmts))
 			return idem_pg_error(err, pg->conn, NULL, "send quarantine");
 		n++;
 	}
-	snprintf(part, sizeof(part), "%" PRId32, b->partition);
-	snprintf(nx, sizeof(nx), "%" PRId64, st->next_offset);
-	snprintf(c[0], sizeof(c[0]), "%" PRIu64, st->consumed);
-	snprintf(c[1], sizeof(c[1]), "%" PRIu64, st->applied);
-	snprintf(c[2], sizeof(c[2]), "%" PRIu64, st->duplicates);
-	snprintf(c[3], sizeof(c[3]), "%" PRIu64, st->quarantined);
-	snprintf(c[4], sizeof(c[4]), "%" PRIu64, st->dup_redelivery);
-	snprintf(c[5], sizeof(c[5]), "%" PRIu64, st->dup_replay);
-	snprintf(c[6], sizeof(c[6]), "%" PRIu64, st->dup_upstream);
-	snprintf(c[7], sizeof(c[7]), "%" PRIu64, st->payload_mismatches);
-	pv[0] = b->route->consumer;
-	pv[1] = b->topic;
-	pv[2] = part;
-	pv[3] = nx;
-	for (int k = 0; k < 8; k++)
-		pv[4 + k] = c[k];
-	pv[12] = st->halted ? nx : NULL;
-	pv[13] = st->halted ? st->halt_reason : NULL;
-	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS, pv, NULL, NULL))
+	idem_bind_progress(bd, b, &pr, v);
+	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS, v, NULL, NULL))
 		return idem_pg_error(err, pg->conn, NULL, "send progress");
 	*ret_n = n + 1;
 	return IDEM_OK;
@@ -816,9 +504,8 @@ static idem_status exec_params(idem_flush *pg, const char *name, int n, const ch
 static idem_status exec_stmt(idem_flush *pg, enum idem_sql_id id, const char *const *vals,
                              const int *lens, const int *fmts, PGresult **ret_res)
 {
-	const struct idem_sql_stmt *st = idem_sql(id);
-
-	return exec_params(pg, st->name, st->n_params, vals, lens, fmts, ret_res);
+	return idem_sql_exec_prepared(pg->conn, id, vals, lens, fmts, idem_sql(id)->name, ret_res,
+	                              NULL);
 }
 
 /* Send the closing statements of the batches of ctx[0..n) and COMMIT; @ret_n counts them. */
@@ -933,15 +620,14 @@ static enum fast_outcome fast_send_fail(idem_flush *pg, idem_status r, idem_erro
 static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
                               bool *ret_claim)
 {
-	const char *gv[3], *cv[6];
-	char part[16];
+	const char *v[6];
 	size_t n_keys = 0;
 
 	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
 		return IDEM_ERR_PG;
 	for (size_t k = 0; k < n; k++) {
-		progress_get_params(ctx[k].b, part, gv);
-		if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS_GET, gv, NULL, NULL))
+		idem_bind_progress_get(&pg->bind, ctx[k].b, v);
+		if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS_GET, v, NULL, NULL))
 			return IDEM_ERR_PG;
 		n_keys += ctx[k].b->n_order;
 	}
@@ -949,14 +635,17 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 	if (n_keys == 0)
 		return IDEM_OK;
 	if (n == 1) {
-		if (claim_params(pg, ctx->b, ctx->b->order, ctx->b->n_order, part, cv) != IDEM_OK)
+		if (idem_bind_claim(&pg->bind, ctx->b, ctx->b->order, ctx->b->n_order, v) !=
+		    IDEM_OK)
 			return IDEM_ERR_NOMEM;
-		return idem_sql_send(pg->conn, IDEM_SQL_CLAIM, cv, NULL, NULL) ? IDEM_OK
-		                                                               : IDEM_ERR_PG;
+		return idem_sql_send(pg->conn, IDEM_SQL_CLAIM, v, NULL, NULL) ? IDEM_OK
+		                                                              : IDEM_ERR_PG;
 	}
-	if (claim_many_params(pg, ctx, n, n_keys, cv) != IDEM_OK)
+	for (size_t k = 0; k < n; k++)
+		pg->many_b[k] = ctx[k].b;
+	if (idem_bind_claim_many(&pg->bind, pg->many_b, n, n_keys, v) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
-	return idem_sql_send(pg->conn, IDEM_SQL_CLAIM_MANY, cv, NULL, NULL) ? IDEM_OK : IDEM_ERR_PG;
+	return idem_sql_send(pg->conn, IDEM_SQL_CLAIM_MANY, v, NULL, NULL) ? IDEM_OK : IDEM_ERR_PG;
 }
 
 /* The batch of ctx[0..n) with @topic and @partition, or NULL. */
@@ -1058,34 +747,156 @@ static enum fast_outcome begin_rt(idem_flush *pg, struct flush_ctx *ctx, size_t 
 	return FAST_DONE;
 }
 
-/* Round trip 2, sent for one batch: its duplicates' claims lookup (if any), its handlers. */
+/* Does @b's route run its handler once per transaction (handler.mode: set)? */
+static bool set_mode(const struct idem_batch *b)
+{
+	return b->route->handler_mode == IDEM_CFG_MODE_SET;
+}
+
+/*
+ * Round trip 2, sent for one batch: its duplicates' claims lookup (if any) and, in row mode,
+ * its handler once per message to apply, in offset order.
+ */
 static idem_status send_handlers(idem_flush *pg, struct flush_ctx *ctx)
 {
 	const struct idem_batch *b = ctx->b;
+	const char *v[2];
 	char hname[32];
 
-	if (claims_params(pg, ctx) != IDEM_OK)
+	if (idem_bind_dup_keys(&pg->bind, b, ctx->dups, &ctx->n_dups) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
 	if (ctx->n_dups > 0) {
-		const char *dv[2] = { b->route->consumer, pg->dkeys.data };
-
-		if (!idem_sql_send(pg->conn, IDEM_SQL_CLAIMS_GET, dv, NULL, NULL))
+		v[0] = b->route->consumer;
+		v[1] = pg->bind.dkeys.data;
+		if (!idem_sql_send(pg->conn, IDEM_SQL_CLAIMS_GET, v, NULL, NULL))
 			return IDEM_ERR_PG;
 	}
+	if (set_mode(b))
+		return IDEM_OK;
 	handler_name(pg, b, hname, sizeof(hname));
 	for (size_t k = 0; k < ctx->n_apply; k++) {
-		if (handler_params(pg, b, ctx->applied[k]) != IDEM_OK)
+		if (idem_bind_row(&pg->bind, b, ctx->applied[k]) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
-		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->vals, NULL,
-		                         NULL, 0))
+		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->bind.vals,
+		                         NULL, NULL, 0))
 			return IDEM_ERR_PG;
 	}
 	return IDEM_OK;
 }
 
 /*
- * Round trip 2, read for one batch: the claims of its duplicates, its handlers' results. A
- * handler's message-specific failure or timeout is for the slow path.
+ * Set mode: bind the messages to apply of the batches of ctx[first..n) that share ctx[first]'s
+ * route, batch after batch, each in offset order: one text[] per handler parameter.
+ * @ret_n counts the messages.
+ */
+static idem_status bind_set(idem_flush *pg, const struct flush_ctx *ctx, size_t n, size_t first,
+                            size_t *ret_n)
+{
+	const struct idem_route *rt = ctx[first].b->route;
+	size_t count = 0;
+	idem_status r;
+
+	if ((r = idem_bind_set_open(&pg->bind, rt->n_params)) != IDEM_OK)
+		return r;
+	for (size_t k = first; k < n; k++) {
+		if (ctx[k].b->route != rt)
+			continue;
+		for (size_t j = 0; j < ctx[k].n_apply; j++) {
+			if ((r = idem_bind_set_add(&pg->bind, ctx[k].b, ctx[k].applied[j])) !=
+			    IDEM_OK)
+				return r;
+		}
+		count += ctx[k].n_apply;
+	}
+	*ret_n = count;
+	return idem_bind_set_close(&pg->bind, rt->n_params);
+}
+
+/*
+ * Set mode, sent: one statement per route over all the messages to apply of the transaction's
+ * batches of that route; ctx[k].set_sent marks the first batch of each route that sent one.
+ *
+ * The statement is sent with its text rather than as the prepared one: planned for these very
+ * arrays once per transaction, it never keeps a generic plan made while the tables were still
+ * small (the PREPARE at start-up has checked it already).
+ */
+static idem_status send_sets(idem_flush *pg, struct flush_ctx *ctx, size_t n)
+{
+	for (size_t k = 0; k < n; k++) {
+		const struct idem_route *rt = ctx[k].b->route;
+		size_t count;
+		bool first = true;
+		idem_status r;
+
+		ctx[k].set_sent = false;
+		if (!set_mode(ctx[k].b))
+			continue;
+		for (size_t j = 0; j < k && first; j++)
+			first = ctx[j].b->route != rt;
+		if (!first)
+			continue;
+		if ((r = bind_set(pg, ctx, n, k, &count)) != IDEM_OK)
+			return r;
+		if (count == 0)
+			continue;
+		if (!PQsendQueryParams(pg->conn, rt->handler_sql, (int)rt->n_params, NULL,
+		                       pg->bind.vals, NULL, NULL, 0))
+			return IDEM_ERR_PG;
+		ctx[k].set_sent = true;
+	}
+	return IDEM_OK;
+}
+
+/*
+ * Set mode: a statement that returns rows of two columns (business key, result) gives results
+ * to store with the claims of the messages of ctx[first..n) of its route; other rows, and keys
+ * of no message it applied, are ignored.
+ */
+static idem_status store_set_results(struct flush_ctx *ctx, size_t n, size_t first,
+                                     const PGresult *res)
+{
+	const struct idem_route *rt = ctx[first].b->route;
+
+	if (PQnfields(res) != 2)
+		return IDEM_OK;
+	for (int row = 0; row < PQntuples(res); row++) {
+		const char *k = PQgetvalue(res, row, 0);
+		size_t klen = (size_t)PQgetlength(res, row, 0);
+
+		if (PQgetisnull(res, row, 0))
+			continue;
+		for (size_t j = first; j < n; j++) {
+			struct idem_batch *b = ctx[j].b;
+			ssize_t i = b->route == rt ? idem_batch_find_key(b, k, klen) : -1;
+
+			if (i < 0 || b->msgs[i].state != IDEM_MSG_APPLIED)
+				continue;
+			if (idem_batch_set_result(b, (size_t)i, PQgetvalue(res, row, 1),
+			                          (size_t)PQgetlength(res, row, 1),
+			                          PQgetisnull(res, row, 1)) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+			break;
+		}
+	}
+	return IDEM_OK;
+}
+
+/* A handler's failure: for the slow path if it is one message's fault (or a timeout). */
+static enum fast_outcome handler_failed(idem_flush *pg, PGresult *res, idem_error *err)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (res != NULL && (idem_pg_classify(state) == IDEM_PG_MESSAGE || idem_pg_timeout(state))) {
+		PQclear(res);
+		pipeline_abort(pg, false);
+		return FAST_SLOW;
+	}
+	return fast_fail(pg, res, "batch", err);
+}
+
+/*
+ * Round trip 2, read for one batch: the claims of its duplicates and, in row mode, its
+ * handlers' results.
  */
 static enum fast_outcome read_handlers(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
 {
@@ -1098,21 +909,34 @@ static enum fast_outcome read_handlers(idem_flush *pg, struct flush_ctx *ctx, id
 			return fast_nomem(pg, res, err);
 		PQclear(res);
 	}
+	if (set_mode(ctx->b))
+		return FAST_DONE;
 	for (size_t k = 0; k < ctx->n_apply; k++) {
 		ExecStatusType s = next_result(pg->conn, &res);
 
-		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
-			const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-
-			if (res != NULL && (idem_pg_classify(state) == IDEM_PG_MESSAGE ||
-			                    idem_pg_timeout(state))) {
-				PQclear(res);
-				pipeline_abort(pg, false);
-				return FAST_SLOW;
-			}
-			return fast_fail(pg, res, "batch", err);
-		}
+		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
+			return handler_failed(pg, res, err);
 		if (store_result(ctx->b, ctx->applied[k], res) != IDEM_OK)
+			return fast_nomem(pg, res, err);
+		PQclear(res);
+	}
+	return FAST_DONE;
+}
+
+/* Set mode, read: the set statements' outcomes, in the order send_sets() sent them. */
+static enum fast_outcome read_sets(idem_flush *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	PGresult *res;
+
+	for (size_t k = 0; k < n; k++) {
+		ExecStatusType s;
+
+		if (!ctx[k].set_sent)
+			continue;
+		s = next_result(pg->conn, &res);
+		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
+			return handler_failed(pg, res, err);
+		if (store_set_results(ctx, n, k, res) != IDEM_OK)
 			return fast_nomem(pg, res, err);
 		PQclear(res);
 	}
@@ -1121,7 +945,7 @@ static enum fast_outcome read_handlers(idem_flush *pg, struct flush_ctx *ctx, id
 
 /*
  * Round trip 2: where the duplicates' keys were claimed (only if there are any), and the
- * handlers; batch after batch.
+ * handlers: in row mode once per message, batch after batch; in set mode once per route.
  */
 static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_t n,
                                     idem_error *err)
@@ -1135,13 +959,21 @@ static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_
 			return fast_send_fail(pg, r, err);
 		any = any || ctx[k].n_apply > 0 || ctx[k].n_dups > 0;
 	}
+	if ((r = send_sets(pg, ctx, n)) != IDEM_OK) {
+		/* A NUL byte cannot be bound: the slow path finds the message. */
+		if (r == IDEM_ERR_INVALID) {
+			pipeline_abort(pg, false);
+			return FAST_SLOW;
+		}
+		return fast_send_fail(pg, r, err);
+	}
 	if (any && (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0))
 		return fast_fail(pg, NULL, "batch send", err);
 	for (size_t k = 0; k < n; k++) {
 		if ((o = read_handlers(pg, &ctx[k], err)) != FAST_DONE)
 			return o;
 	}
-	return FAST_DONE;
+	return read_sets(pg, ctx, n, err);
 }
 
 /*
@@ -1180,6 +1012,60 @@ static enum fast_outcome fast_path(idem_flush *pg, struct flush_ctx *ctx, size_t
 }
 
 /*
+ * Run message @i's handler on its own: in row mode its prepared statement with its fields, in
+ * set mode the set statement with one-element arrays. *ret_res is the result, to be cleared by
+ * the caller; IDEM_ERR_PG: the handler failed (see *ret_res), IDEM_ERR_INVALID: a parameter
+ * cannot be bound (a NUL byte), IDEM_ERR_NOMEM.
+ */
+static idem_status run_handler(idem_flush *pg, struct idem_batch *b, size_t i, const char *hname,
+                               PGresult **ret_res)
+{
+	const struct idem_route *rt = b->route;
+	idem_status r;
+
+	*ret_res = NULL;
+	if (!set_mode(b)) {
+		if (idem_bind_row(&pg->bind, b, i) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		return exec_params(pg, hname, (int)rt->n_params, pg->bind.vals, NULL, NULL,
+		                   ret_res);
+	}
+	if ((r = idem_bind_set_open(&pg->bind, rt->n_params)) != IDEM_OK ||
+	    (r = idem_bind_set_add(&pg->bind, b, i)) != IDEM_OK ||
+	    (r = idem_bind_set_close(&pg->bind, rt->n_params)) != IDEM_OK)
+		return r;
+	*ret_res = PQexecParams(pg->conn, rt->handler_sql, (int)rt->n_params, NULL, pg->bind.vals,
+	                        NULL, NULL, 0);
+	switch (PQresultStatus(*ret_res)) {
+	case PGRES_TUPLES_OK:
+	case PGRES_COMMAND_OK:
+		return IDEM_OK;
+	default:
+		return IDEM_ERR_PG;
+	}
+}
+
+/* Message @i's result from its handler's @res: row mode's first column, set mode's row. */
+static idem_status store_one_result(struct idem_batch *b, size_t i, const PGresult *res)
+{
+	const struct idem_batch_msg *m = &b->msgs[i];
+
+	if (!set_mode(b))
+		return store_result(b, i, res);
+	if (PQnfields(res) != 2)
+		return IDEM_OK;
+	for (int row = 0; row < PQntuples(res); row++) {
+		if (PQgetisnull(res, row, 0) || (size_t)PQgetlength(res, row, 0) != m->bkey.len ||
+		    memcmp(PQgetvalue(res, row, 0), idem_batch_ptr(b, m->bkey), m->bkey.len) != 0)
+			continue;
+		return idem_batch_set_result(b, i, PQgetvalue(res, row, 1),
+		                             (size_t)PQgetlength(res, row, 1),
+		                             PQgetisnull(res, row, 1));
+	}
+	return IDEM_OK;
+}
+
+/*
  * One message on the slow path, inside SAVEPOINT idem_msg: claim, then handler. A
  * message-specific failure or a handler timeout rolls back to the savepoint (taking the claim
  * with it) and is retried up to retry.max_attempts times, then the message becomes BAD. A claim
@@ -1192,7 +1078,7 @@ static idem_status slow_one(idem_flush *pg, struct idem_batch *b, size_t i, cons
 	struct idem_batch_msg *m = &b->msgs[i];
 	int max = pg->cfg->max_attempts;
 	const char *cv[6], *state;
-	char part[16], why[768] = "";
+	char why[768] = "";
 	PGresult *res;
 	idem_status r;
 
@@ -1200,7 +1086,7 @@ static idem_status slow_one(idem_flush *pg, struct idem_batch *b, size_t i, cons
 		m->attempts = attempt;
 		if ((r = idem_pg_exec(pg->conn, "SAVEPOINT idem_msg", "savepoint", err)) != IDEM_OK)
 			return r;
-		if (claim_params(pg, b, &i, 1, part, cv) != IDEM_OK)
+		if (idem_bind_claim(&pg->bind, b, &i, 1, cv) != IDEM_OK)
 			return idem_error_nomem(err);
 		if (exec_stmt(pg, IDEM_SQL_CLAIM, cv, NULL, NULL, &res) != IDEM_OK) {
 			state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -1230,11 +1116,17 @@ static idem_status slow_one(idem_flush *pg, struct idem_batch *b, size_t i, cons
 			return idem_pg_exec(pg->conn, "RELEASE SAVEPOINT idem_msg", "release", err);
 		}
 		PQclear(res);
-		if (handler_params(pg, b, i) != IDEM_OK)
+		if ((r = run_handler(pg, b, i, hname, &res)) == IDEM_ERR_NOMEM)
 			return idem_error_nomem(err);
-		if (exec_params(pg, hname, (int)b->route->n_params, pg->vals, NULL, NULL, &res) ==
-		    IDEM_OK) {
-			if (store_result(b, i, res) != IDEM_OK) {
+		if (r == IDEM_ERR_INVALID) {
+			snprintf(why, sizeof(why), "a handler parameter contains a NUL byte");
+			if ((r = idem_pg_exec(pg->conn, "ROLLBACK TO SAVEPOINT idem_msg",
+			                      "rollback to savepoint", err)) != IDEM_OK)
+				return r;
+			break;
+		}
+		if (r == IDEM_OK) {
+			if (store_one_result(b, i, res) != IDEM_OK) {
 				PQclear(res);
 				return idem_error_nomem(err);
 			}
@@ -1266,12 +1158,13 @@ static idem_status fetch_claims(idem_flush *pg, struct flush_ctx *ctx, idem_erro
 	PGresult *res;
 	idem_status r;
 
-	if (claims_params(pg, ctx) != IDEM_OK)
+	if (need_idx(ctx, ctx->b->n_msgs) != IDEM_OK ||
+	    idem_bind_dup_keys(&pg->bind, ctx->b, ctx->dups, &ctx->n_dups) != IDEM_OK)
 		return idem_error_nomem(err);
 	if (ctx->n_dups == 0)
 		return IDEM_OK;
 	if (exec_stmt(pg, IDEM_SQL_CLAIMS_GET,
-	              (const char *[]){ ctx->b->route->consumer, pg->dkeys.data }, NULL, NULL,
+	              (const char *[]){ ctx->b->route->consumer, pg->bind.dkeys.data }, NULL, NULL,
 	              &res) != IDEM_OK) {
 		r = idem_pg_error(err, pg->conn, res, "claims");
 		PQclear(res);
@@ -1297,7 +1190,7 @@ static idem_status slow_classify(idem_flush *pg, struct flush_ctx *ctx, idem_err
 static idem_status slow_path(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
 {
 	struct idem_batch *b = ctx->b;
-	char hname[32], gpart[16];
+	char hname[32];
 	const char *gv[3];
 	PGresult *res;
 	idem_status r;
@@ -1312,7 +1205,7 @@ static idem_status slow_path(idem_flush *pg, struct flush_ctx *ctx, idem_error *
 	b->n_order = 0;
 	if ((r = idem_pg_exec(pg->conn, "BEGIN", "begin", err)) != IDEM_OK)
 		return r;
-	progress_get_params(b, gpart, gv);
+	idem_bind_progress_get(&pg->bind, b, gv);
 	if (exec_stmt(pg, IDEM_SQL_PROGRESS_GET, gv, NULL, NULL, &res) != IDEM_OK) {
 		r = idem_pg_error(err, pg->conn, res, "progress");
 		PQclear(res);
@@ -1556,10 +1449,11 @@ idem_status idem_flush_apply_one(idem_flush *pg, struct idem_batch *b, size_t i,
 	if ((r = slow_one(pg, b, i, hname, err)) != IDEM_OK)
 		return r;
 	if (m->state == IDEM_MSG_APPLIED) {
-		if (results_params(pg, b, &any) != IDEM_OK)
+		const char *rv[3];
+
+		if (idem_bind_results(&pg->bind, b, &any, rv) != IDEM_OK)
 			return idem_error_nomem(err);
 		if (any) {
-			const char *rv[3] = { b->route->consumer, pg->rkeys.data, pg->rvals.data };
 			PGresult *res;
 
 			if (exec_stmt(pg, IDEM_SQL_RESULTS, rv, NULL, NULL, &res) != IDEM_OK) {

@@ -79,9 +79,9 @@ static const char sql_schema_record[] =
 static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIM] = { "idem_claim", 6, sql_claim },
 	[IDEM_SQL_CLAIM_MANY] = { "idem_claim_many", 6, sql_claim_many },
-	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results },
+	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results, true },
 	[IDEM_SQL_PROGRESS_GET] = { "idem_progress_get", 3, sql_progress_get },
-	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
+	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get, true },
 	[IDEM_SQL_PROGRESS] = { "idem_progress", 14, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
@@ -118,6 +118,8 @@ int idem_sql_send(PGconn *conn, enum idem_sql_id id, const char *const *vals, co
 {
 	const struct idem_sql_stmt *s = &stmts[id];
 
+	if (s->custom_plan)
+		return PQsendQueryParams(conn, s->text, s->n_params, NULL, vals, lens, fmts, 0);
 	return PQsendQueryPrepared(conn, s->name, s->n_params, vals, lens, fmts, 0);
 }
 
@@ -151,6 +153,9 @@ idem_status idem_sql_exec_prepared(PGconn *conn, enum idem_sql_id id, const char
 {
 	const struct idem_sql_stmt *s = &stmts[id];
 
-	return check(conn, PQexecPrepared(conn, s->name, s->n_params, vals, lens, fmts, 0), what,
-	             ret_res, err);
+	PGresult *res =
+	        s->custom_plan ? PQexecParams(conn, s->text, s->n_params, NULL, vals, lens, fmts, 0)
+	                       : PQexecPrepared(conn, s->name, s->n_params, vals, lens, fmts, 0);
+
+	return check(conn, res, what, ret_res, err);
 }

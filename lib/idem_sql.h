@@ -37,6 +37,10 @@ struct idem_sql_stmt {
 	const char *name; /* the prepared statement's name */
 	int n_params;
 	const char *text;
+	/* Sent with its text, so that it is planned for its parameters each time: its best plan
+	 * depends on how large the tables are, and a generic plan made while they were small
+	 * (a fresh install) would stay until autovacuum analyzes them. */
+	bool custom_plan;
 };
 
 /* @brief The statement @id. */
@@ -49,8 +53,9 @@ IDEM_NODISCARD idem_status idem_sql_prepare(PGconn *conn, enum idem_sql_id id, i
 IDEM_NODISCARD idem_status idem_sql_prepare_batch(PGconn *conn, idem_error *err);
 
 /*
- * @brief Send prepared statement @id in pipeline or async mode, with its number of parameters
- * (@lens and @fmts may be NULL: all text). @returns PQsendQueryPrepared()'s result.
+ * @brief Send statement @id in pipeline or async mode, with its number of parameters (@lens and
+ * @fmts may be NULL: all text): the prepared one, or its text if it wants a custom plan.
+ * @returns PQsendQueryPrepared()'s or PQsendQueryParams()'s result.
  */
 int idem_sql_send(PGconn *conn, enum idem_sql_id id, const char *const *vals, const int *lens,
                   const int *fmts);
@@ -63,8 +68,8 @@ IDEM_NODISCARD idem_status idem_sql_exec(PGconn *conn, enum idem_sql_id id, cons
                                          const char *what, PGresult **ret_res, idem_error *err);
 
 /*
- * @brief Run prepared statement @id and check it succeeded, as idem_sql_exec() (@lens and
- * @fmts may be NULL).
+ * @brief Run statement @id as idem_sql_send() sends it and check it succeeded, as
+ * idem_sql_exec() (@lens and @fmts may be NULL).
  */
 IDEM_NODISCARD idem_status idem_sql_exec_prepared(PGconn *conn, enum idem_sql_id id,
                                                   const char *const *vals, const int *lens,

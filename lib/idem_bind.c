@@ -1,0 +1,385 @@
+/*
+ * idem_bind.c - statement parameters from batch messages.
+ */
+#include "idem_bind.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void idem_bind_init(struct idem_bind *bd)
+{
+	memset(bd, 0, sizeof(*bd));
+}
+
+void idem_bind_done(struct idem_bind *bd)
+{
+	if (bd == NULL)
+		return;
+	idem_buf_done(&bd->keys);
+	idem_buf_done(&bd->offs);
+	idem_buf_done(&bd->hashes);
+	idem_buf_done(&bd->cons);
+	idem_buf_done(&bd->topics);
+	idem_buf_done(&bd->parts);
+	idem_buf_done(&bd->rkeys);
+	idem_buf_done(&bd->rvals);
+	idem_buf_done(&bd->hnames);
+	idem_buf_done(&bd->hvals);
+	idem_buf_done(&bd->dkeys);
+	for (size_t p = 0; p < bd->cap_set; p++)
+		idem_buf_done(&bd->set[p]);
+	free(bd->set);
+	free(bd->vals);
+	free(bd->lens);
+	free(bd->fmts);
+	free(bd->refs);
+	memset(bd, 0, sizeof(*bd));
+}
+
+static idem_status need_vals(struct idem_bind *bd, size_t n)
+{
+	if (n <= bd->cap_vals)
+		return IDEM_OK;
+	free(bd->vals);
+	free(bd->lens);
+	free(bd->fmts);
+	bd->vals = calloc(n, sizeof(*bd->vals));
+	bd->lens = calloc(n, sizeof(*bd->lens));
+	bd->fmts = calloc(n, sizeof(*bd->fmts));
+	bd->cap_vals = n;
+	if (bd->vals == NULL || bd->lens == NULL || bd->fmts == NULL) {
+		bd->cap_vals = 0;
+		return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+static idem_status need_refs(struct idem_bind *bd, size_t n)
+{
+	struct idem_bind_ref *x;
+
+	if (n <= bd->cap_refs)
+		return IDEM_OK;
+	x = realloc(bd->refs, n * sizeof(*x));
+	if (x == NULL)
+		return IDEM_ERR_NOMEM;
+	bd->refs = x;
+	bd->cap_refs = n;
+	return IDEM_OK;
+}
+
+static idem_status need_set(struct idem_bind *bd, size_t n)
+{
+	struct idem_buf *s;
+
+	if (n <= bd->cap_set)
+		return IDEM_OK;
+	s = realloc(bd->set, n * sizeof(*s));
+	if (s == NULL)
+		return IDEM_ERR_NOMEM;
+	memset(s + bd->cap_set, 0, (n - bd->cap_set) * sizeof(*s));
+	bd->set = s;
+	bd->cap_set = n;
+	return IDEM_OK;
+}
+
+idem_status idem_bind_text_elem(struct idem_buf *a, const char *s, size_t n, bool null)
+{
+	if (!null && memchr(s, '\0', n) != NULL)
+		return IDEM_ERR_INVALID;
+	return idem_pgarray_add(a, s, n, null);
+}
+
+idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b, const size_t *idx,
+                            size_t n, const char **ret_vals)
+{
+	if (idem_pgarray_open(&bd->keys) || idem_pgarray_open(&bd->offs) ||
+	    idem_pgarray_open(&bd->hashes))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		const struct idem_batch_msg *m = &b->msgs[idx[k]];
+		char off[24];
+		int len = snprintf(off, sizeof(off), "%" PRId64, m->offset);
+
+		if (idem_pgarray_add(&bd->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    idem_pgarray_add(&bd->offs, off, (size_t)len, false) ||
+		    idem_pgarray_add(&bd->hashes, idem_batch_ptr(b, m->hash), m->hash.len,
+		                     m->hash.null))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&bd->keys) || idem_pgarray_close(&bd->offs) ||
+	    idem_pgarray_close(&bd->hashes))
+		return IDEM_ERR_NOMEM;
+	snprintf(bd->part, sizeof(bd->part), "%" PRId32, b->partition);
+	ret_vals[0] = b->route->consumer;
+	ret_vals[1] = b->topic;
+	ret_vals[2] = bd->part;
+	ret_vals[3] = bd->keys.data;
+	ret_vals[4] = bd->offs.data;
+	ret_vals[5] = bd->hashes.data;
+	return IDEM_OK;
+}
+
+/* The combined claim's order (see idem_bind_claim_many()). */
+static int ref_cmp(const void *p, const void *q)
+{
+	const struct idem_bind_ref *x = p, *y = q;
+	const struct idem_span *kx = &x->b->msgs[x->i].bkey, *ky = &y->b->msgs[y->i].bkey;
+	int c = memcmp(idem_batch_ptr(x->b, *kx), idem_batch_ptr(y->b, *ky),
+	               kx->len < ky->len ? kx->len : ky->len);
+
+	if (c == 0)
+		c = (kx->len > ky->len) - (kx->len < ky->len);
+	if (c == 0)
+		c = strcmp(x->b->route->consumer, y->b->route->consumer);
+	if (c == 0)
+		c = (x->k > y->k) - (x->k < y->k);
+	return c;
+}
+
+static idem_status claim_many_add(struct idem_bind *bd, const struct idem_bind_ref *x)
+{
+	const struct idem_batch *b = x->b;
+	const struct idem_batch_msg *m = &b->msgs[x->i];
+	char off[24], part[16];
+	int olen = snprintf(off, sizeof(off), "%" PRId64, m->offset);
+	int plen = snprintf(part, sizeof(part), "%" PRId32, b->partition);
+
+	if (idem_pgarray_add(&bd->cons, b->route->consumer, strlen(b->route->consumer), false) ||
+	    idem_pgarray_add(&bd->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+	    idem_pgarray_add(&bd->topics, b->topic, strlen(b->topic), false) ||
+	    idem_pgarray_add(&bd->parts, part, (size_t)plen, false) ||
+	    idem_pgarray_add(&bd->offs, off, (size_t)olen, false) ||
+	    idem_pgarray_add(&bd->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
+		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+idem_status idem_bind_claim_many(struct idem_bind *bd, const struct idem_batch *const *b, size_t n,
+                                 size_t n_keys, const char **ret_vals)
+{
+	size_t n_refs = 0;
+
+	if (need_refs(bd, n_keys) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		for (size_t j = 0; j < b[k]->n_order && n_refs < n_keys; j++)
+			bd->refs[n_refs++] = (struct idem_bind_ref){ b[k], k, b[k]->order[j] };
+	}
+	qsort(bd->refs, n_refs, sizeof(*bd->refs), ref_cmp);
+	if (idem_pgarray_open(&bd->cons) || idem_pgarray_open(&bd->keys) ||
+	    idem_pgarray_open(&bd->topics) || idem_pgarray_open(&bd->parts) ||
+	    idem_pgarray_open(&bd->offs) || idem_pgarray_open(&bd->hashes))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n_refs; k++) {
+		if (claim_many_add(bd, &bd->refs[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&bd->cons) || idem_pgarray_close(&bd->keys) ||
+	    idem_pgarray_close(&bd->topics) || idem_pgarray_close(&bd->parts) ||
+	    idem_pgarray_close(&bd->offs) || idem_pgarray_close(&bd->hashes))
+		return IDEM_ERR_NOMEM;
+	ret_vals[0] = bd->cons.data;
+	ret_vals[1] = bd->keys.data;
+	ret_vals[2] = bd->topics.data;
+	ret_vals[3] = bd->parts.data;
+	ret_vals[4] = bd->offs.data;
+	ret_vals[5] = bd->hashes.data;
+	return IDEM_OK;
+}
+
+void idem_bind_progress_get(struct idem_bind *bd, const struct idem_batch *b, const char **ret_vals)
+{
+	snprintf(bd->part, sizeof(bd->part), "%" PRId32, b->partition);
+	ret_vals[0] = b->route->consumer;
+	ret_vals[1] = b->topic;
+	ret_vals[2] = bd->part;
+}
+
+idem_status idem_bind_dup_keys(struct idem_bind *bd, const struct idem_batch *b, size_t *ret_idx,
+                               size_t *ret_n)
+{
+	size_t n = 0;
+
+	if (idem_pgarray_open(&bd->dkeys))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+
+		if (m->state != IDEM_MSG_DUPLICATE)
+			continue;
+		ret_idx[n++] = i;
+		if (idem_pgarray_add(&bd->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&bd->dkeys))
+		return IDEM_ERR_NOMEM;
+	idem_batch_sort_by_key(b, ret_idx, n);
+	*ret_n = n;
+	return IDEM_OK;
+}
+
+idem_status idem_bind_results(struct idem_bind *bd, const struct idem_batch *b, bool *ret_any,
+                              const char **ret_vals)
+{
+	*ret_any = false;
+	if (idem_pgarray_open(&bd->rkeys) || idem_pgarray_open(&bd->rvals))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+
+		if (m->state != IDEM_MSG_APPLIED || m->result.null)
+			continue;
+		if (idem_pgarray_add(&bd->rkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    idem_pgarray_add(&bd->rvals, idem_batch_ptr(b, m->result), m->result.len,
+		                     false))
+			return IDEM_ERR_NOMEM;
+		*ret_any = true;
+	}
+	if (idem_pgarray_close(&bd->rkeys) || idem_pgarray_close(&bd->rvals))
+		return IDEM_ERR_NOMEM;
+	ret_vals[0] = b->route->consumer;
+	ret_vals[1] = bd->rkeys.data;
+	ret_vals[2] = bd->rvals.data;
+	return IDEM_OK;
+}
+
+idem_status idem_bind_row(struct idem_bind *bd, const struct idem_batch *b, size_t i)
+{
+	const struct idem_batch_msg *m = &b->msgs[i];
+	size_t np = b->route->n_params;
+
+	if (need_vals(bd, np + 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t p = 0; p < np; p++)
+		bd->vals[p] = idem_batch_ptr(b, b->params[m->param_first + p]);
+	return IDEM_OK;
+}
+
+idem_status idem_bind_set_open(struct idem_bind *bd, size_t n_params)
+{
+	if (need_set(bd, n_params) != IDEM_OK || need_vals(bd, n_params + 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t p = 0; p < n_params; p++) {
+		if (idem_pgarray_open(&bd->set[p]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+idem_status idem_bind_set_add(struct idem_bind *bd, const struct idem_batch *b, size_t i)
+{
+	const struct idem_batch_msg *m = &b->msgs[i];
+	idem_status r;
+
+	for (size_t p = 0; p < b->route->n_params; p++) {
+		struct idem_span s = b->params[m->param_first + p];
+
+		if ((r = idem_bind_text_elem(&bd->set[p], idem_batch_ptr(b, s), s.len, s.null)) !=
+		    IDEM_OK)
+			return r;
+	}
+	return IDEM_OK;
+}
+
+idem_status idem_bind_set_close(struct idem_bind *bd, size_t n_params)
+{
+	for (size_t p = 0; p < n_params; p++) {
+		if (idem_pgarray_close(&bd->set[p]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		bd->vals[p] = bd->set[p].data;
+	}
+	return IDEM_OK;
+}
+
+/* Append bytea element @p[0..n) in hex input form ("\\x..." quoted) to array literal @a. */
+static idem_status hex_elem(struct idem_buf *a, const char *p, size_t n, bool null)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	if (a->len > 1 && idem_buf_append(a, ",", 1) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (null)
+		return idem_buf_append(a, "NULL", 4);
+	/* "\\x..." inside a quoted array element is the bytea hex input "\x...". */
+	if (idem_buf_reserve(a, 2 * n + 6) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	memcpy(a->data + a->len, "\"\\\\x", 4);
+	a->len += 4;
+	for (size_t i = 0; i < n; i++) {
+		a->data[a->len++] = hex[(unsigned char)p[i] >> 4];
+		a->data[a->len++] = hex[(unsigned char)p[i] & 15];
+	}
+	a->data[a->len++] = '"';
+	a->data[a->len] = '\0';
+	return IDEM_OK;
+}
+
+idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *b, size_t i)
+{
+	const struct idem_batch_msg *m = &b->msgs[i];
+
+	if (need_vals(bd, 13) != IDEM_OK || idem_pgarray_open(&bd->hnames) ||
+	    idem_pgarray_open(&bd->hvals))
+		return IDEM_ERR_NOMEM;
+	for (size_t h = 0; h < m->n_hdrs; h++) {
+		const struct idem_batch_hdr *hd = &b->hdrs[m->hdr_first + h];
+		const char *name = idem_batch_ptr(b, hd->name);
+
+		/* Header names are stored as text; a name that is not UTF-8 is stored as hex. */
+		if (idem_utf8_valid(name, hd->name.len)) {
+			if (idem_pgarray_add(&bd->hnames, name, hd->name.len, false))
+				return IDEM_ERR_NOMEM;
+		} else if (hex_elem(&bd->hnames, name, hd->name.len, false)) {
+			return IDEM_ERR_NOMEM;
+		}
+		if (hex_elem(&bd->hvals, idem_batch_ptr(b, hd->value), hd->value.len,
+		             hd->value.null))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_pgarray_close(&bd->hnames) || idem_pgarray_close(&bd->hvals))
+		return IDEM_ERR_NOMEM;
+	snprintf(bd->part, sizeof(bd->part), "%" PRId32, b->partition);
+	snprintf(bd->off, sizeof(bd->off), "%" PRId64, m->offset);
+	snprintf(bd->ts, sizeof(bd->ts), "%" PRId64, m->timestamp_ms);
+	snprintf(bd->att, sizeof(bd->att), "%d", m->attempts > 0 ? m->attempts : 1);
+	memset(bd->fmts, 0, 13 * sizeof(*bd->fmts));
+	memset(bd->lens, 0, 13 * sizeof(*bd->lens));
+	bd->vals[0] = b->route->consumer;
+	bd->vals[1] = b->topic;
+	bd->vals[2] = bd->part;
+	bd->vals[3] = bd->off;
+	bd->vals[4] = idem_batch_ptr(b, m->bkey);
+	bd->vals[5] = idem_batch_ptr(b, m->key);
+	bd->lens[5] = (int)m->key.len;
+	bd->fmts[5] = 1;
+	bd->vals[6] = idem_batch_ptr(b, m->value);
+	bd->lens[6] = (int)m->value.len;
+	bd->fmts[6] = 1;
+	bd->vals[7] = bd->hnames.data;
+	bd->vals[8] = bd->hvals.data;
+	bd->vals[9] = m->timestamp_ms >= 0 ? bd->ts : NULL;
+	bd->vals[10] = idem_batch_ptr(b, m->reason);
+	bd->vals[11] = m->sqlstate;
+	bd->vals[12] = bd->att;
+	return IDEM_OK;
+}
+
+void idem_bind_progress(struct idem_bind *bd, const struct idem_batch *b,
+                        const struct idem_bind_progress *p, const char **ret_vals)
+{
+	snprintf(bd->part, sizeof(bd->part), "%" PRId32, b->partition);
+	snprintf(bd->next, sizeof(bd->next), "%" PRId64, p->next_offset);
+	ret_vals[0] = b->route->consumer;
+	ret_vals[1] = b->topic;
+	ret_vals[2] = bd->part;
+	ret_vals[3] = bd->next;
+	for (int k = 0; k < 8; k++) {
+		snprintf(bd->counts[k], sizeof(bd->counts[k]), "%" PRIu64, p->counts[k]);
+		ret_vals[4 + k] = bd->counts[k];
+	}
+	ret_vals[12] = p->halted ? bd->next : NULL;
+	ret_vals[13] = p->halted ? p->halt_reason : NULL;
+}

@@ -1,0 +1,127 @@
+/*
+ * idem_bind.h - turning a batch's messages into the parameters of the statements of
+ * idem_sql.h and of the handlers: array literals for the claims and results, one row of
+ * parameters for a row-mode handler, one text[] per parameter for a set-mode handler, the
+ * quarantine row, the progress row.
+ *
+ * Message data reaches SQL only as bound parameters: text parameters (NUL-terminated, so a NUL
+ * inside is refused, as idem_batch_add() already refuses it in handler parameters) or binary
+ * bytea for the quarantined key and value. Array literals quote every element, so '{', '}', ',',
+ * '"', '\\' and whitespace survive; NULL elements stand for absent fields.
+ *
+ * A struct idem_bind is scratch space owned by one flush session (one thread): every call
+ * rebuilds what it fills, and the pointers it hands out stay valid until the next call that
+ * fills the same parameters. libpq copies parameters when a statement is sent, so they may be
+ * rebuilt at once after sending.
+ */
+#ifndef IDEM_BIND_H
+#define IDEM_BIND_H
+
+#include "idem_batch.h"
+#include "idem_common.h"
+
+/* A key of a combined claim: message @i of batch @b, the @k-th batch of the transaction. */
+struct idem_bind_ref {
+	const struct idem_batch *b;
+	size_t k;
+	size_t i;
+};
+
+struct idem_bind {
+	struct idem_buf keys, offs, hashes;  /* the claim's arrays */
+	struct idem_buf cons, topics, parts; /* and the combined claim's */
+	struct idem_buf rkeys, rvals;        /* the results' */
+	struct idem_buf hnames, hvals;       /* a quarantined message's headers */
+	struct idem_buf dkeys;               /* keys of duplicates, to look up their claims */
+	struct idem_buf *set;                /* set mode: one text[] per handler parameter */
+	size_t cap_set;
+	const char **vals; /* parameters of the last row, set or quarantine bound */
+	int *lens, *fmts;
+	size_t cap_vals;
+	struct idem_bind_ref *refs; /* the combined claim's keys, in claim order */
+	size_t cap_refs;
+	char part[16], off[24], ts[24], att[16], next[24], counts[8][24];
+};
+
+void idem_bind_init(struct idem_bind *bd);
+void idem_bind_done(struct idem_bind *bd);
+
+/*
+ * @brief The claim (IDEM_SQL_CLAIM) of the keys of messages idx[0..n) of @b, in that order,
+ * into ret_vals[0..6).
+ */
+IDEM_NODISCARD idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b,
+                                           const size_t *idx, size_t n, const char **ret_vals);
+
+/*
+ * @brief The combined claim (IDEM_SQL_CLAIM_MANY) of the keys (b[k]->order) of the batches
+ * b[0..n), @n_keys in all, into ret_vals[0..6). Keys are claimed in one global order: by key
+ * bytes like a single batch's (idem_batch_collapse()), so that it never crosses the order of
+ * another transaction's claims and both cannot deadlock; then by consumer, as a key is locked
+ * per consumer; then by batch, the first one winning a key that two batches of one consumer
+ * carry, as if it had been flushed first on its own.
+ */
+IDEM_NODISCARD idem_status idem_bind_claim_many(struct idem_bind *bd,
+                                                const struct idem_batch *const *b, size_t n,
+                                                size_t n_keys, const char **ret_vals);
+
+/* @brief IDEM_SQL_PROGRESS_GET of @b's partition into ret_vals[0..3). */
+void idem_bind_progress_get(struct idem_bind *bd, const struct idem_batch *b,
+                            const char **ret_vals);
+
+/*
+ * @brief The keys of the messages of @b that are IDEM_MSG_DUPLICATE into bd->dkeys, and their
+ * indices into @ret_idx (room for b->n_msgs), sorted by key; *ret_n of them.
+ */
+IDEM_NODISCARD idem_status idem_bind_dup_keys(struct idem_bind *bd, const struct idem_batch *b,
+                                              size_t *ret_idx, size_t *ret_n);
+
+/*
+ * @brief The results (IDEM_SQL_RESULTS) of @b's APPLIED messages that have one, into
+ * ret_vals[0..3); *ret_any is false when none has (nothing to send).
+ */
+IDEM_NODISCARD idem_status idem_bind_results(struct idem_bind *bd, const struct idem_batch *b,
+                                             bool *ret_any, const char **ret_vals);
+
+/* @brief Row mode: message @i's handler parameters into bd->vals[0..route->n_params). */
+IDEM_NODISCARD idem_status idem_bind_row(struct idem_bind *bd, const struct idem_batch *b,
+                                         size_t i);
+
+/*
+ * @brief Set mode: start @n_params empty text[] parameters; idem_bind_set_add() appends one
+ * message to each, idem_bind_set_close() finishes them into bd->vals[0..n_params).
+ * idem_bind_set_add() returns IDEM_ERR_INVALID for a parameter with a NUL byte.
+ */
+IDEM_NODISCARD idem_status idem_bind_set_open(struct idem_bind *bd, size_t n_params);
+IDEM_NODISCARD idem_status idem_bind_set_add(struct idem_bind *bd, const struct idem_batch *b,
+                                             size_t i);
+IDEM_NODISCARD idem_status idem_bind_set_close(struct idem_bind *bd, size_t n_params);
+
+/*
+ * @brief Append element @s[0..n) (NULL when @null) to the text[] literal @a, refusing a NUL
+ * byte (IDEM_ERR_INVALID), which a text parameter cannot carry.
+ */
+IDEM_NODISCARD idem_status idem_bind_text_elem(struct idem_buf *a, const char *s, size_t n,
+                                               bool null);
+
+/*
+ * @brief Quarantine message @i of @b (IDEM_SQL_QUARANTINE) into bd->vals, bd->lens and
+ * bd->fmts [0..13): key and value as binary bytea, headers as text[] names and bytea[] values.
+ */
+IDEM_NODISCARD idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *b,
+                                                size_t i);
+
+/* What a committed batch adds to its partition's row of idem.partition_progress. */
+struct idem_bind_progress {
+	int64_t next_offset;
+	uint64_t counts[8]; /* consumed, applied, duplicates, quarantined, redelivery, replay,
+	                       upstream, payload mismatches: the columns' order */
+	bool halted;
+	const char *halt_reason;
+};
+
+/* @brief IDEM_SQL_PROGRESS of @b's partition into ret_vals[0..14). */
+void idem_bind_progress(struct idem_bind *bd, const struct idem_batch *b,
+                        const struct idem_bind_progress *p, const char **ret_vals);
+
+#endif
