@@ -11,7 +11,10 @@
 #include "idem_field.h"
 #include "idem_log.h"
 
-/* routes[].on_poison: what happens to a message that cannot be applied (DESIGN §3). */
+/*
+ * routes[].on_poison: what happens to a message that cannot be applied (ARCHITECTURE.md,
+ * "The transaction").
+ */
 enum idem_cfg_poison {
 	IDEM_CFG_POISON_QUARANTINE = 0, /* write it to idem.quarantine and go on */
 	IDEM_CFG_POISON_HALT,           /* stop the partition at it (strict per-key ordering) */

@@ -19,11 +19,10 @@
 #include <cmocka.h>
 
 #include "idem_cfg.h"
+#include "idem_lex.h"
 
-/* Internals of idem_cfg.c (IDEM_TESTABLE). */
+/* Internals of idem_cfg_walk.c (IDEM_TESTABLE). */
 size_t idem__cfg_edit_distance(const char *a, size_t la, const char *b, size_t lb);
-unsigned long idem__cfg_sql_params(const char *sql, bool *ret_multi, const char **ret_unterminated);
-idem_status idem__cfg_conninfo_has_password(const char *conninfo, bool *ret_has_password);
 
 /* The golden directory must hold at least this many cases: a wrong path fails loudly. */
 #define GOLDEN_MIN 25
@@ -466,7 +465,7 @@ static void test_sql_params(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bool multi = !cases[i].multi;
 		const char *open = "unset";
-		unsigned long max = idem__cfg_sql_params(cases[i].sql, &multi, &open);
+		unsigned long max = idem_lex_sql_params(cases[i].sql, &multi, &open);
 
 		if (max != cases[i].max || multi != cases[i].multi ||
 		    (open == NULL) != (cases[i].open == NULL) ||
@@ -504,7 +503,7 @@ static void test_conninfo_password(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bool has = !cases[i].has;
 
-		assert_int_equal(idem__cfg_conninfo_has_password(cases[i].conninfo, &has), IDEM_OK);
+		assert_int_equal(idem_lex_conninfo_has_password(cases[i].conninfo, &has), IDEM_OK);
 		if (has != cases[i].has)
 			fail_msg("conninfo '%s': got %d", cases[i].conninfo, has);
 	}
