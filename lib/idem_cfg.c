@@ -1,6 +1,7 @@
 /*
  * idem_cfg.c - the settings: one table per section (key, type, default, range, reloadable),
- * the checks that need to know what a setting means, and building struct idem_cfg.
+ * the checks that need to know what a setting means, building struct idem_cfg, and comparing
+ * two of them for a reload.
  *
  * The walk itself (YAML, errors and their positions, value conversion, the visit budget) is
  * idem_cfg_walk.c; the conninfo and SQL lexers are idem_lex.c.
@@ -25,7 +26,12 @@ struct cfg_load {
 	rd_kafka_conf_t *rkconf; /* scratch: validates kafka.properties, never used to connect */
 };
 
-/* Section tables. */
+/*
+ * Section tables. A key marked .reload is one that idemd's SIGHUP handler applies to the
+ * running daemon (daemon/idemd.c, reload()); mark one only together with the code that applies
+ * it. Sections and lists carry no mark: idem_cfg_diff() reports their leaves, and every route
+ * key is restart-only, so a changed route always needs a restart.
+ */
 
 static cfg_check_value_fn cfg_check_conninfo, cfg_check_topic;
 static cfg_check_pair_fn cfg_check_property;
@@ -160,14 +166,12 @@ enum { BATCH_MAX_MESSAGES, BATCH_MAX_WAIT_MS, BATCH_WORKERS, BATCH_N };
 static const struct cfg_key batch_keys[] = {
 	[BATCH_MAX_MESSAGES] = { .name = "max_messages",
 	                         .type = CFG_INT,
-	                         .reload = true,
 	                         .def = 500,
 	                         .min = 1,
 	                         .max = 100000,
 	                         .off = offsetof(struct idem_cfg, batch_max_messages) },
 	[BATCH_MAX_WAIT_MS] = { .name = "max_wait_ms",
 	                        .type = CFG_INT,
-	                        .reload = true,
 	                        .def = 20,
 	                        .min = 0,
 	                        .max = 60000,
@@ -202,14 +206,12 @@ enum { RETRY_INITIAL_MS, RETRY_MAX_MS, RETRY_MAX_ATTEMPTS, RETRY_N };
 static const struct cfg_key retry_keys[] = {
 	[RETRY_INITIAL_MS] = { .name = "initial_ms",
 	                       .type = CFG_INT,
-	                       .reload = true,
 	                       .def = 100,
 	                       .min = 1,
 	                       .max = 60000,
 	                       .off = offsetof(struct idem_cfg, retry_initial_ms) },
 	[RETRY_MAX_MS] = { .name = "max_ms",
 	                   .type = CFG_INT,
-	                   .reload = true,
 	                   .def = 30000,
 	                   .min = 1,
 	                   .max = 3600000,
@@ -293,18 +295,12 @@ static const struct cfg_key top_keys[] = {
 	                 .size = sizeof(struct idem_route),
 	                 .noun = "route",
 	                 .sub = &route_section },
-	[TOP_BATCH] = { .name = "batch",
-	                .type = CFG_SECTION,
-	                .reload = true,
-	                .sub = &batch_section },
+	[TOP_BATCH] = { .name = "batch", .type = CFG_SECTION, .sub = &batch_section },
 	[TOP_LIMITS] = { .name = "limits", .type = CFG_SECTION, .sub = &limits_section },
-	[TOP_RETRY] = { .name = "retry",
-	                .type = CFG_SECTION,
-	                .reload = true,
-	                .sub = &retry_section },
+	[TOP_RETRY] = { .name = "retry", .type = CFG_SECTION, .sub = &retry_section },
 	[TOP_RETENTION] = { .name = "retention", .type = CFG_SECTION, .sub = &retention_section },
 	[TOP_METRICS] = { .name = "metrics", .type = CFG_SECTION, .sub = &metrics_section },
-	[TOP_LOG] = { .name = "log", .type = CFG_SECTION, .reload = true, .sub = &log_section },
+	[TOP_LOG] = { .name = "log", .type = CFG_SECTION, .sub = &log_section },
 };
 static const struct cfg_section top_section = { top_keys, TOP_N, cfg_check_top };
 
@@ -818,4 +814,152 @@ void idem_cfg_free(struct idem_cfg *cfg)
 	}
 	free(cfg->routes);
 	free(cfg);
+}
+
+/* Comparing two configurations. */
+
+static bool cfg_str_eq(const char *a, const char *b)
+{
+	return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+static bool cfg_fields_eq(const struct idem_field *a, size_t na, const struct idem_field *b,
+                          size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++) {
+		if (a[i].kind != b[i].kind || !cfg_str_eq(a[i].arg, b[i].arg))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Does @key hold the same value in @a and @b? @ret_value gets the value in @b as text for
+ * the scalar types (pointing into @b or into @buf), NULL for the others.
+ */
+static bool cfg_key_eq(const struct cfg_key *key, const void *a, const void *b, char *buf,
+                       size_t len, const char **ret_value)
+{
+	const void *x = (const char *)a + key->off, *y = (const char *)b + key->off;
+
+	*ret_value = NULL;
+	switch (key->type) {
+	case CFG_STRING:
+		*ret_value = *(char *const *)y;
+		return cfg_str_eq(*(char *const *)x, *(char *const *)y);
+	case CFG_INT:
+		snprintf(buf, len, "%d", *(const int *)y);
+		*ret_value = buf;
+		return *(const int *)x == *(const int *)y;
+	case CFG_ENUM:
+		*ret_value = key->names[*(const int *)y];
+		return *(const int *)x == *(const int *)y;
+	case CFG_SIZE:
+		snprintf(buf, len, "%zu", *(const size_t *)y);
+		*ret_value = buf;
+		return *(const size_t *)x == *(const size_t *)y;
+	case CFG_DURATION:
+		snprintf(buf, len, "%llds", (long long)*(const int64_t *)y);
+		*ret_value = buf;
+		return *(const int64_t *)x == *(const int64_t *)y;
+	case CFG_LOG_LEVEL:
+		*ret_value = idem_log_level_name(*(const enum idem_log_level *)y);
+		return *(const enum idem_log_level *)x == *(const enum idem_log_level *)y;
+	case CFG_STRINGS: {
+		char *const *va = *(char **const *)x, *const *vb = *(char **const *)y;
+		size_t na = *(const size_t *)((const char *)a + key->n_off);
+		size_t nb = *(const size_t *)((const char *)b + key->n_off);
+
+		if (na != nb)
+			return false;
+		for (size_t i = 0; i < na; i++) {
+			if (!cfg_str_eq(va[i], vb[i]))
+				return false;
+		}
+		return true;
+	}
+	case CFG_PROPERTIES: {
+		const struct idem_kv *ka = *(struct idem_kv *const *)x;
+		const struct idem_kv *kb = *(struct idem_kv *const *)y;
+		size_t na = *(const size_t *)((const char *)a + key->n_off);
+		size_t nb = *(const size_t *)((const char *)b + key->n_off);
+
+		if (na != nb)
+			return false;
+		for (size_t i = 0; i < na; i++) {
+			if (!cfg_str_eq(ka[i].name, kb[i].name) ||
+			    !cfg_str_eq(ka[i].value, kb[i].value))
+				return false;
+		}
+		return true;
+	}
+	case CFG_TEMPLATE: {
+		const struct idem_template *ta = x, *tb = y;
+
+		return cfg_fields_eq(ta->parts, ta->n_parts, tb->parts, tb->n_parts);
+	}
+	case CFG_FIELDS:
+		return cfg_fields_eq(*(struct idem_field *const *)x,
+		                     *(const size_t *)((const char *)a + key->n_off),
+		                     *(struct idem_field *const *)y,
+		                     *(const size_t *)((const char *)b + key->n_off));
+	case CFG_SECTION:
+	case CFG_LIST:
+		break;
+	}
+	return true;
+}
+
+static size_t cfg_diff_section(const struct cfg_section *sec, const char *path, const void *a,
+                               const void *b, idem_cfg_change_fn *fn, void *arg)
+{
+	size_t changes = 0;
+
+	for (size_t i = 0; i < sec->n_keys; i++) {
+		const struct cfg_key *key = &sec->keys[i];
+		char child[CFG_PATH_MAX], buf[64];
+		struct idem_cfg_change change;
+		const char *value;
+
+		snprintf(child, sizeof(child), path[0] == '\0' ? "%s%s" : "%s.%s", path, key->name);
+		if (key->type == CFG_SECTION) {
+			changes += cfg_diff_section(key->sub, child, a, b, fn, arg);
+			continue;
+		}
+		if (key->type == CFG_LIST) {
+			const char *la = *(char *const *)((const char *)a + key->off);
+			const char *lb = *(char *const *)((const char *)b + key->off);
+			size_t na = *(const size_t *)((const char *)a + key->n_off);
+			size_t nb = *(const size_t *)((const char *)b + key->n_off);
+
+			if (na == nb) {
+				/* Same length: item by item, so the message names what changed. */
+				for (size_t j = 0; j < na; j++) {
+					char item[CFG_PATH_MAX + 24];
+
+					snprintf(item, sizeof(item), "%s[%zu]", child, j);
+					changes +=
+					        cfg_diff_section(key->sub, item, la + j * key->size,
+					                         lb + j * key->size, fn, arg);
+				}
+				continue;
+			}
+			value = NULL;
+		} else if (cfg_key_eq(key, a, b, buf, sizeof(buf), &value)) {
+			continue;
+		}
+		change = (struct idem_cfg_change){ child, value, key->reload };
+		if (fn != NULL)
+			fn(&change, arg);
+		changes++;
+	}
+	return changes;
+}
+
+size_t idem_cfg_diff(const struct idem_cfg *old, const struct idem_cfg *cfg, idem_cfg_change_fn *fn,
+                     void *arg)
+{
+	return cfg_diff_section(&top_section, "", old, cfg, fn, arg);
 }

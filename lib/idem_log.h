@@ -29,6 +29,9 @@ void idem_log_auto_journal(void);
 /* @brief Parse "error" | "warn" | "info" | "debug". @returns false if unknown. */
 bool idem_log_level_parse(const char *s, enum idem_log_level *ret_level);
 
+/* @brief "error" | "warn" | "info" | "debug". */
+const char *idem_log_level_name(enum idem_log_level level);
+
 void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt, ...)
         IDEM_PRINTF(3, 4);
 
