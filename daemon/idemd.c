@@ -74,7 +74,10 @@ static void usage(FILE *f)
 	        "  -h, --help          print this help and exit\n"
 	        "\n"
 	        "Signals: SIGTERM/SIGINT drain the open batches, commit offsets, leave the consumer\n"
-	        "group and exit 0; a second one exits at once. SIGHUP reloads log.level.\n"
+	        "group and exit 0; a second one exits at once. SIGHUP reads FILE again: a file\n"
+	        "with errors is refused whole and the running configuration kept; otherwise\n"
+	        "log.level is applied at once and every other changed setting is logged as\n"
+	        "\"'KEY' changed; restart to apply\" and keeps its running value.\n"
 	        "\n"
 	        "Exit status: 0 stopped cleanly; 1 runtime failure; 2 usage error;\n"
 	        "78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
@@ -117,10 +120,61 @@ static void notify_alive(idem_daemon *d, uint64_t wd_usec)
 	        (unsigned long long)st.retries, st.partitions, st.halted);
 }
 
-static void reload(const char *path)
+/* What one reload did, for its summary line. */
+struct reload_state {
+	struct idem_cfg *cfg;        /* the running configuration */
+	const struct idem_cfg *ncfg; /* the file as just loaded */
+	size_t applied, restart;
+};
+
+/*
+ * Applies reloadable setting @path from the new file to the running daemon and to the running
+ * configuration, which thus always says what is in effect. One branch per setting marked
+ * .reload in lib/idem_cfg.c; false for any other (it then needs a restart, and is logged so).
+ */
+static bool reload_apply(struct reload_state *st, const char *path)
 {
+	if (strcmp(path, "log.level") == 0) {
+		st->cfg->log_level = st->ncfg->log_level;
+		idem_log_set_level(st->cfg->log_level);
+		return true;
+	}
+	return false;
+}
+
+static void reload_change(const struct idem_cfg_change *change, void *arg)
+{
+	struct reload_state *st = arg;
+	enum idem_log_level before = idem_log_get_level();
+
+	if (change->reload && reload_apply(st, change->path)) {
+		/* Said at the more verbose of the two levels, so that lowering it is seen too. */
+		if (idem_log_get_level() < before)
+			idem_log_set_level(before);
+		if (change->value != NULL)
+			idem_log_info("config", "'%s' changed to '%s'", change->path,
+			              change->value);
+		else
+			idem_log_info("config", "'%s' changed", change->path);
+		idem_log_set_level(st->cfg->log_level);
+		st->applied++;
+		return;
+	}
+	idem_log_warn("config", "'%s' changed; restart to apply", change->path);
+	st->restart++;
+}
+
+/*
+ * SIGHUP: load the file again; refuse it whole if it has any error. Otherwise apply each
+ * changed reloadable setting and name each changed restart-only one; those stay as they were
+ * in the running configuration (and are named again on the next reload) until a restart.
+ */
+static void reload(const char *path, struct idem_cfg *cfg)
+{
+	struct reload_state st = { cfg, NULL, 0, 0 };
 	struct idem_cfg *ncfg = NULL;
 	char *errors = NULL;
+	size_t changes;
 
 	reload_requested = 0;
 	idem_notify("RELOADING=1");
@@ -131,13 +185,15 @@ static void reload(const char *path)
 		idem_notify("READY=1");
 		return;
 	}
-	idem_log_set_level(ncfg->log_level);
-	idem_log_info("config", "reloaded log.level=%s from '%s' (other settings apply at restart)",
-	              ncfg->log_level == IDEM_LOG_DEBUG  ? "debug"
-	              : ncfg->log_level == IDEM_LOG_INFO ? "info"
-	              : ncfg->log_level == IDEM_LOG_WARN ? "warn"
-	                                                 : "error",
-	              path);
+	st.ncfg = ncfg;
+	changes = idem_cfg_diff(cfg, ncfg, reload_change, &st);
+	if (changes == 0)
+		idem_log_info("config", "reloaded '%s': nothing changed", path);
+	else
+		idem_log_info(
+		        "config",
+		        "reloaded '%s': %zu setting%s changed, %zu applied, %zu need a restart",
+		        path, changes, changes == 1 ? "" : "s", st.applied, st.restart);
 	idem_cfg_free(ncfg);
 	idem_notify("READY=1");
 }
@@ -237,7 +293,7 @@ int main(int argc, char **argv)
 
 	while (!should_stop()) {
 		if (reload_requested)
-			reload(path);
+			reload(path, cfg);
 		if (idem_daemon_tick(d, &err) != IDEM_OK) {
 			idem_log_error("main", "%s", err.msg);
 			goto out_free_daemon;

@@ -11,7 +11,10 @@
 #include "idem_field.h"
 #include "idem_log.h"
 
-/* routes[].on_poison: what happens to a message that cannot be applied (DESIGN §3). */
+/*
+ * routes[].on_poison: what happens to a message that cannot be applied (ARCHITECTURE.md,
+ * "The transaction").
+ */
 enum idem_cfg_poison {
 	IDEM_CFG_POISON_QUARANTINE = 0, /* write it to idem.quarantine and go on */
 	IDEM_CFG_POISON_HALT,           /* stop the partition at it (strict per-key ordering) */
@@ -127,5 +130,31 @@ void idem_cfg_free(struct idem_cfg *cfg);
  * 1 and at most 8 (Postgres does the work; more connections than cores only queue up there).
  */
 int idem_cfg_workers(const struct idem_cfg *cfg);
+
+/* One setting whose value differs between two configurations (see idem_cfg_diff()). */
+struct idem_cfg_change {
+	/* Its dotted path: "log.level", "batch.max_messages", "routes[0].handler.sql"; "routes"
+	 * when the number of routes differs. */
+	const char *path;
+	/* The new value as text ("debug", "500", "30s") for a single-valued setting, NULL for a
+	 * list, a mapping or a template. Valid during the callback only. */
+	const char *value;
+	/* true: the running daemon applies it on SIGHUP; false: it takes effect at restart. */
+	bool reload;
+};
+
+typedef void idem_cfg_change_fn(const struct idem_cfg_change *change, void *arg);
+
+/*
+ * @brief Compare two configurations setting by setting, driven by the same tables that load
+ * them: calls @fn (if not NULL) with @arg for every setting whose value in @cfg differs from
+ * @old, in the order of the tables. Values computed at load (kafka.topics from the routes,
+ * routes[].consumer from kafka.group_id) are compared as loaded. Routes are compared by
+ * position: a different number of routes is one change of "routes", otherwise each route
+ * key is compared; no route key is reloadable.
+ * @returns the number of changed settings (0: nothing changed).
+ */
+size_t idem_cfg_diff(const struct idem_cfg *old, const struct idem_cfg *cfg, idem_cfg_change_fn *fn,
+                     void *arg);
 
 #endif

@@ -59,6 +59,11 @@ bool idem_log_level_parse(const char *s, enum idem_log_level *ret_level)
 	return false;
 }
 
+const char *idem_log_level_name(enum idem_log_level level)
+{
+	return level_names[level];
+}
+
 void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt, ...)
 {
 	int saved_errno = errno;

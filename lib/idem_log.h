@@ -1,7 +1,13 @@
 /*
  * idem_log.h - one line per event, key=value friendly, journald aware.
  *
- * The library logs at debug level only; the daemon decides what is worth more.
+ * Who logs at which level:
+ * - the daemon's engine, idem_daemon and the modules it is split into (today also
+ *   idem_consumer, which passes librdkafka's own log lines on at their level, and the purge
+ *   thread of idem_retention, which survives its failures with nobody to return them to), runs
+ *   on its own threads and may log at any level: "retrying in 2s" is its to say;
+ * - every other lib module logs at debug level only and reports failures through idem_error,
+ *   so that the caller (daemon/, idemctl, the engine) decides what is worth more.
  */
 #ifndef IDEM_LOG_H
 #define IDEM_LOG_H
@@ -28,6 +34,9 @@ void idem_log_auto_journal(void);
 
 /* @brief Parse "error" | "warn" | "info" | "debug". @returns false if unknown. */
 bool idem_log_level_parse(const char *s, enum idem_log_level *ret_level);
+
+/* @brief "error" | "warn" | "info" | "debug". */
+const char *idem_log_level_name(enum idem_log_level level);
 
 void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt, ...)
         IDEM_PRINTF(3, 4);

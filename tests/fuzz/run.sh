@@ -12,7 +12,8 @@ flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "$src/lib/idem_field.c" \
 	"$src/lib/idem_common.c" $(pkg-config --cflags --libs json-c) -o "$out/fuzz_key"
-clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "$src/lib/idem_cfg.c" "$src/lib/idem_field.c" \
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" \
+	"$src/lib/idem_lex.c" "$src/lib/idem_field.c" \
 	"$src/lib/idem_common.c" "$src/lib/idem_log.c" \
 	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka) -o "$out/fuzz_cfg"
 

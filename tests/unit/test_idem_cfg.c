@@ -19,11 +19,10 @@
 #include <cmocka.h>
 
 #include "idem_cfg.h"
+#include "idem_lex.h"
 
-/* Internals of idem_cfg.c (IDEM_TESTABLE). */
+/* Internals of idem_cfg_walk.c (IDEM_TESTABLE). */
 size_t idem__cfg_edit_distance(const char *a, size_t la, const char *b, size_t lb);
-unsigned long idem__cfg_sql_params(const char *sql, bool *ret_multi, const char **ret_unterminated);
-idem_status idem__cfg_conninfo_has_password(const char *conninfo, bool *ret_has_password);
 
 /* The golden directory must hold at least this many cases: a wrong path fails loudly. */
 #define GOLDEN_MIN 25
@@ -466,7 +465,7 @@ static void test_sql_params(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bool multi = !cases[i].multi;
 		const char *open = "unset";
-		unsigned long max = idem__cfg_sql_params(cases[i].sql, &multi, &open);
+		unsigned long max = idem_lex_sql_params(cases[i].sql, &multi, &open);
 
 		if (max != cases[i].max || multi != cases[i].multi ||
 		    (open == NULL) != (cases[i].open == NULL) ||
@@ -504,7 +503,7 @@ static void test_conninfo_password(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bool has = !cases[i].has;
 
-		assert_int_equal(idem__cfg_conninfo_has_password(cases[i].conninfo, &has), IDEM_OK);
+		assert_int_equal(idem_lex_conninfo_has_password(cases[i].conninfo, &has), IDEM_OK);
 		if (has != cases[i].has)
 			fail_msg("conninfo '%s': got %d", cases[i].conninfo, has);
 	}
@@ -606,6 +605,82 @@ static char **golden_names(size_t *ret_n)
 	return names;
 }
 
+/* Collects idem_cfg_diff() changes as "path[=value] reload|restart;" in a buffer. */
+static void diff_collect(const struct idem_cfg_change *change, void *arg)
+{
+	struct idem_buf *b = arg;
+
+	assert_int_equal(idem_buf_printf(b, "%s%s%s %s;", change->path, change->value ? "=" : "",
+	                                 change->value ? change->value : "",
+	                                 change->reload ? "reload" : "restart"),
+	                 IDEM_OK);
+}
+
+/* The changes from @a to @b (two complete files), as diff_collect() writes them. */
+static char *diff_text(const char *a, const char *b, size_t *ret_n)
+{
+	struct idem_cfg *old = NULL, *cfg = NULL;
+	struct idem_buf out = { 0 };
+	char *errors = NULL;
+
+	if (idem_cfg_parse("a.yaml", a, strlen(a), &old, &errors) != IDEM_OK)
+		fail_msg("a.yaml: %s", errors);
+	if (idem_cfg_parse("b.yaml", b, strlen(b), &cfg, &errors) != IDEM_OK)
+		fail_msg("b.yaml: %s", errors);
+	assert_int_equal(idem_buf_append_str(&out, ""), IDEM_OK);
+	*ret_n = idem_cfg_diff(old, cfg, diff_collect, &out);
+	assert_int_equal(idem_cfg_diff(old, cfg, NULL, NULL), *ret_n);
+	idem_cfg_free(old);
+	idem_cfg_free(cfg);
+	return out.data;
+}
+
+#define DIFF_BASE(level, max_messages, sql2, route3)                                               \
+	"kafka: {brokers: b, group_id: g}\n"                                                       \
+	"postgres: {conninfo: \"dbname=x\"}\n"                                                     \
+	"routes:\n"                                                                                \
+	"  - {name: one, topics: [z], business_key: key, handler: {sql: \"SELECT 1\"}}\n"          \
+	"  - {name: two, topics: [m], business_key: key,\n"                                        \
+	"     handler: {sql: \"" sql2 "\", params: [offset]}}\n" route3                            \
+	"batch: {max_messages: " max_messages "}\n"                                                \
+	"log: {level: " level "}\n"
+
+static void test_diff(void **state)
+{
+	static const char base[] = DIFF_BASE("info", "500", "SELECT $1", "");
+	char *text;
+	size_t n;
+
+	(void)state;
+	/* The same file: nothing. */
+	text = diff_text(base, base, &n);
+	assert_int_equal(n, 0);
+	assert_string_equal(text, "");
+	free(text);
+
+	/* One reloadable and one restart-only setting, in table order, each with its value. */
+	text = diff_text(base, DIFF_BASE("debug", "10", "SELECT $1", ""), &n);
+	assert_int_equal(n, 2);
+	assert_string_equal(text, "batch.max_messages=10 restart;log.level=debug reload;");
+	free(text);
+
+	/* A route's statement: restart-only, named by the route's position. */
+	text = diff_text(base, DIFF_BASE("info", "500", "SELECT $1 + 1", ""), &n);
+	assert_int_equal(n, 1);
+	assert_string_equal(text, "routes[1].handler.sql=SELECT $1 + 1 restart;");
+	free(text);
+
+	/* Another route: "routes" as a whole, and the kafka.topics computed from them. */
+	text = diff_text(base,
+	                 DIFF_BASE("info", "500", "SELECT $1",
+	                           "  - {name: three, topics: [q], business_key: key,\n"
+	                           "     handler: {sql: \"SELECT 3\"}}\n"),
+	                 &n);
+	assert_int_equal(n, 2);
+	assert_string_equal(text, "kafka.topics restart;routes restart;");
+	free(text);
+}
+
 static void test_golden_dir(void **state)
 {
 	size_t n;
@@ -639,6 +714,7 @@ int main(void)
 		cmocka_unit_test(test_sql_params),
 		cmocka_unit_test(test_conninfo_password),
 		cmocka_unit_test(test_edit_distance),
+		cmocka_unit_test(test_diff),
 		cmocka_unit_test(test_golden_dir),
 	};
 	struct CMUnitTest *golden;
