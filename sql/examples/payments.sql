@@ -15,11 +15,16 @@ CREATE TABLE IF NOT EXISTS ledger (
     applied_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- The handler: one statement, run once per newly claimed payment, in the claim's transaction.
--- $1 business_key, $2 json:/account, $3 json:/amount. Returns the new balance (stored as the
--- claim's result).
+-- The handlers, one file each (idemd's tests, benchmark and demo read them from there; the
+-- README and etc/idemd.yaml show the same text, which a unit test checks):
 --
---   WITH l AS (INSERT INTO ledger (payment_id, account, amount) VALUES ($1, $2, $3::bigint))
---   INSERT INTO accounts (id, balance) VALUES ($2, $3::bigint)
---   ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance
---   RETURNING balance
+-- payments_row.sql, for handler.mode: row (run once per newly claimed payment, in the claim's
+-- transaction). $1 business_key, $2 json:/account, $3 json:/amount. Returns the new balance,
+-- stored as the claim's result.
+--
+-- payments_set.sql, for handler.mode: set (run once per transaction over every payment it
+-- newly claimed). $1, $2, $3 are text[] of the same fields, one element per payment in the
+-- order they are applied. It inserts the ledger rows in that order and adds each account's
+-- sum once (GROUP BY account), locking the accounts in one order (ORDER BY account) so that
+-- two workers cannot deadlock. It returns nothing, so no result is stored: a set handler that
+-- returns rows of (business key, result) has them stored with the claims.

@@ -16,13 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Same text as tests/integration/common.sh IDEM_PAYMENTS_SQL. */
-const char bench_sql_payments[] =
-        "WITH l AS (INSERT INTO ledger (payment_id, account, amount) VALUES ($1, $2, $3::bigint))"
-        " INSERT INTO accounts (id, balance) VALUES ($2, $3::bigint)"
-        " ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance"
-        " RETURNING balance";
-
 static const char *bench_prog = "bench";
 
 void bench_set_prog(const char *name)

@@ -17,8 +17,12 @@
 #include "idem_common.h"
 #include "idem_sql.h"
 
-/* The payments handler of sql/examples/payments.sql ($1 business key, $2 account, $3 amount). */
-extern const char bench_sql_payments[];
+/*
+ * The payments handlers, built from sql/examples/payments_row.sql and payments_set.sql:
+ * row mode ($1 business key, $2 account, $3 amount) and set mode (the same as text[]).
+ */
+extern const char bench_sql_payments_row[];
+extern const char bench_sql_payments_set[];
 
 /* @brief Monotonic time in seconds. */
 double bench_now(void);

@@ -181,7 +181,7 @@ int main(int argc, char **argv)
 
 	conn = bench_pg_connect(o.conninfo);
 	bench_pg_prepare(conn, "claim", SQL_CLAIM_ONE);
-	bench_pg_prepare(conn, "handler", bench_sql_payments);
+	bench_pg_prepare(conn, "handler", bench_sql_payments_row);
 	bench_pg_prepare(conn, "result", SQL_RESULT_ONE);
 
 	conf = rd_kafka_conf_new();

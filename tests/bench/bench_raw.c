@@ -2,7 +2,7 @@
  * bench_raw - phase A of the benchmark: the raw Postgres limit for idemd's work.
  *
  *   bench_raw --conninfo C --brokers B --topic T [--consumer NAME] [--batch N]
- *             [--connections K] [--postmaster PID]
+ *             [--connections K] [--postmaster PID] [--mode row|set]
  *
  * First reads the whole topic into memory (untimed: no Kafka in the timed loop) and decodes
  * every message as idemd's benchmark route does (business key json:/payment_id, parameters
@@ -13,8 +13,9 @@
  * in-batch duplicates collapsed, in libpq pipeline mode
  *   1. BEGIN; the claim (INSERT ... ON CONFLICT DO NOTHING RETURNING over unnest()ed arrays,
  *      keys sorted);
- *   2. the payments handler once per claimed message, in offset order;
- *   3. the results UPDATE, the progress upsert, COMMIT;
+ *   2. the payments handler once per claimed message, in offset order (--mode set: the set
+ *      handler once for all of them, with text[] parameters, as handler.mode: set);
+ *   3. the results UPDATE (only if a handler returned results), the progress upsert, COMMIT;
  * the same statements (lib/idem_sql.h), round trips and batch size as lib/idem_flush.c, without
  * idemd's decoding, polling and bookkeeping around them. A batch that runs into a deadlock with
  * another connection (two partitions touching one account) is rolled back and run again, as idemd
@@ -50,6 +51,7 @@ struct raw_opts {
 	int batch;
 	int connections;
 	pid_t postmaster;
+	bool set; /* --mode set: the set handler once per transaction, as handler.mode: set */
 };
 
 struct raw_load {
@@ -265,6 +267,7 @@ static PGresult *next_result(PGconn *conn, ExecStatusType want, const char *what
 
 struct raw_bufs {
 	struct idem_buf keys, offs, hashes, rkeys, rvals;
+	struct idem_buf ids, accounts, amounts; /* set mode: the handler's text[] */
 };
 
 static void check(idem_status r)
@@ -283,7 +286,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	char part[16], nx[24], c[8][24];
 	const char *cv[6], *pv[14], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
-	bool sync_sent = false;
+	bool sync_sent = false, any_result = false;
 	PGresult *res;
 
 	collapse(b);
@@ -339,8 +342,37 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		}
 	}
 
+	/* Round trip 2: the handler for each claimed message, in offset order; in set mode once
+	 * for all of them, with one text[] per parameter, as idemd sends it (sent with its text,
+	 * planned for these arrays). */
+	if (o->set && b->n_applied > 0) {
+		const char *sv[3];
+
+		check(idem_pgarray_open(&bf->ids));
+		check(idem_pgarray_open(&bf->accounts));
+		check(idem_pgarray_open(&bf->amounts));
+		for (size_t k = 0; k < b->n_applied; k++) {
+			const struct raw_msg *m = &b->msgs[b->applied[k]];
+
+			check(bench_arr_add(&bf->ids, m->pay.payment_id));
+			check(bench_arr_add(&bf->accounts, m->pay.account));
+			check(bench_arr_add(&bf->amounts, m->pay.amount));
+		}
+		check(idem_pgarray_close(&bf->ids));
+		check(idem_pgarray_close(&bf->accounts));
+		check(idem_pgarray_close(&bf->amounts));
+		sv[0] = bf->ids.data;
+		sv[1] = bf->accounts.data;
+		sv[2] = bf->amounts.data;
+		if (!PQsendQueryParams(conn, bench_sql_payments_set, 3, NULL, sv, NULL, NULL, 0) ||
+		    !PQsendFlushRequest(conn) || PQflush(conn) != 0)
+			bench_die("send set handler: %s", PQerrorMessage(conn));
+		if ((res = next_result(conn, PGRES_COMMAND_OK, "set handler")) == NULL)
+			goto retry;
+		PQclear(res);
+	}
 	/* Round trip 2: the handler for each claimed message, in offset order. */
-	for (size_t k = 0; k < b->n_applied; k++) {
+	for (size_t k = 0; !o->set && k < b->n_applied; k++) {
 		const struct raw_msg *m = &b->msgs[b->applied[k]];
 
 		hv[0] = m->pay.payment_id;
@@ -349,7 +381,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		if (!PQsendQueryPrepared(conn, "idem_h0", 3, hv, NULL, NULL, 0))
 			bench_die("send handler: %s", PQerrorMessage(conn));
 	}
-	if (b->n_applied > 0) {
+	if (!o->set && b->n_applied > 0) {
 		if (!PQsendFlushRequest(conn) || PQflush(conn) != 0)
 			bench_die("send handlers: %s", PQerrorMessage(conn));
 		for (size_t k = 0; k < b->n_applied; k++) {
@@ -374,6 +406,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 
 		if (!b->has_result[i])
 			continue;
+		any_result = true;
 		check(bench_arr_add(&bf->rkeys, b->msgs[i].pay.payment_id));
 		check(bench_arr_add(&bf->rvals, b->result[i]));
 	}
@@ -398,7 +431,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		pv[4 + k] = c[k];
 	pv[12] = NULL;
 	pv[13] = NULL;
-	if (b->n_applied > 0) {
+	if (any_result) {
 		const char *rv[3] = { o->consumer, bf->rkeys.data, bf->rvals.data };
 
 		if (!idem_sql_send(conn, IDEM_SQL_RESULTS, rv, NULL, NULL))
@@ -409,7 +442,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	    !PQpipelineSync(conn))
 		bench_die("send commit: %s", PQerrorMessage(conn));
 	sync_sent = true;
-	if (b->n_applied > 0) {
+	if (any_result) {
 		if ((res = next_result(conn, PGRES_COMMAND_OK, "results")) == NULL)
 			goto retry;
 		PQclear(res);
@@ -451,7 +484,7 @@ retry:
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: bench_raw --conninfo C --brokers B --topic T [--consumer NAME]\n"
-	           "         [--batch N] [--connections K] [--postmaster PID]\n");
+	           "         [--batch N] [--connections K] [--postmaster PID] [--mode row|set]\n");
 }
 
 /* One connection's share: partitions k with k % n_threads == id. */
@@ -512,6 +545,9 @@ static void *raw_thread_main(void *arg)
 	idem_buf_done(&bf.hashes);
 	idem_buf_done(&bf.rkeys);
 	idem_buf_done(&bf.rvals);
+	idem_buf_done(&bf.ids);
+	idem_buf_done(&bf.accounts);
+	idem_buf_done(&bf.amounts);
 	free(b.state);
 	free(b.order);
 	free(b.applied);
@@ -531,6 +567,7 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, NULL, 'B' },
 		{ "connections", required_argument, NULL, 'K' },
 		{ "postmaster", required_argument, NULL, 'p' },
+		{ "mode", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -566,6 +603,11 @@ int main(int argc, char **argv)
 			break;
 		case 'p':
 			o.postmaster = (pid_t)atoi(optarg);
+			break;
+		case 'm':
+			if (strcmp(optarg, "row") != 0 && strcmp(optarg, "set") != 0)
+				bench_die("--mode must be row or set, not '%s'", optarg);
+			o.set = strcmp(optarg, "set") == 0;
 			break;
 		default:
 			usage(c == 'h' ? stdout : stderr);
@@ -610,7 +652,7 @@ int main(int argc, char **argv)
 		th[i].conn = bench_pg_connect(o.conninfo);
 		if (idem_sql_prepare_batch(th[i].conn, &err) != IDEM_OK)
 			bench_die("%s", err.msg);
-		bench_pg_prepare(th[i].conn, "idem_h0", bench_sql_payments);
+		bench_pg_prepare(th[i].conn, "idem_h0", bench_sql_payments_row);
 	}
 	fprintf(stderr,
 	        "bench_raw: loaded %zu messages of %zu partitions, running on %d connection(s)\n",

@@ -1,0 +1,206 @@
+/*
+ * Unit tests for idem_bind: array literals for set-mode handlers and the claim (NULL elements,
+ * quoting, NUL refused, binary keys), and row binding.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "idem_bind.h"
+
+struct fixture {
+	struct idem_cfg cfg;
+	struct idem_route route;
+	struct idem_field params[3];
+	struct idem_batch b;
+	struct idem_bind bd;
+};
+
+static int setup(void **state)
+{
+	static struct fixture fx;
+	static char rname[] = "r", cname[] = "c";
+	char errbuf[256];
+
+	memset(&fx, 0, sizeof(fx));
+	fx.cfg.max_key_bytes = 64;
+	fx.cfg.max_message_bytes = 1024;
+	fx.route.name = rname;
+	fx.route.consumer = cname;
+	fx.route.handler_mode = IDEM_CFG_MODE_SET;
+	assert_int_equal(idem_template_parse("${key}", &fx.route.key, errbuf, sizeof(errbuf)),
+	                 IDEM_OK);
+	assert_int_equal(idem_field_parse("business_key", &fx.params[0], errbuf, sizeof(errbuf)),
+	                 IDEM_OK);
+	assert_int_equal(idem_field_parse("value", &fx.params[1], errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_parse("header:h", &fx.params[2], errbuf, sizeof(errbuf)),
+	                 IDEM_OK);
+	fx.route.params = fx.params;
+	fx.route.n_params = 3;
+	assert_int_equal(idem_batch_init(&fx.b, &fx.route, "payments", 3), IDEM_OK);
+	idem_bind_init(&fx.bd);
+	*state = &fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	idem_bind_done(&fx->bd);
+	idem_batch_done(&fx->b);
+	idem_template_done(&fx->route.key);
+	for (size_t p = 0; p < 3; p++)
+		idem_field_done(&fx->params[p]);
+	return 0;
+}
+
+static void add(struct fixture *fx, int64_t offset, const void *key, size_t key_len,
+                const char *value, const char *header)
+{
+	struct idem_header h = { "h", header, header ? strlen(header) : 0 };
+	struct idem_msgview m = { 0 };
+
+	m.topic = "payments";
+	m.partition = 3;
+	m.offset = offset;
+	m.timestamp_ms = 1000;
+	m.key = key;
+	m.key_len = key_len;
+	m.value = value;
+	m.value_len = strlen(value);
+	m.headers = header ? &h : NULL;
+	m.n_headers = header ? 1 : 0;
+	assert_int_equal(idem_batch_add(&fx->b, &m, &fx->cfg, 0), IDEM_OK);
+}
+
+static void text_elem(struct idem_buf *a, const char *s, bool null)
+{
+	assert_int_equal(idem_bind_text_elem(a, s, s ? strlen(s) : 0, null), IDEM_OK);
+}
+
+static void test_literal_quoting(void **state)
+{
+	struct idem_buf a = { 0 };
+
+	(void)state;
+	assert_int_equal(idem_pgarray_open(&a), IDEM_OK);
+	text_elem(&a, "plain", false);
+	text_elem(&a, NULL, true);
+	text_elem(&a, "{a,b}", false);
+	text_elem(&a, "say \"hi\"", false);
+	text_elem(&a, "back\\slash", false);
+	text_elem(&a, "", false);
+	text_elem(&a, "NULL", false);
+	text_elem(&a, " spaced ", false);
+	text_elem(&a, "'); DROP TABLE ledger; --", false);
+	assert_int_equal(idem_pgarray_close(&a), IDEM_OK);
+	/* Every element quoted, so the word NULL, braces, commas and blanks stay text; only a
+	 * NULL element is the bare NULL. */
+	assert_string_equal(a.data,
+	                    "{\"plain\",NULL,\"{a,b}\",\"say \\\"hi\\\"\",\"back\\\\slash\","
+	                    "\"\",\"NULL\",\" spaced \",\"'); DROP TABLE ledger; --\"}");
+	idem_buf_done(&a);
+}
+
+static void test_literal_refuses_nul(void **state)
+{
+	struct idem_buf a = { 0 };
+
+	(void)state;
+	assert_int_equal(idem_pgarray_open(&a), IDEM_OK);
+	assert_int_equal(idem_bind_text_elem(&a, "a\0b", 3, false), IDEM_ERR_INVALID);
+	/* A NULL element has no bytes to check. */
+	assert_int_equal(idem_bind_text_elem(&a, NULL, 0, true), IDEM_OK);
+	idem_buf_done(&a);
+}
+
+static void test_empty_array(void **state)
+{
+	struct fixture *fx = *state;
+
+	assert_int_equal(idem_bind_set_open(&fx->bd, 3), IDEM_OK);
+	assert_int_equal(idem_bind_set_close(&fx->bd, 3), IDEM_OK);
+	for (size_t p = 0; p < 3; p++)
+		assert_string_equal(fx->bd.vals[p], "{}");
+}
+
+/* One text[] per parameter, one element per message in the order added, NULL for absent. */
+static void test_set_arrays(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	static const char bin[] = { 'k', (char)0xff, 0 };
+
+	add(fx, 10, "k1", 2, "{\"a\":1}", "x,y");
+	add(fx, 11, "k2", 2, "v\\2", NULL);
+	add(fx, 12, bin, 2, "v3", "\"q\"");
+	assert_int_equal(b->n_msgs, 3);
+	/* A key that is not UTF-8 is the text \x plus hex: one-to-one, and text-safe. */
+	assert_string_equal(idem_batch_ptr(b, b->msgs[2].bkey), "\\x6bff");
+
+	assert_int_equal(idem_bind_set_open(&fx->bd, 3), IDEM_OK);
+	assert_int_equal(idem_bind_set_add(&fx->bd, b, 2), IDEM_OK);
+	assert_int_equal(idem_bind_set_add(&fx->bd, b, 0), IDEM_OK);
+	assert_int_equal(idem_bind_set_add(&fx->bd, b, 1), IDEM_OK);
+	assert_int_equal(idem_bind_set_close(&fx->bd, 3), IDEM_OK);
+	assert_string_equal(fx->bd.vals[0], "{\"\\\\x6bff\",\"k1\",\"k2\"}");
+	assert_string_equal(fx->bd.vals[1], "{\"v3\",\"{\\\"a\\\":1}\",\"v\\\\2\"}");
+	assert_string_equal(fx->bd.vals[2], "{\"\\\"q\\\"\",\"x,y\",NULL}");
+
+	/* Reused: a second transaction starts from empty arrays. */
+	assert_int_equal(idem_bind_set_open(&fx->bd, 3), IDEM_OK);
+	assert_int_equal(idem_bind_set_add(&fx->bd, b, 1), IDEM_OK);
+	assert_int_equal(idem_bind_set_close(&fx->bd, 3), IDEM_OK);
+	assert_string_equal(fx->bd.vals[0], "{\"k2\"}");
+	assert_string_equal(fx->bd.vals[2], "{NULL}");
+}
+
+static void test_row(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+
+	add(fx, 10, "k1", 2, "v1", NULL);
+	assert_int_equal(idem_bind_row(&fx->bd, b, 0), IDEM_OK);
+	assert_string_equal(fx->bd.vals[0], "k1");
+	assert_string_equal(fx->bd.vals[1], "v1");
+	assert_null(fx->bd.vals[2]);
+}
+
+static void test_claim(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	const char *v[6];
+
+	add(fx, 10, "b\"", 2, "v1", NULL);
+	add(fx, 11, "a", 1, "v2", NULL);
+	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
+	assert_int_equal(idem_bind_claim(&fx->bd, b, b->order, b->n_order, v), IDEM_OK);
+	assert_string_equal(v[0], "c");
+	assert_string_equal(v[1], "payments");
+	assert_string_equal(v[2], "3");
+	assert_string_equal(v[3], "{\"a\",\"b\\\"\"}");
+	assert_string_equal(v[4], "{\"11\",\"10\"}");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_literal_quoting),
+		cmocka_unit_test(test_literal_refuses_nul),
+		cmocka_unit_test_setup_teardown(test_empty_array, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_set_arrays, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_row, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
