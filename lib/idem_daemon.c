@@ -24,7 +24,7 @@
 #include "idem_flush.h"
 #include "idem_log.h"
 #include "idem_metrics.h"
-#include "idem_offsets.h"
+#include "idem_part.h"
 #include "idem_retention.h"
 
 /* Most batches one transaction carries, and most messages (in batch.max_messages units). */
@@ -164,7 +164,7 @@ static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset, boo
 		rd_kafka_error_destroy(error);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
-	p->batch.fetch_next = offset;
+	p->fetch_next = offset;
 }
 
 /* Mismatching duplicates of a committed batch, for routes[].on_payload_mismatch: log. */
@@ -214,35 +214,10 @@ static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 	d->stats.payload_mismatches += st->payload_mismatches;
 }
 
-/*
- * Swap the messages of two batches of one partition. The delivery state (failures, retry time,
- * next offset expected) stays where it was: it belongs to the partition, kept in p->batch.
- */
-static void swap_batches(struct idem_batch *a, struct idem_batch *b)
-{
-	struct idem_batch t = *a;
-	int failures = a->failures;
-	int64_t retry_at_ms = a->retry_at_ms, fetch_next = a->fetch_next;
-
-	*a = *b;
-	*b = t;
-	b->failures = a->failures;
-	b->retry_at_ms = a->retry_at_ms;
-	b->fetch_next = a->fetch_next;
-	a->failures = failures;
-	a->retry_at_ms = retry_at_ms;
-	a->fetch_next = fetch_next;
-}
-
 /* Hand @p's batch to the workers. */
 static void dispatch(idem_daemon *d, struct idem_part *p)
 {
-	swap_batches(&p->batch, &p->inflight);
-	p->busy = true;
-	p->job.first = p->inflight.n_msgs > 0 ? p->inflight.msgs[0].offset : -1;
-	p->job.last = p->inflight.n_msgs > 0 ? p->inflight.msgs[p->inflight.n_msgs - 1].offset : -1;
-	p->job.next = NULL;
-	p->job.t0 = now_ms();
+	idem_part_hand_over(p, now_ms());
 	pthread_mutex_lock(&d->mu);
 	*d->ready_tail = p;
 	d->ready_tail = &p->job.next;
@@ -255,7 +230,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 {
 	struct idem_batch *b = &p->inflight;
 	const struct idem_flush_stats *st = &p->job.st;
-	bool was_retry = p->batch.retry_at_ms != 0, was_held = p->held;
+	bool was_retry = p->retry_at_ms != 0, was_held = p->held;
 	int64_t first = p->job.first, last = st->next_offset - 1;
 
 	add_stats(d, st);
@@ -278,23 +253,23 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	               " quarantined=%" PRIu64 " slow=%d ms=%" PRId64,
 	               b->topic, b->partition, first, last, st->consumed, st->applied,
 	               st->duplicates, st->quarantined, st->slow_path, now_ms() - p->job.t0);
-	if (p->batch.failures > 0)
+	if (p->failures > 0)
 		idem_log_info(
 		        "batch",
 		        "batch committed after %d failed attempt(s) topic=%s partition=%" PRId32,
-		        p->batch.failures, b->topic, b->partition);
+		        p->failures, b->topic, b->partition);
 	store_offset(d, p, st->next_offset);
 	idem_batch_reset(b);
-	p->batch.failures = 0;
-	p->batch.retry_at_ms = 0;
+	p->failures = 0;
+	p->retry_at_ms = 0;
 	p->held = false;
 	if (st->halted) {
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
 		idem_batch_reset(&p->batch);
 		p->halted = true;
-		p->batch.retry_at_ms = now_ms() + d->cfg->retry_max_ms;
-		p->batch.fetch_next = st->next_offset;
+		p->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
+		p->fetch_next = st->next_offset;
 		if (!was_retry && !was_held)
 			pause_part(d, p);
 		idem_log_error(
@@ -312,8 +287,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	if (p->leaving)
 		return;
 	if (was_retry || was_held)
-		resume_part(d, p, p->batch.fetch_next >= 0 ? p->batch.fetch_next : last + 1,
-		            was_retry);
+		resume_part(d, p, p->fetch_next >= 0 ? p->fetch_next : last + 1, was_retry);
 }
 
 /*
@@ -327,23 +301,20 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	const idem_error *e = &p->job.err;
 	enum idem_pg_class cls = idem_pg_classify(e->sqlstate);
 	struct idem_batch *b = &p->batch;
-	bool was_paused = b->retry_at_ms != 0 || p->held;
+	bool was_paused = p->retry_at_ms != 0 || p->held;
 	int64_t first, last;
 	int wait;
 
-	idem_batch_reset(b);
-	swap_batches(b, &p->inflight);
+	idem_part_take_back(p);
 	first = p->job.first;
 	last = p->job.last;
-	/* What the flush cut off (on_poison: halt) is fetched again, too. */
-	b->fetch_next = b->n_msgs > 0 ? b->msgs[b->n_msgs - 1].offset + 1 : first;
 	p->held = false;
 	d->stats.retries++;
 	idem_metrics_retry(d->metrics, idem_pg_class_str(cls));
-	wait = backoff_ms(d, ++b->failures);
+	wait = backoff_ms(d, ++p->failures);
 	if (!was_paused)
 		pause_part(d, p);
-	b->retry_at_ms = now_ms() + wait;
+	p->retry_at_ms = now_ms() + wait;
 	if (cls == IDEM_PG_BROKEN)
 		idem_log_error(
 		        "batch",
@@ -498,9 +469,9 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 			 * hold, which must not be freed under them. */
 			if (p->halted || b->n_msgs == 0 || p->drain_tries <= 0 || r != IDEM_OK)
 				continue;
-			if (tries > 1 && b->retry_at_ms != 0 && now < b->retry_at_ms) {
-				if (b->retry_at_ms - now < wait)
-					wait = b->retry_at_ms - now;
+			if (tries > 1 && p->retry_at_ms != 0 && now < p->retry_at_ms) {
+				if (p->retry_at_ms - now < wait)
+					wait = p->retry_at_ms - now;
 				pending = true;
 				continue;
 			}
@@ -766,20 +737,11 @@ void idem_daemon_free(idem_daemon *d)
 	free(d);
 }
 
-static size_t halted_count(const idem_daemon *d)
-{
-	size_t n = 0;
-
-	for (size_t i = 0; i < d->parts.n; i++)
-		n += d->parts.v[i]->halted;
-	return n;
-}
-
 void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats)
 {
 	*ret_stats = d->stats;
 	ret_stats->partitions = d->parts.n;
-	ret_stats->halted = halted_count(d);
+	ret_stats->halted = idem_parts_halted(&d->parts);
 }
 
 int64_t idem_daemon_stalled_ms(const idem_daemon *d)
@@ -843,8 +805,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	}
 	/* The partition waits for a retry or is halted: it is paused, and what still arrives
 	 * is fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
-	if (p->halted || p->batch.retry_at_ms != 0 ||
-	    (p->batch.fetch_next >= 0 && rkm->offset < p->batch.fetch_next))
+	if (p->halted || p->retry_at_ms != 0 || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
 		return IDEM_OK;
 	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
 		return idem_error_nomem(err);
@@ -863,7 +824,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	if ((r = idem_batch_add(&p->batch, &m, d->cfg, now_ms())) != IDEM_OK)
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
-	p->batch.fetch_next = rkm->offset + 1;
+	p->fetch_next = rkm->offset + 1;
 	if (p->batch.n_msgs < (size_t)d->cfg->batch_max_messages)
 		return IDEM_OK;
 	if (!p->busy) {
@@ -890,8 +851,8 @@ static void flush_due(idem_daemon *d, bool all)
 
 		if (p->busy)
 			continue;
-		if (b->retry_at_ms != 0) {
-			if (now < b->retry_at_ms)
+		if (p->retry_at_ms != 0) {
+			if (now < p->retry_at_ms)
 				continue;
 			if (p->halted || b->n_msgs == 0) {
 				/* Nothing in hand to retry: fetch again from where it stopped (a
@@ -900,10 +861,10 @@ static void flush_due(idem_daemon *d, bool all)
 				              "retrying %s partition topic=%s partition=%" PRId32
 				              " from offset=%" PRId64,
 				              p->halted ? "halted" : "paused", p->topic,
-				              p->partition, b->fetch_next);
+				              p->partition, p->fetch_next);
 				p->halted = false;
-				b->retry_at_ms = 0;
-				resume_part(d, p, b->fetch_next, true);
+				p->retry_at_ms = 0;
+				resume_part(d, p, p->fetch_next, true);
 				continue;
 			}
 		} else if (b->n_msgs == 0 ||
@@ -925,8 +886,8 @@ static int poll_timeout(const idem_daemon *d)
 
 		if (p->busy)
 			continue; /* its worker wakes the poll when it is done */
-		if (b->retry_at_ms != 0)
-			left = b->retry_at_ms - now;
+		if (p->retry_at_ms != 0)
+			left = p->retry_at_ms - now;
 		else if (b->n_msgs > 0)
 			left = b->opened_ms + d->cfg->batch_max_wait_ms - now;
 		else
@@ -952,7 +913,8 @@ static void log_stats(idem_daemon *d)
 	              d->stats.consumed, d->stats.applied, d->stats.duplicates,
 	              d->stats.dup_redelivery, d->stats.dup_replay, d->stats.dup_upstream,
 	              d->stats.payload_mismatches, d->stats.quarantined, d->stats.batches,
-	              d->stats.slow_batches, d->stats.retries, d->parts.n, halted_count(d));
+	              d->stats.slow_batches, d->stats.retries, d->parts.n,
+	              idem_parts_halted(&d->parts));
 }
 
 /* Every worker's connection is up (as of its last commit). */
@@ -998,7 +960,8 @@ static void publish(idem_daemon *d)
 		busy += d->parts.v[i]->busy;
 	}
 	idem_metrics_workers(d->metrics, d->n_workers, busy, held);
-	idem_metrics_ready(d->metrics, pg_connected(d), d->parts.n > 0, halted_count(d) > 0);
+	idem_metrics_ready(d->metrics, pg_connected(d), d->parts.n > 0,
+	                   idem_parts_halted(&d->parts) > 0);
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
