@@ -43,6 +43,7 @@ struct idem_daemon {
 	const struct idem_cfg *cfg;
 	idem_stop_fn stop;
 	rd_kafka_t *rk;
+	struct idem_consumer_hooks hooks; /* the consumer's rebalance callbacks, into this */
 	rd_kafka_queue_t *cq; /* the consumer queue, to end a poll when a worker is done */
 	struct worker *workers;
 	size_t n_workers;
@@ -61,7 +62,6 @@ struct idem_daemon {
 	size_t cap_hdrs;
 	struct idem_daemon_stats stats;
 	bool closing; /* shutting down: bounded retries only */
-	bool subscribed;
 	int64_t last_stats_ms;
 	int64_t last_publish_ms;
 	unsigned int seed;         /* for backoff jitter */
@@ -87,83 +87,30 @@ static int backoff_ms(idem_daemon *d, int attempt)
 	return idem_backoff_ms(d->cfg->retry_initial_ms, d->cfg->retry_max_ms, attempt, &d->seed);
 }
 
+/*
+ * The offset rule (idem_part): Kafka hears of @next only once everything below it committed in
+ * Postgres, and never of an offset below one it already has.
+ */
 static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 {
-	rd_kafka_topic_partition_list_t *list;
-	rd_kafka_resp_err_t e;
-
-	if (!idem_part_committed(p, next))
-		return;
-	list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = next;
-	e = rd_kafka_offsets_store(d->rk, list);
-	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-		e = list->elems[0].err;
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_warn("kafka",
-		              "cannot store offset topic=%s partition=%" PRId32 " offset=%" PRId64
-		              ": %s, ignoring (the claims make the redelivery harmless)",
-		              p->topic, p->partition, next, rd_kafka_err2str(e));
-	else
+	if (idem_part_committed(p, next) &&
+	    idem_consumer_store(d->rk, p->topic, p->partition, next))
 		idem_part_stored(p, next);
-	rd_kafka_topic_partition_list_destroy(list);
 }
 
 /* Stop fetching @p (its batch waits for a retry, or it is halted). */
 static void pause_part(idem_daemon *d, struct idem_part *p)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_resp_err_t e;
-
-	rd_kafka_topic_partition_list_add(list, p->topic, p->partition);
-	e = rd_kafka_pause_partitions(d->rk, list);
-	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-		e = list->elems[0].err;
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_warn("kafka",
-		              "cannot pause topic=%s partition=%" PRId32
-		              ": %s, ignoring (its messages are dropped until it resumes)",
-		              p->topic, p->partition, rd_kafka_err2str(e));
-	rd_kafka_topic_partition_list_destroy(list);
+	idem_consumer_pause(d->rk, p->topic, p->partition);
 }
 
 /*
- * Fetch @p again from @offset. Messages that arrived while it waited were dropped (take()), so
- * the position is set explicitly. The partition is resumed first: a seek waits for the fetcher
- * to take the new position, which a paused partition's fetcher does not do. A seek with a
- * timeout also guarantees that nothing fetched before it reaches us afterwards. Without @wait
- * (a held partition: nothing was dropped, the position is already right) the seek only gets
- * the fetcher going at once, which a resume alone does only after a while, and is waited for
- * briefly: the consumer thread must not stall on it.
+ * Fetch @p again from @offset (idem_consumer_resume()). Messages that arrived while it waited
+ * were dropped (take()); without @wait it is a held partition, where nothing was dropped.
  */
 static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset, bool wait)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_error_t *error;
-	rd_kafka_resp_err_t e;
-
-	rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = offset;
-	e = rd_kafka_resume_partitions(d->rk, list);
-	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-		e = list->elems[0].err;
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_error("kafka", "cannot resume topic=%s partition=%" PRId32 ": %s",
-		               p->topic, p->partition, rd_kafka_err2str(e));
-	list->elems[0].offset = offset;
-	error = rd_kafka_seek_partitions(d->rk, list, wait ? 5000 : 100);
-	if (error == NULL && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		error = rd_kafka_error_new(list->elems[0].err, "%s",
-		                           rd_kafka_err2str(list->elems[0].err));
-	if (error != NULL) {
-		if (wait)
-			idem_log_warn("kafka",
-			              "cannot seek topic=%s partition=%" PRId32
-			              " to offset=%" PRId64
-			              ": %s, ignoring (the seek still applies when it can)",
-			              p->topic, p->partition, offset, rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	}
-	rd_kafka_topic_partition_list_destroy(list);
+	idem_consumer_resume(d->rk, p->topic, p->partition, offset, wait);
 	p->fetch_next = offset;
 }
 
@@ -496,24 +443,13 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 	return r;
 }
 
-static void commit_sync(idem_daemon *d, const char *why)
+/* The group hands partitions over (idem_consumer assigns them after this). */
+static void on_assign(void *opaque, const rd_kafka_topic_partition_list_t *list)
 {
-	rd_kafka_resp_err_t e = rd_kafka_commit(d->rk, NULL, 0);
-
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
-		idem_log_warn(
-		        "kafka",
-		        "offset commit (%s) failed: %s, ignoring (the claims make the redelivery harmless)",
-		        why, rd_kafka_err2str(e));
-}
-
-static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, bool incremental)
-{
-	rd_kafka_error_t *error = NULL;
-	rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+	idem_daemon *d = opaque;
 
 	for (int i = 0; i < list->cnt; i++) {
-		rd_kafka_topic_partition_t *tp = &list->elems[i];
+		const rd_kafka_topic_partition_t *tp = &list->elems[i];
 		idem_status r =
 		        idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, NULL);
 
@@ -525,29 +461,16 @@ static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 			idem_log_info("kafka", "assigned topic=%s partition=%" PRId32, tp->topic,
 			              tp->partition);
 	}
-	if (incremental)
-		error = rd_kafka_incremental_assign(d->rk, list);
-	else
-		e = rd_kafka_assign(d->rk, list);
-	if (error != NULL) {
-		idem_log_error("kafka", "assign failed: %s", rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	} else if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		idem_log_error("kafka", "assign failed: %s", rd_kafka_err2str(e));
-	}
-	/* A partition this instance paused (retry, halt) and lost may come back: start it
-	 * fetching whatever librdkafka remembers of that. */
-	rd_kafka_resume_partitions(d->rk, list);
 }
 
 /*
  * Partitions are being taken away: finish what is in hand (one attempt each; a failed batch is
  * abandoned and redelivered to the new owner, where the claims make it harmless), commit the
- * offsets, then let them go.
+ * offsets, then let them go (idem_consumer unassigns them after this).
  */
-static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, bool incremental)
+static void on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
 {
-	rd_kafka_error_t *error = NULL;
+	idem_daemon *d = opaque;
 
 	for (int i = 0; i < list->cnt; i++) {
 		struct idem_part *p =
@@ -559,7 +482,7 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 	/* Out of memory here leaves the batches uncommitted: they are redelivered. */
 	if (drain(d, 1, NULL) != IDEM_OK)
 		idem_log_error("kafka", "out of memory while finishing revoked partitions");
-	commit_sync(d, "revoke");
+	idem_consumer_commit(d->rk, "revoke");
 	for (int i = 0; i < list->cnt; i++) {
 		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
 		idem_metrics_partition_remove(d->metrics, list->elems[i].topic,
@@ -567,54 +490,12 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
 		              list->elems[i].partition);
 	}
-	if (incremental)
-		error = rd_kafka_incremental_unassign(d->rk, list);
-	else
-		rd_kafka_assign(d->rk, NULL);
-	if (error != NULL) {
-		idem_log_error("kafka", "unassign failed: %s", rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	}
-}
-
-static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t e,
-                         rd_kafka_topic_partition_list_t *list, void *opaque)
-{
-	idem_daemon *d = opaque;
-	bool incremental = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
-
-	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-		on_assign(d, list, incremental);
-	} else if (e == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
-		on_revoke(d, list, incremental);
-	} else {
-		idem_log_error("kafka", "rebalance failed: %s", rd_kafka_err2str(e));
-		if (!incremental)
-			rd_kafka_assign(rk, NULL);
-	}
-}
-
-static void error_cb(rd_kafka_t *rk, int e, const char *reason, void *opaque)
-{
-	(void)opaque;
-	if (e == RD_KAFKA_RESP_ERR__FATAL) {
-		char buf[512];
-
-		rd_kafka_fatal_error(rk, buf, sizeof(buf));
-		idem_log_error("kafka", "fatal error: %s", buf);
-		return;
-	}
-	idem_log_warn("kafka", "%s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)e), reason);
 }
 
 idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_daemon **ret_d,
                             idem_error *err)
 {
-	rd_kafka_topic_partition_list_t *topics;
-	rd_kafka_conf_t *conf = NULL;
 	idem_daemon *d;
-	char errstr[512];
-	rd_kafka_resp_err_t e;
 	idem_status r;
 
 	d = calloc(1, sizeof(*d));
@@ -653,30 +534,10 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	if (cfg->metrics_listen != NULL &&
 	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
 		goto out_free;
-	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
+	d->hooks = (struct idem_consumer_hooks){ on_assign, on_revoke, d };
+	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
 		goto out_free;
-	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
-	rd_kafka_conf_set_error_cb(conf, error_cb);
-	rd_kafka_conf_set_opaque(conf, d);
-	d->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-	if (d->rk == NULL) {
-		rd_kafka_conf_destroy(conf);
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot create kafka consumer: %s", errstr);
-		goto out_free;
-	}
-	rd_kafka_poll_set_consumer(d->rk);
 	d->cq = rd_kafka_queue_get_consumer(d->rk);
-	topics = rd_kafka_topic_partition_list_new((int)cfg->n_topics);
-	for (size_t i = 0; i < cfg->n_topics; i++)
-		rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
-	e = rd_kafka_subscribe(d->rk, topics);
-	rd_kafka_topic_partition_list_destroy(topics);
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s",
-		                   rd_kafka_err2str(e));
-		goto out_free;
-	}
-	d->subscribed = true;
 	for (size_t i = 0; i < d->n_workers; i++) {
 		if (pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) != 0) {
 			r = idem_error_set(err, IDEM_ERR_NOMEM, "cannot start worker thread");
@@ -1020,7 +881,7 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 	for (size_t i = 0; i < d->parts.n; i++)
 		d->parts.v[i]->leaving = true;
 	r = drain(d, 5, err);
-	commit_sync(d, "shutdown");
+	idem_consumer_commit(d->rk, "shutdown");
 	/* Leaves the group; the revoke callback finds nothing left to do. */
 	rd_kafka_consumer_close(d->rk);
 	stop_workers(d);
