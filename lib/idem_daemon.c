@@ -1,23 +1,20 @@
 /*
  * idem_daemon.c - the main loop.
  *
- * The consumer thread polls, fills one batch per partition and hands due batches to a pool of
- * workers, each with its own Postgres connection. A worker takes every batch that is ready (up
- * to a bound) and commits them in one transaction (idem_flush_many), so at moderate rates
- * one fsync serves many partitions; under load batches fill while the workers are busy. Each
- * partition has at most one batch in flight, so its batches commit in offset order; the next
- * one fills meanwhile, and when it is full too the partition is paused until the one in flight
- * is done (backpressure; memory stays bounded by two batches per partition plus librdkafka's
- * prefetch). Everything Kafka-side happens on the consumer thread: a worker only commits and
- * reports back, and the consumer thread stores the offset after that commit.
+ * The consumer thread polls, fills one batch per partition (idem_part) and hands due batches to
+ * the worker pool (idem_pool), where each worker commits them on its own Postgres connection.
+ * Under load batches fill while the workers are busy. Each partition has at most one batch in
+ * flight, so its batches commit in offset order; the next one fills meanwhile, and when it is
+ * full too the partition is paused until the one in flight is done (backpressure; memory stays
+ * bounded by two batches per partition plus librdkafka's prefetch). Everything Kafka-side
+ * (idem_consumer) happens on the consumer thread: a worker only commits and reports back, and
+ * the consumer thread stores the offset after that commit. See ARCHITECTURE.md, "Data flow".
  */
 #include "idem_daemon.h"
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
-#include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "idem_consumer.h"
@@ -25,43 +22,20 @@
 #include "idem_log.h"
 #include "idem_metrics.h"
 #include "idem_part.h"
+#include "idem_pool.h"
 #include "idem_retention.h"
-
-/* Most batches one transaction carries, and most messages (in batch.max_messages units). */
-#define GROUP_MAX_BATCHES 32
-#define GROUP_MAX_FULL    2
-
-struct worker {
-	idem_daemon *d;
-	idem_flush *pg;
-	pthread_t thread;
-	bool started;
-	int connected; /* idem_flush_connected() after the last commit (atomic) */
-};
 
 struct idem_daemon {
 	const struct idem_cfg *cfg;
 	idem_stop_fn stop;
 	rd_kafka_t *rk;
 	struct idem_consumer_hooks hooks; /* the consumer's rebalance callbacks, into this */
-	rd_kafka_queue_t *cq; /* the consumer queue, to end a poll when a worker is done */
-	struct worker *workers;
-	size_t n_workers;
-
-	/* Shared with the workers, under mu. */
-	pthread_mutex_t mu;
-	pthread_cond_t work_cv; /* ready gained a batch, or quit */
-	pthread_cond_t done_cv; /* done gained a batch */
-	struct idem_part *ready, **ready_tail;
-	struct idem_part *done, **done_tail;
-	bool quit;
-	bool sync_init;
+	idem_pool *pool;
 
 	struct idem_parts parts;
 	struct idem_header *hdrs; /* scratch for one message's headers */
 	size_t cap_hdrs;
 	struct idem_daemon_stats stats;
-	bool closing; /* shutting down: bounded retries only */
 	int64_t last_stats_ms;
 	int64_t last_publish_ms;
 	unsigned int seed;         /* for backoff jitter */
@@ -165,11 +139,7 @@ static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 static void dispatch(idem_daemon *d, struct idem_part *p)
 {
 	idem_part_hand_over(p, now_ms());
-	pthread_mutex_lock(&d->mu);
-	*d->ready_tail = p;
-	d->ready_tail = &p->job.next;
-	pthread_cond_signal(&d->work_cv);
-	pthread_mutex_unlock(&d->mu);
+	idem_pool_submit(d->pool, p);
 }
 
 /* The batch in flight of @p committed: count it, hand its offset to Kafka, go on or halt. */
@@ -283,12 +253,7 @@ static idem_status collect(idem_daemon *d, idem_error *err)
 	struct idem_part *p, *next;
 	idem_status r = IDEM_OK;
 
-	pthread_mutex_lock(&d->mu);
-	p = d->done;
-	d->done = NULL;
-	d->done_tail = &d->done;
-	pthread_mutex_unlock(&d->mu);
-	for (; p != NULL; p = next) {
+	for (p = idem_pool_collect(d->pool); p != NULL; p = next) {
 		next = p->job.next;
 		p->busy = false;
 		if (p->job.r == IDEM_OK) {
@@ -301,88 +266,6 @@ static idem_status collect(idem_daemon *d, idem_error *err)
 		}
 	}
 	return r;
-}
-
-/* Wait up to @ms for a worker to finish something. */
-static void wait_done(idem_daemon *d, int ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&d->mu);
-	if (d->done == NULL)
-		pthread_cond_timedwait(&d->done_cv, &d->mu, &ts);
-	pthread_mutex_unlock(&d->mu);
-}
-
-/* Take the next group of ready batches, under d->mu. */
-static size_t take_group(idem_daemon *d, struct idem_part **group)
-{
-	size_t n = 0, msgs = 0, cap = (size_t)d->cfg->batch_max_messages * GROUP_MAX_FULL;
-
-	while (d->ready != NULL && n < GROUP_MAX_BATCHES &&
-	       (n == 0 || msgs + d->ready->inflight.n_msgs <= cap)) {
-		struct idem_part *p = d->ready;
-
-		d->ready = p->job.next;
-		if (d->ready == NULL)
-			d->ready_tail = &d->ready;
-		msgs += p->inflight.n_msgs;
-		group[n++] = p;
-	}
-	return n;
-}
-
-static void *worker_main(void *arg)
-{
-	struct worker *w = arg;
-	idem_daemon *d = w->d;
-	struct idem_part *group[GROUP_MAX_BATCHES];
-	struct idem_batch *batches[GROUP_MAX_BATCHES];
-	struct idem_flush_stats st[GROUP_MAX_BATCHES];
-	idem_status rs[GROUP_MAX_BATCHES];
-	idem_error errs[GROUP_MAX_BATCHES];
-
-	memset(errs, 0, sizeof(errs));
-	pthread_mutex_lock(&d->mu);
-	for (;;) {
-		size_t n;
-
-		while (d->ready == NULL && !d->quit)
-			pthread_cond_wait(&d->work_cv, &d->mu);
-		if (d->ready == NULL)
-			break;
-		n = take_group(d, group);
-		pthread_mutex_unlock(&d->mu);
-
-		for (size_t i = 0; i < n; i++)
-			batches[i] = &group[i]->inflight;
-		idem_flush_many(w->pg, batches, n, st, rs, errs);
-		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
-
-		pthread_mutex_lock(&d->mu);
-		for (size_t i = 0; i < n; i++) {
-			struct idem_part *p = group[i];
-
-			p->job.r = rs[i];
-			p->job.st = st[i];
-			p->job.err = errs[i];
-			p->job.next = NULL;
-			*d->done_tail = p;
-			d->done_tail = &p->job.next;
-		}
-		pthread_cond_signal(&d->done_cv);
-		/* Wake the consumer thread out of its poll. */
-		rd_kafka_queue_yield(d->cq);
-	}
-	pthread_mutex_unlock(&d->mu);
-	return NULL;
 }
 
 /*
@@ -428,7 +311,7 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 		}
 		if (!pending)
 			break;
-		wait_done(d, (int)wait);
+		idem_pool_wait(d->pool, (int)wait);
 	}
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
@@ -506,30 +389,12 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->seed = (unsigned int)now_ms() ^ (unsigned int)(uintptr_t)d;
 	d->last_stats_ms = now_ms();
 	idem_parts_init(&d->parts);
-
-	d->ready_tail = &d->ready;
-	d->done_tail = &d->done;
-	if (pthread_mutex_init(&d->mu, NULL) != 0) {
-		free(d);
-		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot create a mutex");
-	}
-	pthread_cond_init(&d->work_cv, NULL);
-	pthread_cond_init(&d->done_cv, NULL);
-	d->sync_init = true;
+	if ((r = idem_pool_new(cfg, &d->pool, err)) != IDEM_OK)
+		goto out_free;
 	d->metrics = idem_metrics_new();
-	d->n_workers = (size_t)idem_cfg_workers(cfg);
-	d->workers = calloc(d->n_workers, sizeof(*d->workers));
-	if (d->metrics == NULL || d->workers == NULL) {
+	if (d->metrics == NULL) {
 		r = idem_error_nomem(err);
 		goto out_free;
-	}
-	/* Every connection is opened (and every handler prepared) before anything is consumed,
-	 * so a bad conninfo or handler fails here. */
-	for (size_t i = 0; i < d->n_workers; i++) {
-		d->workers[i].d = d;
-		if ((r = idem_flush_new(cfg, &d->workers[i].pg, err)) != IDEM_OK)
-			goto out_free;
-		d->workers[i].connected = 1;
 	}
 	if (cfg->metrics_listen != NULL &&
 	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
@@ -537,15 +402,10 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->hooks = (struct idem_consumer_hooks){ on_assign, on_revoke, d };
 	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
 		goto out_free;
-	d->cq = rd_kafka_queue_get_consumer(d->rk);
-	for (size_t i = 0; i < d->n_workers; i++) {
-		if (pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) != 0) {
-			r = idem_error_set(err, IDEM_ERR_NOMEM, "cannot start worker thread");
-			goto out_free;
-		}
-		d->workers[i].started = true;
-	}
-	idem_log_info("daemon", "%zu worker(s), one Postgres connection each", d->n_workers);
+	if ((r = idem_pool_start(d->pool, d->rk, err)) != IDEM_OK)
+		goto out_free;
+	idem_log_info("daemon", "%zu worker(s), one Postgres connection each",
+	              idem_pool_size(d->pool));
 	if ((r = idem_retention_start(cfg, cfg->retention_keep_s, cfg->retention_interval_s,
 	                              cfg->retention_batch, d->metrics, d->rk, &d->retention,
 	                              err)) != IDEM_OK)
@@ -558,42 +418,18 @@ out_free:
 	return r;
 }
 
-/* Let the workers finish what they hold, then end them. */
-static void stop_workers(idem_daemon *d)
-{
-	if (!d->sync_init)
-		return;
-	pthread_mutex_lock(&d->mu);
-	d->quit = true;
-	pthread_cond_broadcast(&d->work_cv);
-	pthread_mutex_unlock(&d->mu);
-	for (size_t i = 0; d->workers != NULL && i < d->n_workers; i++) {
-		if (d->workers[i].started)
-			pthread_join(d->workers[i].thread, NULL);
-		d->workers[i].started = false;
-	}
-}
-
 void idem_daemon_free(idem_daemon *d)
 {
 	if (d == NULL)
 		return;
 	idem_retention_stop(d->retention);
-	stop_workers(d);
-	if (d->cq != NULL)
-		rd_kafka_queue_destroy(d->cq);
+	/* The workers are done before the consumer whose queue they wake goes. */
+	idem_pool_stop(d->pool);
 	if (d->rk != NULL)
 		rd_kafka_destroy(d->rk);
 	idem_metrics_free(d->metrics);
-	for (size_t i = 0; d->workers != NULL && i < d->n_workers; i++)
-		idem_flush_free(d->workers[i].pg);
-	free(d->workers);
+	idem_pool_free(d->pool);
 	idem_parts_done(&d->parts);
-	if (d->sync_init) {
-		pthread_cond_destroy(&d->work_cv);
-		pthread_cond_destroy(&d->done_cv);
-		pthread_mutex_destroy(&d->mu);
-	}
 	free(d->hdrs);
 	free(d);
 }
@@ -607,15 +443,7 @@ void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats
 
 int64_t idem_daemon_stalled_ms(const idem_daemon *d)
 {
-	int64_t now = now_ms(), oldest = 0;
-
-	for (size_t i = 0; i < d->parts.n; i++) {
-		const struct idem_part *p = d->parts.v[i];
-
-		if (p->busy && now - p->job.t0 > oldest)
-			oldest = now - p->job.t0;
-	}
-	return oldest;
+	return idem_pool_stalled_ms(&d->parts, now_ms());
 }
 
 /* Copy the headers of @rkm into d->hdrs (valid while @rkm lives). */
@@ -778,16 +606,6 @@ static void log_stats(idem_daemon *d)
 	              idem_parts_halted(&d->parts));
 }
 
-/* Every worker's connection is up (as of its last commit). */
-static bool pg_connected(const idem_daemon *d)
-{
-	for (size_t i = 0; i < d->n_workers; i++) {
-		if (!__atomic_load_n(&d->workers[i].connected, __ATOMIC_RELAXED))
-			return false;
-	}
-	return true;
-}
-
 /* About once a second: per-partition lag and progress, readiness. */
 static void publish(idem_daemon *d)
 {
@@ -820,8 +638,8 @@ static void publish(idem_daemon *d)
 		held += d->parts.v[i]->held;
 		busy += d->parts.v[i]->busy;
 	}
-	idem_metrics_workers(d->metrics, d->n_workers, busy, held);
-	idem_metrics_ready(d->metrics, pg_connected(d), d->parts.n > 0,
+	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
+	idem_metrics_ready(d->metrics, idem_pool_connected(d->pool), d->parts.n > 0,
 	                   idem_parts_halted(&d->parts) > 0);
 }
 
@@ -877,14 +695,13 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 {
 	idem_status r;
 
-	d->closing = true;
 	for (size_t i = 0; i < d->parts.n; i++)
 		d->parts.v[i]->leaving = true;
 	r = drain(d, 5, err);
 	idem_consumer_commit(d->rk, "shutdown");
 	/* Leaves the group; the revoke callback finds nothing left to do. */
 	rd_kafka_consumer_close(d->rk);
-	stop_workers(d);
+	idem_pool_stop(d->pool);
 	log_stats(d);
 	return r;
 }
