@@ -51,7 +51,6 @@ idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route
 	b->route = route;
 	b->partition = partition;
 	b->topic = strdup(topic);
-	b->fetch_next = -1;
 	if (b->topic == NULL)
 		return IDEM_ERR_NOMEM;
 	idem_jsondoc_init(&b->doc);

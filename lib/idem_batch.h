@@ -24,7 +24,7 @@ enum idem_msg_state {
 	IDEM_MSG_QUARANTINED,  /* written to idem.quarantine */
 };
 
-/* Why a duplicate is one (DESIGN §4, sql/0002_failures.sql). */
+/* Why a duplicate is one (ARCHITECTURE.md, "The transaction"; sql/0002_failures.sql). */
 enum idem_dup_kind {
 	IDEM_DUP_NONE = 0,
 	IDEM_DUP_REDELIVERY, /* the claim was made by this very message (same
@@ -98,20 +98,16 @@ struct idem_batch {
 	struct idem_buf scratch;
 	struct evp_md_ctx_st *md_ctx; /* SHA-256 of the values, created on first use */
 
-	/* Failed commits of these messages, kept across attempts; cleared by idem_batch_reset(). */
+	/* Failed commits of these messages, kept across attempts; cleared by idem_batch_reset().
+	 * The partition's delivery state (retries, fetch position) is in struct idem_part. */
 	int claim_timeouts; /* attempts whose claim ran into lock_timeout/statement_timeout */
-
-	/* Delivery state of the partition, kept by the daemon across batches (not reset). */
-	int failures;        /* consecutive failed commits of the current batch */
-	int64_t retry_at_ms; /* monotonic time of the next attempt; 0: none pending */
-	int64_t fetch_next;  /* offset expected next from Kafka; -1: unknown */
 };
 
 /* @brief Initialise an empty batch for @topic/@partition served by @route. */
 IDEM_NODISCARD idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
                                            const char *topic, int32_t partition);
 void idem_batch_done(struct idem_batch *b);
-/* @brief Forget every message, keep the memory (and the delivery state). */
+/* @brief Forget every message (and the claim timeouts counted for them), keep the memory. */
 void idem_batch_reset(struct idem_batch *b);
 
 /*

@@ -1,8 +1,10 @@
 /*
- * idem_consumer.c - librdkafka consumer configuration.
+ * idem_consumer.c - librdkafka consumer configuration, partition control, offsets, rebalance.
  */
 #include "idem_consumer.h"
 
+#include <inttypes.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "idem_log.h"
@@ -101,6 +103,195 @@ idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group, rd_
 		rd_kafka_conf_destroy(conf);
 		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot create kafka consumer: %s",
 		                      errstr);
+	}
+	*ret_rk = rk;
+	return IDEM_OK;
+}
+
+bool idem_consumer_store(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t next)
+{
+	rd_kafka_topic_partition_list_t *list;
+	rd_kafka_resp_err_t e;
+
+	list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(list, topic, partition)->offset = next;
+	e = rd_kafka_offsets_store(rk, list);
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = list->elems[0].err;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		idem_log_warn("kafka",
+		              "cannot store offset topic=%s partition=%" PRId32 " offset=%" PRId64
+		              ": %s, ignoring (the claims make the redelivery harmless)",
+		              topic, partition, next, rd_kafka_err2str(e));
+	rd_kafka_topic_partition_list_destroy(list);
+	return e == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_resp_err_t e;
+
+	rd_kafka_topic_partition_list_add(list, topic, partition);
+	e = rd_kafka_pause_partitions(rk, list);
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = list->elems[0].err;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		idem_log_warn("kafka",
+		              "cannot pause topic=%s partition=%" PRId32
+		              ": %s, ignoring (its messages are dropped until it resumes)",
+		              topic, partition, rd_kafka_err2str(e));
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/*
+ * Messages that arrived while the partition waited were dropped by the daemon, so the position
+ * is set explicitly. The partition is resumed first: a seek waits for the fetcher to take the
+ * new position, which a paused partition's fetcher does not do. A seek with a timeout also
+ * guarantees that nothing fetched before it reaches us afterwards. Without @wait (a held
+ * partition: nothing was dropped, the position is already right) the seek only gets the fetcher
+ * going at once, which a resume alone does only after a while, and is waited for briefly: the
+ * consumer thread must not stall on it.
+ */
+void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t offset,
+                          bool wait)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_error_t *error;
+	rd_kafka_resp_err_t e;
+
+	rd_kafka_topic_partition_list_add(list, topic, partition)->offset = offset;
+	e = rd_kafka_resume_partitions(rk, list);
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		e = list->elems[0].err;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		idem_log_error("kafka", "cannot resume topic=%s partition=%" PRId32 ": %s", topic,
+		               partition, rd_kafka_err2str(e));
+	list->elems[0].offset = offset;
+	error = rd_kafka_seek_partitions(rk, list, wait ? 5000 : 100);
+	if (error == NULL && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		error = rd_kafka_error_new(list->elems[0].err, "%s",
+		                           rd_kafka_err2str(list->elems[0].err));
+	if (error != NULL) {
+		if (wait)
+			idem_log_warn("kafka",
+			              "cannot seek topic=%s partition=%" PRId32
+			              " to offset=%" PRId64
+			              ": %s, ignoring (the seek still applies when it can)",
+			              topic, partition, offset, rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+void idem_consumer_commit(rd_kafka_t *rk, const char *why)
+{
+	rd_kafka_resp_err_t e = rd_kafka_commit(rk, NULL, 0);
+
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+		idem_log_warn(
+		        "kafka",
+		        "offset commit (%s) failed: %s, ignoring (the claims make the redelivery harmless)",
+		        why, rd_kafka_err2str(e));
+}
+
+static void assign(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *list, bool incremental)
+{
+	rd_kafka_error_t *error = NULL;
+	rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+	if (incremental)
+		error = rd_kafka_incremental_assign(rk, list);
+	else
+		e = rd_kafka_assign(rk, list);
+	if (error != NULL) {
+		idem_log_error("kafka", "assign failed: %s", rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	} else if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		idem_log_error("kafka", "assign failed: %s", rd_kafka_err2str(e));
+	}
+	/* A partition this instance paused (retry, halt) and lost may come back: start it
+	 * fetching whatever librdkafka remembers of that. */
+	rd_kafka_resume_partitions(rk, list);
+}
+
+static void unassign(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *list, bool incremental)
+{
+	rd_kafka_error_t *error = NULL;
+
+	if (incremental)
+		error = rd_kafka_incremental_unassign(rk, list);
+	else
+		rd_kafka_assign(rk, NULL);
+	if (error != NULL) {
+		idem_log_error("kafka", "unassign failed: %s", rd_kafka_error_string(error));
+		rd_kafka_error_destroy(error);
+	}
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+                         rd_kafka_topic_partition_list_t *list, void *opaque)
+{
+	const struct idem_consumer_hooks *hooks = opaque;
+	bool incremental = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+
+	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		hooks->assign(hooks->opaque, list);
+		assign(rk, list, incremental);
+	} else if (e == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+		hooks->revoke(hooks->opaque, list);
+		unassign(rk, list, incremental);
+	} else {
+		idem_log_error("kafka", "rebalance failed: %s", rd_kafka_err2str(e));
+		if (!incremental)
+			rd_kafka_assign(rk, NULL);
+	}
+}
+
+static void error_cb(rd_kafka_t *rk, int e, const char *reason, void *opaque)
+{
+	(void)opaque;
+	if (e == RD_KAFKA_RESP_ERR__FATAL) {
+		char buf[512];
+
+		rd_kafka_fatal_error(rk, buf, sizeof(buf));
+		idem_log_error("kafka", "fatal error: %s", buf);
+		return;
+	}
+	idem_log_warn("kafka", "%s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)e), reason);
+}
+
+idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_consumer_hooks *hooks,
+                               rd_kafka_t **ret_rk, idem_error *err)
+{
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_conf_t *conf;
+	char errstr[512];
+	rd_kafka_resp_err_t e;
+	rd_kafka_t *rk;
+	idem_status r;
+
+	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
+		return r;
+	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+	rd_kafka_conf_set_error_cb(conf, error_cb);
+	rd_kafka_conf_set_opaque(conf, (void *)(uintptr_t)hooks);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	if (rk == NULL) {
+		rd_kafka_conf_destroy(conf);
+		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot create kafka consumer: %s",
+		                      errstr);
+	}
+	rd_kafka_poll_set_consumer(rk);
+	topics = rd_kafka_topic_partition_list_new((int)cfg->n_topics);
+	for (size_t i = 0; i < cfg->n_topics; i++)
+		rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
+	e = rd_kafka_subscribe(rk, topics);
+	rd_kafka_topic_partition_list_destroy(topics);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		rd_kafka_destroy(rk);
+		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s",
+		                      rd_kafka_err2str(e));
 	}
 	*ret_rk = rk;
 	return IDEM_OK;

@@ -1,5 +1,16 @@
 /*
- * idem_consumer.h - the librdkafka consumer configuration idemd runs with.
+ * idem_consumer.h - idemd's Kafka side: the consumer configuration, subscribing, pausing,
+ * resuming and seeking a partition, storing and committing offsets, and the rebalance and error
+ * callbacks (a rebalance calls back into the owner of the partition table through
+ * struct idem_consumer_hooks).
+ *
+ * What it does not own: which offset may be stored (idem_part keeps that rule), and the
+ * partition table itself.
+ *
+ * Threading: every function that takes @rk is called on the consumer thread (the one that polls
+ * @rk); librdkafka runs the rebalance and error callbacks from within that thread's poll, so the
+ * hooks run there too. Failures of pause, resume, seek, store and commit are logged here (under
+ * "kafka") and survived: the claims make a redelivery harmless.
  */
 #ifndef IDEM_CONSUMER_H
 #define IDEM_CONSUMER_H
@@ -24,5 +35,45 @@ IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg,
  */
 IDEM_NODISCARD idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group,
                                              rd_kafka_t **ret_rk, idem_error *err);
+
+/* Called back from within a poll when the group hands partitions over or takes them away. */
+struct idem_consumer_hooks {
+	/* Before the partitions of @list are assigned (their fetching starts after it returns). */
+	void (*assign)(void *opaque, const rd_kafka_topic_partition_list_t *list);
+	/* Before the partitions of @list are unassigned: the last chance to finish them. */
+	void (*revoke)(void *opaque, const rd_kafka_topic_partition_list_t *list);
+	void *opaque;
+};
+
+/*
+ * @brief Create idemd's consumer (idem_consumer_conf() plus the rebalance and error callbacks),
+ * route its events to the consumer queue and subscribe to cfg->topics.
+ * @param hooks must outlive the consumer.
+ * @param ret_rk on success, the consumer, owned by the caller (rd_kafka_consumer_close() then
+ * rd_kafka_destroy()).
+ */
+IDEM_NODISCARD idem_status idem_consumer_open(const struct idem_cfg *cfg,
+                                              const struct idem_consumer_hooks *hooks,
+                                              rd_kafka_t **ret_rk, idem_error *err);
+
+/* @brief Stop fetching @topic/@partition. */
+void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition);
+
+/*
+ * @brief Fetch @topic/@partition again from @offset: resume it, then seek there. With @wait the
+ * seek is waited for (up to 5 s) so that nothing fetched before it arrives afterwards; without,
+ * only briefly (100 ms), to get the fetcher going at once.
+ */
+void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t offset,
+                          bool wait);
+
+/*
+ * @brief Store @next as @topic/@partition's offset to commit (committed in the background).
+ * @returns true when stored.
+ */
+bool idem_consumer_store(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t next);
+
+/* @brief Commit the stored offsets now, synchronously; @why names the occasion in the log. */
+void idem_consumer_commit(rd_kafka_t *rk, const char *why);
 
 #endif

@@ -1,67 +1,41 @@
 /*
  * idem_daemon.c - the main loop.
  *
- * The consumer thread polls, fills one batch per partition and hands due batches to a pool of
- * workers, each with its own Postgres connection. A worker takes every batch that is ready (up
- * to a bound) and commits them in one transaction (idem_flush_many), so at moderate rates
- * one fsync serves many partitions; under load batches fill while the workers are busy. Each
- * partition has at most one batch in flight, so its batches commit in offset order; the next
- * one fills meanwhile, and when it is full too the partition is paused until the one in flight
- * is done (backpressure; memory stays bounded by two batches per partition plus librdkafka's
- * prefetch). Everything Kafka-side happens on the consumer thread: a worker only commits and
- * reports back, and the consumer thread stores the offset after that commit.
+ * The consumer thread polls, fills one batch per partition (idem_part) and hands due batches to
+ * the worker pool (idem_pool), where each worker commits them on its own Postgres connection.
+ * Under load batches fill while the workers are busy. Each partition has at most one batch in
+ * flight, so its batches commit in offset order; the next one fills meanwhile, and when it is
+ * full too the partition is paused until the one in flight is done (backpressure; memory stays
+ * bounded by two batches per partition plus librdkafka's prefetch). Everything Kafka-side
+ * (idem_consumer) happens on the consumer thread: a worker only commits and reports back, and
+ * the consumer thread stores the offset after that commit. See ARCHITECTURE.md, "Data flow".
  */
 #include "idem_daemon.h"
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
-#include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "idem_consumer.h"
 #include "idem_flush.h"
 #include "idem_log.h"
 #include "idem_metrics.h"
-#include "idem_offsets.h"
+#include "idem_part.h"
+#include "idem_pool.h"
 #include "idem_retention.h"
-
-/* Most batches one transaction carries, and most messages (in batch.max_messages units). */
-#define GROUP_MAX_BATCHES 32
-#define GROUP_MAX_FULL    2
-
-struct worker {
-	idem_daemon *d;
-	idem_flush *pg;
-	pthread_t thread;
-	bool started;
-	int connected; /* idem_flush_connected() after the last commit (atomic) */
-};
 
 struct idem_daemon {
 	const struct idem_cfg *cfg;
 	idem_stop_fn stop;
 	rd_kafka_t *rk;
-	rd_kafka_queue_t *cq; /* the consumer queue, to end a poll when a worker is done */
-	struct worker *workers;
-	size_t n_workers;
-
-	/* Shared with the workers, under mu. */
-	pthread_mutex_t mu;
-	pthread_cond_t work_cv; /* ready gained a batch, or quit */
-	pthread_cond_t done_cv; /* done gained a batch */
-	struct idem_part *ready, **ready_tail;
-	struct idem_part *done, **done_tail;
-	bool quit;
-	bool sync_init;
+	struct idem_consumer_hooks hooks; /* the consumer's rebalance callbacks, into this */
+	idem_pool *pool;
 
 	struct idem_parts parts;
 	struct idem_header *hdrs; /* scratch for one message's headers */
 	size_t cap_hdrs;
 	struct idem_daemon_stats stats;
-	bool closing; /* shutting down: bounded retries only */
-	bool subscribed;
 	int64_t last_stats_ms;
 	int64_t last_publish_ms;
 	unsigned int seed;         /* for backoff jitter */
@@ -87,84 +61,31 @@ static int backoff_ms(idem_daemon *d, int attempt)
 	return idem_backoff_ms(d->cfg->retry_initial_ms, d->cfg->retry_max_ms, attempt, &d->seed);
 }
 
+/*
+ * The offset rule (idem_part): Kafka hears of @next only once everything below it committed in
+ * Postgres, and never of an offset below one it already has.
+ */
 static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 {
-	rd_kafka_topic_partition_list_t *list;
-	rd_kafka_resp_err_t e;
-
-	if (!idem_part_committed(p, next))
-		return;
-	list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = next;
-	e = rd_kafka_offsets_store(d->rk, list);
-	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-		e = list->elems[0].err;
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_warn("kafka",
-		              "cannot store offset topic=%s partition=%" PRId32 " offset=%" PRId64
-		              ": %s, ignoring (the claims make the redelivery harmless)",
-		              p->topic, p->partition, next, rd_kafka_err2str(e));
-	else
+	if (idem_part_committed(p, next) &&
+	    idem_consumer_store(d->rk, p->topic, p->partition, next))
 		idem_part_stored(p, next);
-	rd_kafka_topic_partition_list_destroy(list);
 }
 
 /* Stop fetching @p (its batch waits for a retry, or it is halted). */
 static void pause_part(idem_daemon *d, struct idem_part *p)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_resp_err_t e;
-
-	rd_kafka_topic_partition_list_add(list, p->topic, p->partition);
-	e = rd_kafka_pause_partitions(d->rk, list);
-	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-		e = list->elems[0].err;
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_warn("kafka",
-		              "cannot pause topic=%s partition=%" PRId32
-		              ": %s, ignoring (its messages are dropped until it resumes)",
-		              p->topic, p->partition, rd_kafka_err2str(e));
-	rd_kafka_topic_partition_list_destroy(list);
+	idem_consumer_pause(d->rk, p->topic, p->partition);
 }
 
 /*
- * Fetch @p again from @offset. Messages that arrived while it waited were dropped (take()), so
- * the position is set explicitly. The partition is resumed first: a seek waits for the fetcher
- * to take the new position, which a paused partition's fetcher does not do. A seek with a
- * timeout also guarantees that nothing fetched before it reaches us afterwards. Without @wait
- * (a held partition: nothing was dropped, the position is already right) the seek only gets
- * the fetcher going at once, which a resume alone does only after a while, and is waited for
- * briefly: the consumer thread must not stall on it.
+ * Fetch @p again from @offset (idem_consumer_resume()). Messages that arrived while it waited
+ * were dropped (take()); without @wait it is a held partition, where nothing was dropped.
  */
 static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset, bool wait)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_error_t *error;
-	rd_kafka_resp_err_t e;
-
-	rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = offset;
-	e = rd_kafka_resume_partitions(d->rk, list);
-	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-		e = list->elems[0].err;
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_error("kafka", "cannot resume topic=%s partition=%" PRId32 ": %s",
-		               p->topic, p->partition, rd_kafka_err2str(e));
-	list->elems[0].offset = offset;
-	error = rd_kafka_seek_partitions(d->rk, list, wait ? 5000 : 100);
-	if (error == NULL && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		error = rd_kafka_error_new(list->elems[0].err, "%s",
-		                           rd_kafka_err2str(list->elems[0].err));
-	if (error != NULL) {
-		if (wait)
-			idem_log_warn("kafka",
-			              "cannot seek topic=%s partition=%" PRId32
-			              " to offset=%" PRId64
-			              ": %s, ignoring (the seek still applies when it can)",
-			              p->topic, p->partition, offset, rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	}
-	rd_kafka_topic_partition_list_destroy(list);
-	p->batch.fetch_next = offset;
+	idem_consumer_resume(d->rk, p->topic, p->partition, offset, wait);
+	p->fetch_next = offset;
 }
 
 /* Mismatching duplicates of a committed batch, for routes[].on_payload_mismatch: log. */
@@ -214,40 +135,11 @@ static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 	d->stats.payload_mismatches += st->payload_mismatches;
 }
 
-/*
- * Swap the messages of two batches of one partition. The delivery state (failures, retry time,
- * next offset expected) stays where it was: it belongs to the partition, kept in p->batch.
- */
-static void swap_batches(struct idem_batch *a, struct idem_batch *b)
-{
-	struct idem_batch t = *a;
-	int failures = a->failures;
-	int64_t retry_at_ms = a->retry_at_ms, fetch_next = a->fetch_next;
-
-	*a = *b;
-	*b = t;
-	b->failures = a->failures;
-	b->retry_at_ms = a->retry_at_ms;
-	b->fetch_next = a->fetch_next;
-	a->failures = failures;
-	a->retry_at_ms = retry_at_ms;
-	a->fetch_next = fetch_next;
-}
-
 /* Hand @p's batch to the workers. */
 static void dispatch(idem_daemon *d, struct idem_part *p)
 {
-	swap_batches(&p->batch, &p->inflight);
-	p->busy = true;
-	p->job.first = p->inflight.n_msgs > 0 ? p->inflight.msgs[0].offset : -1;
-	p->job.last = p->inflight.n_msgs > 0 ? p->inflight.msgs[p->inflight.n_msgs - 1].offset : -1;
-	p->job.next = NULL;
-	p->job.t0 = now_ms();
-	pthread_mutex_lock(&d->mu);
-	*d->ready_tail = p;
-	d->ready_tail = &p->job.next;
-	pthread_cond_signal(&d->work_cv);
-	pthread_mutex_unlock(&d->mu);
+	idem_part_hand_over(p, now_ms());
+	idem_pool_submit(d->pool, p);
 }
 
 /* The batch in flight of @p committed: count it, hand its offset to Kafka, go on or halt. */
@@ -255,7 +147,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 {
 	struct idem_batch *b = &p->inflight;
 	const struct idem_flush_stats *st = &p->job.st;
-	bool was_retry = p->batch.retry_at_ms != 0, was_held = p->held;
+	bool was_retry = p->retry_at_ms != 0, was_held = p->held;
 	int64_t first = p->job.first, last = st->next_offset - 1;
 
 	add_stats(d, st);
@@ -278,23 +170,23 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	               " quarantined=%" PRIu64 " slow=%d ms=%" PRId64,
 	               b->topic, b->partition, first, last, st->consumed, st->applied,
 	               st->duplicates, st->quarantined, st->slow_path, now_ms() - p->job.t0);
-	if (p->batch.failures > 0)
+	if (p->failures > 0)
 		idem_log_info(
 		        "batch",
 		        "batch committed after %d failed attempt(s) topic=%s partition=%" PRId32,
-		        p->batch.failures, b->topic, b->partition);
+		        p->failures, b->topic, b->partition);
 	store_offset(d, p, st->next_offset);
 	idem_batch_reset(b);
-	p->batch.failures = 0;
-	p->batch.retry_at_ms = 0;
+	p->failures = 0;
+	p->retry_at_ms = 0;
 	p->held = false;
 	if (st->halted) {
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
 		idem_batch_reset(&p->batch);
 		p->halted = true;
-		p->batch.retry_at_ms = now_ms() + d->cfg->retry_max_ms;
-		p->batch.fetch_next = st->next_offset;
+		p->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
+		p->fetch_next = st->next_offset;
 		if (!was_retry && !was_held)
 			pause_part(d, p);
 		idem_log_error(
@@ -312,8 +204,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	if (p->leaving)
 		return;
 	if (was_retry || was_held)
-		resume_part(d, p, p->batch.fetch_next >= 0 ? p->batch.fetch_next : last + 1,
-		            was_retry);
+		resume_part(d, p, p->fetch_next >= 0 ? p->fetch_next : last + 1, was_retry);
 }
 
 /*
@@ -327,23 +218,20 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	const idem_error *e = &p->job.err;
 	enum idem_pg_class cls = idem_pg_classify(e->sqlstate);
 	struct idem_batch *b = &p->batch;
-	bool was_paused = b->retry_at_ms != 0 || p->held;
+	bool was_paused = p->retry_at_ms != 0 || p->held;
 	int64_t first, last;
 	int wait;
 
-	idem_batch_reset(b);
-	swap_batches(b, &p->inflight);
+	idem_part_take_back(p);
 	first = p->job.first;
 	last = p->job.last;
-	/* What the flush cut off (on_poison: halt) is fetched again, too. */
-	b->fetch_next = b->n_msgs > 0 ? b->msgs[b->n_msgs - 1].offset + 1 : first;
 	p->held = false;
 	d->stats.retries++;
 	idem_metrics_retry(d->metrics, idem_pg_class_str(cls));
-	wait = backoff_ms(d, ++b->failures);
+	wait = backoff_ms(d, ++p->failures);
 	if (!was_paused)
 		pause_part(d, p);
-	b->retry_at_ms = now_ms() + wait;
+	p->retry_at_ms = now_ms() + wait;
 	if (cls == IDEM_PG_BROKEN)
 		idem_log_error(
 		        "batch",
@@ -365,12 +253,7 @@ static idem_status collect(idem_daemon *d, idem_error *err)
 	struct idem_part *p, *next;
 	idem_status r = IDEM_OK;
 
-	pthread_mutex_lock(&d->mu);
-	p = d->done;
-	d->done = NULL;
-	d->done_tail = &d->done;
-	pthread_mutex_unlock(&d->mu);
-	for (; p != NULL; p = next) {
+	for (p = idem_pool_collect(d->pool); p != NULL; p = next) {
 		next = p->job.next;
 		p->busy = false;
 		if (p->job.r == IDEM_OK) {
@@ -383,88 +266,6 @@ static idem_status collect(idem_daemon *d, idem_error *err)
 		}
 	}
 	return r;
-}
-
-/* Wait up to @ms for a worker to finish something. */
-static void wait_done(idem_daemon *d, int ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&d->mu);
-	if (d->done == NULL)
-		pthread_cond_timedwait(&d->done_cv, &d->mu, &ts);
-	pthread_mutex_unlock(&d->mu);
-}
-
-/* Take the next group of ready batches, under d->mu. */
-static size_t take_group(idem_daemon *d, struct idem_part **group)
-{
-	size_t n = 0, msgs = 0, cap = (size_t)d->cfg->batch_max_messages * GROUP_MAX_FULL;
-
-	while (d->ready != NULL && n < GROUP_MAX_BATCHES &&
-	       (n == 0 || msgs + d->ready->inflight.n_msgs <= cap)) {
-		struct idem_part *p = d->ready;
-
-		d->ready = p->job.next;
-		if (d->ready == NULL)
-			d->ready_tail = &d->ready;
-		msgs += p->inflight.n_msgs;
-		group[n++] = p;
-	}
-	return n;
-}
-
-static void *worker_main(void *arg)
-{
-	struct worker *w = arg;
-	idem_daemon *d = w->d;
-	struct idem_part *group[GROUP_MAX_BATCHES];
-	struct idem_batch *batches[GROUP_MAX_BATCHES];
-	struct idem_flush_stats st[GROUP_MAX_BATCHES];
-	idem_status rs[GROUP_MAX_BATCHES];
-	idem_error errs[GROUP_MAX_BATCHES];
-
-	memset(errs, 0, sizeof(errs));
-	pthread_mutex_lock(&d->mu);
-	for (;;) {
-		size_t n;
-
-		while (d->ready == NULL && !d->quit)
-			pthread_cond_wait(&d->work_cv, &d->mu);
-		if (d->ready == NULL)
-			break;
-		n = take_group(d, group);
-		pthread_mutex_unlock(&d->mu);
-
-		for (size_t i = 0; i < n; i++)
-			batches[i] = &group[i]->inflight;
-		idem_flush_many(w->pg, batches, n, st, rs, errs);
-		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
-
-		pthread_mutex_lock(&d->mu);
-		for (size_t i = 0; i < n; i++) {
-			struct idem_part *p = group[i];
-
-			p->job.r = rs[i];
-			p->job.st = st[i];
-			p->job.err = errs[i];
-			p->job.next = NULL;
-			*d->done_tail = p;
-			d->done_tail = &p->job.next;
-		}
-		pthread_cond_signal(&d->done_cv);
-		/* Wake the consumer thread out of its poll. */
-		rd_kafka_queue_yield(d->cq);
-	}
-	pthread_mutex_unlock(&d->mu);
-	return NULL;
 }
 
 /*
@@ -498,9 +299,9 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 			 * hold, which must not be freed under them. */
 			if (p->halted || b->n_msgs == 0 || p->drain_tries <= 0 || r != IDEM_OK)
 				continue;
-			if (tries > 1 && b->retry_at_ms != 0 && now < b->retry_at_ms) {
-				if (b->retry_at_ms - now < wait)
-					wait = b->retry_at_ms - now;
+			if (tries > 1 && p->retry_at_ms != 0 && now < p->retry_at_ms) {
+				if (p->retry_at_ms - now < wait)
+					wait = p->retry_at_ms - now;
 				pending = true;
 				continue;
 			}
@@ -510,7 +311,7 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 		}
 		if (!pending)
 			break;
-		wait_done(d, (int)wait);
+		idem_pool_wait(d->pool, (int)wait);
 	}
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
@@ -525,24 +326,13 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 	return r;
 }
 
-static void commit_sync(idem_daemon *d, const char *why)
+/* The group hands partitions over (idem_consumer assigns them after this). */
+static void on_assign(void *opaque, const rd_kafka_topic_partition_list_t *list)
 {
-	rd_kafka_resp_err_t e = rd_kafka_commit(d->rk, NULL, 0);
-
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
-		idem_log_warn(
-		        "kafka",
-		        "offset commit (%s) failed: %s, ignoring (the claims make the redelivery harmless)",
-		        why, rd_kafka_err2str(e));
-}
-
-static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, bool incremental)
-{
-	rd_kafka_error_t *error = NULL;
-	rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+	idem_daemon *d = opaque;
 
 	for (int i = 0; i < list->cnt; i++) {
-		rd_kafka_topic_partition_t *tp = &list->elems[i];
+		const rd_kafka_topic_partition_t *tp = &list->elems[i];
 		idem_status r =
 		        idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, NULL);
 
@@ -554,29 +344,16 @@ static void on_assign(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 			idem_log_info("kafka", "assigned topic=%s partition=%" PRId32, tp->topic,
 			              tp->partition);
 	}
-	if (incremental)
-		error = rd_kafka_incremental_assign(d->rk, list);
-	else
-		e = rd_kafka_assign(d->rk, list);
-	if (error != NULL) {
-		idem_log_error("kafka", "assign failed: %s", rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	} else if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		idem_log_error("kafka", "assign failed: %s", rd_kafka_err2str(e));
-	}
-	/* A partition this instance paused (retry, halt) and lost may come back: start it
-	 * fetching whatever librdkafka remembers of that. */
-	rd_kafka_resume_partitions(d->rk, list);
 }
 
 /*
  * Partitions are being taken away: finish what is in hand (one attempt each; a failed batch is
  * abandoned and redelivered to the new owner, where the claims make it harmless), commit the
- * offsets, then let them go.
+ * offsets, then let them go (idem_consumer unassigns them after this).
  */
-static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, bool incremental)
+static void on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
 {
-	rd_kafka_error_t *error = NULL;
+	idem_daemon *d = opaque;
 
 	for (int i = 0; i < list->cnt; i++) {
 		struct idem_part *p =
@@ -588,7 +365,7 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 	/* Out of memory here leaves the batches uncommitted: they are redelivered. */
 	if (drain(d, 1, NULL) != IDEM_OK)
 		idem_log_error("kafka", "out of memory while finishing revoked partitions");
-	commit_sync(d, "revoke");
+	idem_consumer_commit(d->rk, "revoke");
 	for (int i = 0; i < list->cnt; i++) {
 		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
 		idem_metrics_partition_remove(d->metrics, list->elems[i].topic,
@@ -596,54 +373,12 @@ static void on_revoke(idem_daemon *d, rd_kafka_topic_partition_list_t *list, boo
 		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
 		              list->elems[i].partition);
 	}
-	if (incremental)
-		error = rd_kafka_incremental_unassign(d->rk, list);
-	else
-		rd_kafka_assign(d->rk, NULL);
-	if (error != NULL) {
-		idem_log_error("kafka", "unassign failed: %s", rd_kafka_error_string(error));
-		rd_kafka_error_destroy(error);
-	}
-}
-
-static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t e,
-                         rd_kafka_topic_partition_list_t *list, void *opaque)
-{
-	idem_daemon *d = opaque;
-	bool incremental = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
-
-	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-		on_assign(d, list, incremental);
-	} else if (e == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
-		on_revoke(d, list, incremental);
-	} else {
-		idem_log_error("kafka", "rebalance failed: %s", rd_kafka_err2str(e));
-		if (!incremental)
-			rd_kafka_assign(rk, NULL);
-	}
-}
-
-static void error_cb(rd_kafka_t *rk, int e, const char *reason, void *opaque)
-{
-	(void)opaque;
-	if (e == RD_KAFKA_RESP_ERR__FATAL) {
-		char buf[512];
-
-		rd_kafka_fatal_error(rk, buf, sizeof(buf));
-		idem_log_error("kafka", "fatal error: %s", buf);
-		return;
-	}
-	idem_log_warn("kafka", "%s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)e), reason);
 }
 
 idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_daemon **ret_d,
                             idem_error *err)
 {
-	rd_kafka_topic_partition_list_t *topics;
-	rd_kafka_conf_t *conf = NULL;
 	idem_daemon *d;
-	char errstr[512];
-	rd_kafka_resp_err_t e;
 	idem_status r;
 
 	d = calloc(1, sizeof(*d));
@@ -654,66 +389,23 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->seed = (unsigned int)now_ms() ^ (unsigned int)(uintptr_t)d;
 	d->last_stats_ms = now_ms();
 	idem_parts_init(&d->parts);
-
-	d->ready_tail = &d->ready;
-	d->done_tail = &d->done;
-	if (pthread_mutex_init(&d->mu, NULL) != 0) {
-		free(d);
-		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot create a mutex");
-	}
-	pthread_cond_init(&d->work_cv, NULL);
-	pthread_cond_init(&d->done_cv, NULL);
-	d->sync_init = true;
+	if ((r = idem_pool_new(cfg, &d->pool, err)) != IDEM_OK)
+		goto out_free;
 	d->metrics = idem_metrics_new();
-	d->n_workers = (size_t)idem_cfg_workers(cfg);
-	d->workers = calloc(d->n_workers, sizeof(*d->workers));
-	if (d->metrics == NULL || d->workers == NULL) {
+	if (d->metrics == NULL) {
 		r = idem_error_nomem(err);
 		goto out_free;
-	}
-	/* Every connection is opened (and every handler prepared) before anything is consumed,
-	 * so a bad conninfo or handler fails here. */
-	for (size_t i = 0; i < d->n_workers; i++) {
-		d->workers[i].d = d;
-		if ((r = idem_flush_new(cfg, &d->workers[i].pg, err)) != IDEM_OK)
-			goto out_free;
-		d->workers[i].connected = 1;
 	}
 	if (cfg->metrics_listen != NULL &&
 	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
 		goto out_free;
-	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
+	d->hooks = (struct idem_consumer_hooks){ on_assign, on_revoke, d };
+	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
 		goto out_free;
-	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
-	rd_kafka_conf_set_error_cb(conf, error_cb);
-	rd_kafka_conf_set_opaque(conf, d);
-	d->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-	if (d->rk == NULL) {
-		rd_kafka_conf_destroy(conf);
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot create kafka consumer: %s", errstr);
+	if ((r = idem_pool_start(d->pool, d->rk, err)) != IDEM_OK)
 		goto out_free;
-	}
-	rd_kafka_poll_set_consumer(d->rk);
-	d->cq = rd_kafka_queue_get_consumer(d->rk);
-	topics = rd_kafka_topic_partition_list_new((int)cfg->n_topics);
-	for (size_t i = 0; i < cfg->n_topics; i++)
-		rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
-	e = rd_kafka_subscribe(d->rk, topics);
-	rd_kafka_topic_partition_list_destroy(topics);
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s",
-		                   rd_kafka_err2str(e));
-		goto out_free;
-	}
-	d->subscribed = true;
-	for (size_t i = 0; i < d->n_workers; i++) {
-		if (pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) != 0) {
-			r = idem_error_set(err, IDEM_ERR_NOMEM, "cannot start worker thread");
-			goto out_free;
-		}
-		d->workers[i].started = true;
-	}
-	idem_log_info("daemon", "%zu worker(s), one Postgres connection each", d->n_workers);
+	idem_log_info("daemon", "%zu worker(s), one Postgres connection each",
+	              idem_pool_size(d->pool));
 	if ((r = idem_retention_start(cfg, cfg->retention_keep_s, cfg->retention_interval_s,
 	                              cfg->retention_batch, d->metrics, d->rk, &d->retention,
 	                              err)) != IDEM_OK)
@@ -726,73 +418,32 @@ out_free:
 	return r;
 }
 
-/* Let the workers finish what they hold, then end them. */
-static void stop_workers(idem_daemon *d)
-{
-	if (!d->sync_init)
-		return;
-	pthread_mutex_lock(&d->mu);
-	d->quit = true;
-	pthread_cond_broadcast(&d->work_cv);
-	pthread_mutex_unlock(&d->mu);
-	for (size_t i = 0; d->workers != NULL && i < d->n_workers; i++) {
-		if (d->workers[i].started)
-			pthread_join(d->workers[i].thread, NULL);
-		d->workers[i].started = false;
-	}
-}
-
 void idem_daemon_free(idem_daemon *d)
 {
 	if (d == NULL)
 		return;
 	idem_retention_stop(d->retention);
-	stop_workers(d);
-	if (d->cq != NULL)
-		rd_kafka_queue_destroy(d->cq);
+	/* The workers are done before the consumer whose queue they wake goes. */
+	idem_pool_stop(d->pool);
 	if (d->rk != NULL)
 		rd_kafka_destroy(d->rk);
 	idem_metrics_free(d->metrics);
-	for (size_t i = 0; d->workers != NULL && i < d->n_workers; i++)
-		idem_flush_free(d->workers[i].pg);
-	free(d->workers);
+	idem_pool_free(d->pool);
 	idem_parts_done(&d->parts);
-	if (d->sync_init) {
-		pthread_cond_destroy(&d->work_cv);
-		pthread_cond_destroy(&d->done_cv);
-		pthread_mutex_destroy(&d->mu);
-	}
 	free(d->hdrs);
 	free(d);
-}
-
-static size_t halted_count(const idem_daemon *d)
-{
-	size_t n = 0;
-
-	for (size_t i = 0; i < d->parts.n; i++)
-		n += d->parts.v[i]->halted;
-	return n;
 }
 
 void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats)
 {
 	*ret_stats = d->stats;
 	ret_stats->partitions = d->parts.n;
-	ret_stats->halted = halted_count(d);
+	ret_stats->halted = idem_parts_halted(&d->parts);
 }
 
 int64_t idem_daemon_stalled_ms(const idem_daemon *d)
 {
-	int64_t now = now_ms(), oldest = 0;
-
-	for (size_t i = 0; i < d->parts.n; i++) {
-		const struct idem_part *p = d->parts.v[i];
-
-		if (p->busy && now - p->job.t0 > oldest)
-			oldest = now - p->job.t0;
-	}
-	return oldest;
+	return idem_pool_stalled_ms(&d->parts, now_ms());
 }
 
 /* Copy the headers of @rkm into d->hdrs (valid while @rkm lives). */
@@ -843,8 +494,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	}
 	/* The partition waits for a retry or is halted: it is paused, and what still arrives
 	 * is fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
-	if (p->halted || p->batch.retry_at_ms != 0 ||
-	    (p->batch.fetch_next >= 0 && rkm->offset < p->batch.fetch_next))
+	if (p->halted || p->retry_at_ms != 0 || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
 		return IDEM_OK;
 	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
 		return idem_error_nomem(err);
@@ -863,7 +513,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	if ((r = idem_batch_add(&p->batch, &m, d->cfg, now_ms())) != IDEM_OK)
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
-	p->batch.fetch_next = rkm->offset + 1;
+	p->fetch_next = rkm->offset + 1;
 	if (p->batch.n_msgs < (size_t)d->cfg->batch_max_messages)
 		return IDEM_OK;
 	if (!p->busy) {
@@ -890,8 +540,8 @@ static void flush_due(idem_daemon *d, bool all)
 
 		if (p->busy)
 			continue;
-		if (b->retry_at_ms != 0) {
-			if (now < b->retry_at_ms)
+		if (p->retry_at_ms != 0) {
+			if (now < p->retry_at_ms)
 				continue;
 			if (p->halted || b->n_msgs == 0) {
 				/* Nothing in hand to retry: fetch again from where it stopped (a
@@ -900,10 +550,10 @@ static void flush_due(idem_daemon *d, bool all)
 				              "retrying %s partition topic=%s partition=%" PRId32
 				              " from offset=%" PRId64,
 				              p->halted ? "halted" : "paused", p->topic,
-				              p->partition, b->fetch_next);
+				              p->partition, p->fetch_next);
 				p->halted = false;
-				b->retry_at_ms = 0;
-				resume_part(d, p, b->fetch_next, true);
+				p->retry_at_ms = 0;
+				resume_part(d, p, p->fetch_next, true);
 				continue;
 			}
 		} else if (b->n_msgs == 0 ||
@@ -925,8 +575,8 @@ static int poll_timeout(const idem_daemon *d)
 
 		if (p->busy)
 			continue; /* its worker wakes the poll when it is done */
-		if (b->retry_at_ms != 0)
-			left = b->retry_at_ms - now;
+		if (p->retry_at_ms != 0)
+			left = p->retry_at_ms - now;
 		else if (b->n_msgs > 0)
 			left = b->opened_ms + d->cfg->batch_max_wait_ms - now;
 		else
@@ -952,17 +602,8 @@ static void log_stats(idem_daemon *d)
 	              d->stats.consumed, d->stats.applied, d->stats.duplicates,
 	              d->stats.dup_redelivery, d->stats.dup_replay, d->stats.dup_upstream,
 	              d->stats.payload_mismatches, d->stats.quarantined, d->stats.batches,
-	              d->stats.slow_batches, d->stats.retries, d->parts.n, halted_count(d));
-}
-
-/* Every worker's connection is up (as of its last commit). */
-static bool pg_connected(const idem_daemon *d)
-{
-	for (size_t i = 0; i < d->n_workers; i++) {
-		if (!__atomic_load_n(&d->workers[i].connected, __ATOMIC_RELAXED))
-			return false;
-	}
-	return true;
+	              d->stats.slow_batches, d->stats.retries, d->parts.n,
+	              idem_parts_halted(&d->parts));
 }
 
 /* About once a second: per-partition lag and progress, readiness. */
@@ -997,8 +638,9 @@ static void publish(idem_daemon *d)
 		held += d->parts.v[i]->held;
 		busy += d->parts.v[i]->busy;
 	}
-	idem_metrics_workers(d->metrics, d->n_workers, busy, held);
-	idem_metrics_ready(d->metrics, pg_connected(d), d->parts.n > 0, halted_count(d) > 0);
+	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
+	idem_metrics_ready(d->metrics, idem_pool_connected(d->pool), d->parts.n > 0,
+	                   idem_parts_halted(&d->parts) > 0);
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
@@ -1053,14 +695,13 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 {
 	idem_status r;
 
-	d->closing = true;
 	for (size_t i = 0; i < d->parts.n; i++)
 		d->parts.v[i]->leaving = true;
 	r = drain(d, 5, err);
-	commit_sync(d, "shutdown");
+	idem_consumer_commit(d->rk, "shutdown");
 	/* Leaves the group; the revoke callback finds nothing left to do. */
 	rd_kafka_consumer_close(d->rk);
-	stop_workers(d);
+	idem_pool_stop(d->pool);
 	log_stats(d);
 	return r;
 }

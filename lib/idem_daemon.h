@@ -1,8 +1,19 @@
 /*
  * idem_daemon.h - the consume -> batch -> transaction -> offset loop.
  *
- * The daemon program owns signals, logging setup and exit codes; everything else is here so it
- * can be driven from tests.
+ * Owns the main loop and what ties the modules together: it polls the consumer
+ * (idem_consumer), takes each message into its partition's batch (idem_part), hands due
+ * batches to the workers (idem_pool), and handles what they finished (statistics, metrics,
+ * offsets stored after the commit, retries with backoff, halts); it drains on revoke and on
+ * shutdown. The daemon program owns signals, logging setup and exit codes; everything else is
+ * here so it can be driven from tests.
+ *
+ * Ownership: idem_daemon_new() creates and idem_daemon_free() destroys the consumer, the pool
+ * (its threads and connections), the partition table, the metrics and the retention thread.
+ *
+ * Threading: every function is called on one thread, the consumer thread; the pool's workers
+ * and the retention thread are internal. idem_daemon_stats() and idem_daemon_stalled_ms() read
+ * only what that thread writes.
  */
 #ifndef IDEM_DAEMON_H
 #define IDEM_DAEMON_H

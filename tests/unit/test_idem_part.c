@@ -1,5 +1,6 @@
 /*
- * Unit tests for idem_offsets: the assigned-partition table and offset bookkeeping.
+ * Unit tests for idem_part: the assigned-partition table, delivery state and offset
+ * bookkeeping.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +11,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "idem_offsets.h"
+#include "idem_part.h"
 
 static struct idem_cfg cfg;
 static struct idem_route routes[2];
@@ -26,6 +27,8 @@ static int setup(void **state)
 	(void)state;
 	memset(&cfg, 0, sizeof(cfg));
 	memset(routes, 0, sizeof(routes));
+	cfg.max_key_bytes = 64;
+	cfg.max_message_bytes = 1024;
 	routes[0].name = n_pay;
 	routes[0].topics = topics_a;
 	routes[0].n_topics = 1;
@@ -142,6 +145,116 @@ static void test_many_partitions(void **state)
 	idem_parts_done(&ps);
 }
 
+static void add(struct idem_part *p, int64_t offset)
+{
+	struct idem_msgview m = { 0 };
+
+	m.topic = p->topic;
+	m.partition = p->partition;
+	m.offset = offset;
+	m.timestamp_ms = -1;
+	m.value = "v";
+	m.value_len = 1;
+	assert_int_equal(idem_batch_add(&p->batch, &m, &cfg, 0), IDEM_OK);
+}
+
+static void test_fresh_delivery_state(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 4, &p), IDEM_OK);
+	assert_int_equal(p->fetch_next, -1);
+	assert_int_equal(p->retry_at_ms, 0);
+	assert_int_equal(p->failures, 0);
+	assert_false(p->busy);
+	assert_false(p->held);
+	assert_false(p->leaving);
+	assert_false(p->halted);
+	assert_int_equal(p->batch.n_msgs, 0);
+	assert_int_equal(p->inflight.n_msgs, 0);
+	idem_parts_done(&ps);
+}
+
+static void test_hand_over_keeps_delivery_state(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
+	for (int64_t o = 10; o <= 12; o++)
+		add(p, o);
+	p->failures = 2;
+	p->retry_at_ms = 99;
+	p->fetch_next = 13;
+	idem_part_hand_over(p, 1234);
+	assert_true(p->busy);
+	assert_int_equal(p->inflight.n_msgs, 3);
+	assert_int_equal(p->batch.n_msgs, 0);
+	assert_int_equal(p->job.first, 10);
+	assert_int_equal(p->job.last, 12);
+	assert_int_equal(p->job.t0, 1234);
+	assert_null(p->job.next);
+	/* The delivery state belongs to the partition, not to either batch. */
+	assert_int_equal(p->failures, 2);
+	assert_int_equal(p->retry_at_ms, 99);
+	assert_int_equal(p->fetch_next, 13);
+	idem_parts_done(&ps);
+}
+
+static void test_take_back_refetches_after_it(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
+	for (int64_t o = 10; o <= 12; o++)
+		add(p, o);
+	idem_part_hand_over(p, 0);
+	add(p, 13); /* arrived while the batch was in flight */
+	p->fetch_next = 14;
+	p->busy = false;
+	idem_part_take_back(p);
+	/* The failed batch is the partition's batch again; what came after it is dropped and
+	 * fetched again. */
+	assert_int_equal(p->batch.n_msgs, 3);
+	assert_int_equal(p->batch.msgs[0].offset, 10);
+	assert_int_equal(p->inflight.n_msgs, 0);
+	assert_int_equal(p->fetch_next, 13);
+
+	/* A flush that cut the batch off before its first message: fetched again from there. */
+	idem_part_hand_over(p, 0);
+	idem_batch_truncate(&p->inflight, 0);
+	p->busy = false;
+	idem_part_take_back(p);
+	assert_int_equal(p->batch.n_msgs, 0);
+	assert_int_equal(p->fetch_next, 10);
+	idem_parts_done(&ps);
+}
+
+static void test_halted_count(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_halted(&ps), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", i, &p), IDEM_OK);
+	p->halted = true;
+	assert_int_equal(idem_parts_halted(&ps), 1);
+	idem_parts_revoke(&ps, "payments", 2);
+	assert_int_equal(idem_parts_halted(&ps), 0);
+	idem_parts_done(&ps);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -149,6 +262,10 @@ int main(void)
 		cmocka_unit_test(test_offsets_store_only_forward),
 		cmocka_unit_test(test_reassign_starts_fresh),
 		cmocka_unit_test(test_many_partitions),
+		cmocka_unit_test(test_fresh_delivery_state),
+		cmocka_unit_test(test_hand_over_keeps_delivery_state),
+		cmocka_unit_test(test_take_back_refetches_after_it),
+		cmocka_unit_test(test_halted_count),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

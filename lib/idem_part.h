@@ -1,12 +1,27 @@
 /*
- * idem_offsets.h - the table of assigned partitions, their open batches and offset bookkeeping.
+ * idem_part.h - the table of assigned partitions and each partition's delivery state.
  *
- * The rule it keeps: an offset is handed to Kafka (rd_kafka_offsets_store) only after the
+ * Owns, per assigned partition: the batch being filled and the batch in flight, where fetching
+ * stands (fetch_next), the retry schedule of a failed batch (failures, retry_at_ms), whether the
+ * partition is held (backpressure), leaving (revoke, shutdown) or halted (poison message), and
+ * its offsets (db_next: committed to Postgres; stored_next: handed to Kafka).
+ *
+ * The offset rule it keeps: an offset is handed to Kafka (rd_kafka_offsets_store) only after the
  * Postgres transaction that processed everything below it has committed, never moves backwards,
- * and is never handed over for a partition that is no longer assigned.
+ * and is never handed over for a partition that is no longer assigned (a revoked partition is
+ * gone from the table, and comes back with fresh bookkeeping). See ARCHITECTURE.md,
+ * "Invariants".
+ *
+ * Ownership: the table owns its entries; an entry lives from idem_parts_assign() to
+ * idem_parts_revoke() or idem_parts_done(), which must not be called while a worker holds the
+ * entry (busy).
+ *
+ * Threading: the consumer thread owns the table and every field of every entry, except that
+ * while @busy a worker (idem_pool) owns @inflight and @job's result fields (r, st, err) and the
+ * pool's list link (job.next). Nothing here locks.
  */
-#ifndef IDEM_OFFSETS_H
-#define IDEM_OFFSETS_H
+#ifndef IDEM_PART_H
+#define IDEM_PART_H
 
 #include "idem_batch.h"
 #include "idem_cfg.h"
@@ -36,10 +51,13 @@ struct idem_part {
 	bool busy;
 	bool held;           /* paused because @batch is full while @inflight commits */
 	bool leaving;        /* being revoked or shut down: drained, not fetched again */
+	bool halted;         /* processing stopped (on_poison: halt or fatal handler error) */
 	int drain_tries;     /* attempts left while draining */
+	int failures;        /* consecutive failed commits of the current batch */
+	int64_t retry_at_ms; /* monotonic time of the next attempt; 0: none pending */
+	int64_t fetch_next;  /* offset expected next from Kafka; -1: unknown */
 	int64_t db_next;     /* offset after the last batch committed to Postgres, or -1 */
 	int64_t stored_next; /* offset last handed to Kafka for commit, or -1 */
-	bool halted;         /* processing stopped (on_poison: halt or fatal handler error) */
 };
 
 struct idem_parts {
@@ -55,7 +73,8 @@ struct idem_part *idem_parts_find(const struct idem_parts *ps, const char *topic
                                   int32_t partition);
 
 /*
- * @brief Add an assigned partition (no-op if present).
+ * @brief Add an assigned partition (no-op if present), with empty batches, no retry pending and
+ * unknown offsets (-1).
  * @returns IDEM_ERR_NOT_FOUND if no route serves @topic, IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
@@ -64,6 +83,23 @@ IDEM_NODISCARD idem_status idem_parts_assign(struct idem_parts *ps, const struct
 
 /* @brief Forget a partition and its uncommitted batch (they will be redelivered). */
 void idem_parts_revoke(struct idem_parts *ps, const char *topic, int32_t partition);
+
+/* @brief How many assigned partitions are halted. */
+size_t idem_parts_halted(const struct idem_parts *ps);
+
+/*
+ * @brief Make @p's batch the one in flight (the emptied batch in flight becomes the one that
+ * fills) and mark @p busy, the job's offsets and hand-over time (@now_ms) recorded. The caller
+ * then gives @p to a worker.
+ */
+void idem_part_hand_over(struct idem_part *p, int64_t now_ms);
+
+/*
+ * @brief Take the batch in flight back as @p's batch, to be retried; what arrived after it is
+ * dropped (fetched again from fetch_next, set after the batch's last message, or to @first when
+ * it is empty).
+ */
+void idem_part_take_back(struct idem_part *p);
 
 /*
  * @brief Record that a batch ending before @next committed in Postgres.

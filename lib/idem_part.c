@@ -1,10 +1,10 @@
 /*
- * idem_offsets.c - assigned partitions and their offsets.
+ * idem_part.c - assigned partitions, their delivery state and offsets.
  *
  * A handful to a few hundred partitions per instance: a linear scan is simpler than a hash and
  * fast enough (it runs once per poll, not per row of SQL).
  */
-#include "idem_offsets.h"
+#include "idem_part.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +77,7 @@ idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
 	}
 	p->partition = partition;
 	p->route = route;
+	p->fetch_next = -1;
 	p->db_next = -1;
 	p->stored_next = -1;
 	ps->v[ps->n++] = p;
@@ -97,6 +98,47 @@ void idem_parts_revoke(struct idem_parts *ps, const char *topic, int32_t partiti
 			return;
 		}
 	}
+}
+
+size_t idem_parts_halted(const struct idem_parts *ps)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < ps->n; i++)
+		n += ps->v[i]->halted;
+	return n;
+}
+
+/* The delivery state lives in the partition, so the two batches trade places whole. */
+static void swap_batches(struct idem_part *p)
+{
+	struct idem_batch t = p->batch;
+
+	p->batch = p->inflight;
+	p->inflight = t;
+}
+
+void idem_part_hand_over(struct idem_part *p, int64_t now_ms)
+{
+	const struct idem_batch *b;
+
+	swap_batches(p);
+	b = &p->inflight;
+	p->busy = true;
+	p->job.first = b->n_msgs > 0 ? b->msgs[0].offset : -1;
+	p->job.last = b->n_msgs > 0 ? b->msgs[b->n_msgs - 1].offset : -1;
+	p->job.next = NULL;
+	p->job.t0 = now_ms;
+}
+
+void idem_part_take_back(struct idem_part *p)
+{
+	struct idem_batch *b = &p->batch;
+
+	idem_batch_reset(b);
+	swap_batches(p);
+	/* What the flush cut off (on_poison: halt) is fetched again, too. */
+	p->fetch_next = b->n_msgs > 0 ? b->msgs[b->n_msgs - 1].offset + 1 : p->job.first;
 }
 
 bool idem_part_committed(struct idem_part *p, int64_t next)

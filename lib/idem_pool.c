@@ -1,0 +1,255 @@
+/*
+ * idem_pool.c - worker threads committing batches.
+ *
+ * The consumer thread queues partitions whose batch is in flight on the ready list; a worker
+ * takes a group of them, commits them in one transaction on its own connection, puts them on
+ * the done list and wakes the consumer thread. Everything Kafka-side stays on the consumer
+ * thread: a worker only commits and reports back.
+ */
+#include "idem_pool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idem_flush.h"
+
+/* Most batches one transaction carries, and most messages (in batch.max_messages units). */
+#define GROUP_MAX_BATCHES 32
+#define GROUP_MAX_FULL    2
+
+struct worker {
+	idem_pool *pool;
+	idem_flush *pg;
+	pthread_t thread;
+	bool started;
+	int connected; /* idem_flush_connected() after the last commit (atomic) */
+};
+
+struct idem_pool {
+	const struct idem_cfg *cfg;
+	struct worker *workers;
+	size_t n_workers;
+	rd_kafka_queue_t *cq; /* the consumer queue, to end a poll when a worker is done */
+
+	/* Shared with the workers, under mu. */
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv; /* ready gained a batch, or quit */
+	pthread_cond_t done_cv; /* done gained a batch */
+	struct idem_part *ready, **ready_tail;
+	struct idem_part *done, **done_tail;
+	bool quit;
+};
+
+idem_status idem_pool_new(const struct idem_cfg *cfg, idem_pool **ret_pool, idem_error *err)
+{
+	idem_pool *pool;
+	idem_status r;
+
+	pool = calloc(1, sizeof(*pool));
+	if (pool == NULL)
+		return idem_error_nomem(err);
+	pool->cfg = cfg;
+	pool->ready_tail = &pool->ready;
+	pool->done_tail = &pool->done;
+	if (pthread_mutex_init(&pool->mu, NULL) != 0) {
+		free(pool);
+		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot create a mutex");
+	}
+	pthread_cond_init(&pool->work_cv, NULL);
+	pthread_cond_init(&pool->done_cv, NULL);
+	pool->n_workers = (size_t)idem_cfg_workers(cfg);
+	pool->workers = calloc(pool->n_workers, sizeof(*pool->workers));
+	if (pool->workers == NULL) {
+		r = idem_error_nomem(err);
+		goto out_free;
+	}
+	/* Every connection is opened (and every handler prepared) before anything is consumed,
+	 * so a bad conninfo or handler fails here. */
+	for (size_t i = 0; i < pool->n_workers; i++) {
+		pool->workers[i].pool = pool;
+		if ((r = idem_flush_new(cfg, &pool->workers[i].pg, err)) != IDEM_OK)
+			goto out_free;
+		pool->workers[i].connected = 1;
+	}
+	*ret_pool = pool;
+	return IDEM_OK;
+
+out_free:
+	idem_pool_free(pool);
+	return r;
+}
+
+size_t idem_pool_size(const idem_pool *pool)
+{
+	return pool->n_workers;
+}
+
+void idem_pool_submit(idem_pool *pool, struct idem_part *p)
+{
+	pthread_mutex_lock(&pool->mu);
+	*pool->ready_tail = p;
+	pool->ready_tail = &p->job.next;
+	pthread_cond_signal(&pool->work_cv);
+	pthread_mutex_unlock(&pool->mu);
+}
+
+struct idem_part *idem_pool_collect(idem_pool *pool)
+{
+	struct idem_part *p;
+
+	pthread_mutex_lock(&pool->mu);
+	p = pool->done;
+	pool->done = NULL;
+	pool->done_tail = &pool->done;
+	pthread_mutex_unlock(&pool->mu);
+	return p;
+}
+
+void idem_pool_wait(idem_pool *pool, int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&pool->mu);
+	if (pool->done == NULL)
+		pthread_cond_timedwait(&pool->done_cv, &pool->mu, &ts);
+	pthread_mutex_unlock(&pool->mu);
+}
+
+bool idem_pool_connected(const idem_pool *pool)
+{
+	for (size_t i = 0; i < pool->n_workers; i++) {
+		if (!__atomic_load_n(&pool->workers[i].connected, __ATOMIC_RELAXED))
+			return false;
+	}
+	return true;
+}
+
+int64_t idem_pool_stalled_ms(const struct idem_parts *ps, int64_t now_ms)
+{
+	int64_t oldest = 0;
+
+	for (size_t i = 0; i < ps->n; i++) {
+		const struct idem_part *p = ps->v[i];
+
+		if (p->busy && now_ms - p->job.t0 > oldest)
+			oldest = now_ms - p->job.t0;
+	}
+	return oldest;
+}
+
+/* Take the next group of ready batches, under pool->mu. */
+static size_t take_group(idem_pool *pool, struct idem_part **group)
+{
+	size_t n = 0, msgs = 0, cap = (size_t)pool->cfg->batch_max_messages * GROUP_MAX_FULL;
+
+	while (pool->ready != NULL && n < GROUP_MAX_BATCHES &&
+	       (n == 0 || msgs + pool->ready->inflight.n_msgs <= cap)) {
+		struct idem_part *p = pool->ready;
+
+		pool->ready = p->job.next;
+		if (pool->ready == NULL)
+			pool->ready_tail = &pool->ready;
+		msgs += p->inflight.n_msgs;
+		group[n++] = p;
+	}
+	return n;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	idem_pool *pool = w->pool;
+	struct idem_part *group[GROUP_MAX_BATCHES];
+	struct idem_batch *batches[GROUP_MAX_BATCHES];
+	struct idem_flush_stats st[GROUP_MAX_BATCHES];
+	idem_status rs[GROUP_MAX_BATCHES];
+	idem_error errs[GROUP_MAX_BATCHES];
+
+	memset(errs, 0, sizeof(errs));
+	pthread_mutex_lock(&pool->mu);
+	for (;;) {
+		size_t n;
+
+		while (pool->ready == NULL && !pool->quit)
+			pthread_cond_wait(&pool->work_cv, &pool->mu);
+		if (pool->ready == NULL)
+			break;
+		n = take_group(pool, group);
+		pthread_mutex_unlock(&pool->mu);
+
+		for (size_t i = 0; i < n; i++)
+			batches[i] = &group[i]->inflight;
+		idem_flush_many(w->pg, batches, n, st, rs, errs);
+		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
+
+		pthread_mutex_lock(&pool->mu);
+		for (size_t i = 0; i < n; i++) {
+			struct idem_part *p = group[i];
+
+			p->job.r = rs[i];
+			p->job.st = st[i];
+			p->job.err = errs[i];
+			p->job.next = NULL;
+			*pool->done_tail = p;
+			pool->done_tail = &p->job.next;
+		}
+		pthread_cond_signal(&pool->done_cv);
+		/* Wake the consumer thread out of its poll. */
+		rd_kafka_queue_yield(pool->cq);
+	}
+	pthread_mutex_unlock(&pool->mu);
+	return NULL;
+}
+
+idem_status idem_pool_start(idem_pool *pool, rd_kafka_t *rk, idem_error *err)
+{
+	pool->cq = rd_kafka_queue_get_consumer(rk);
+	for (size_t i = 0; i < pool->n_workers; i++) {
+		if (pthread_create(&pool->workers[i].thread, NULL, worker_main,
+		                   &pool->workers[i]) != 0)
+			return idem_error_set(err, IDEM_ERR_NOMEM, "cannot start worker thread");
+		pool->workers[i].started = true;
+	}
+	return IDEM_OK;
+}
+
+void idem_pool_stop(idem_pool *pool)
+{
+	if (pool == NULL)
+		return;
+	pthread_mutex_lock(&pool->mu);
+	pool->quit = true;
+	pthread_cond_broadcast(&pool->work_cv);
+	pthread_mutex_unlock(&pool->mu);
+	for (size_t i = 0; pool->workers != NULL && i < pool->n_workers; i++) {
+		if (pool->workers[i].started)
+			pthread_join(pool->workers[i].thread, NULL);
+		pool->workers[i].started = false;
+	}
+	if (pool->cq != NULL)
+		rd_kafka_queue_destroy(pool->cq);
+	pool->cq = NULL;
+}
+
+void idem_pool_free(idem_pool *pool)
+{
+	if (pool == NULL)
+		return;
+	idem_pool_stop(pool);
+	for (size_t i = 0; pool->workers != NULL && i < pool->n_workers; i++)
+		idem_flush_free(pool->workers[i].pg);
+	free(pool->workers);
+	pthread_cond_destroy(&pool->work_cv);
+	pthread_cond_destroy(&pool->done_cv);
+	pthread_mutex_destroy(&pool->mu);
+	free(pool);
+}
