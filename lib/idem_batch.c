@@ -1,8 +1,10 @@
 /*
- * idem_batch.c - decoding messages into a partition batch, and in-batch duplicate collapse.
+ * idem_batch.c - decoding messages into a partition batch, in-batch duplicate collapse, and the
+ * classification of duplicates once their claims are known.
  */
 #include "idem_batch.h"
 
+#include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -421,4 +423,63 @@ ssize_t idem_batch_find_key(const struct idem_batch *b, const char *k, size_t kl
 	size_t pos = idem_batch_lower_bound(b, b->order, b->n_order, k, klen);
 
 	return pos < b->n_order ? (ssize_t)b->order[pos] : -1;
+}
+
+/* Shorten a hex hash for a message. */
+static void short_hash(const struct idem_batch *b, struct idem_span h, char *buf, size_t len)
+{
+	if (h.null)
+		snprintf(buf, len, "none");
+	else
+		snprintf(buf, len, "%.12s", idem_batch_ptr(b, h));
+}
+
+idem_status idem_batch_classify(struct idem_batch *b, int64_t progress_next)
+{
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+		struct idem_batch_claim winner;
+		const struct idem_batch_claim *c;
+		char why[512], h1[16], h2[16];
+
+		if (m->state == IDEM_MSG_DUPLICATE) {
+			c = &m->claim;
+		} else if (m->state == IDEM_MSG_DUP_IN_BATCH) {
+			const struct idem_batch_msg *w = &b->msgs[m->winner];
+
+			/* A key that is new to the database was claimed by its winner in this
+			 * very transaction. */
+			if (w->state == IDEM_MSG_APPLIED) {
+				winner = (struct idem_batch_claim){ .found = true,
+					                            .same_topic = true,
+					                            .topic = { 0, 0, true },
+					                            .partition = b->partition,
+					                            .offset = w->offset,
+					                            .hash = w->hash };
+				c = &winner;
+			} else {
+				c = &w->claim;
+			}
+		} else {
+			continue;
+		}
+		m->dup = idem_batch_dup_kind(b->partition, m->offset, c, progress_next);
+		m->mismatch = idem_batch_payload_differs(b, i, c);
+		if (!m->mismatch || b->route->on_payload_mismatch != IDEM_CFG_MISMATCH_QUARANTINE)
+			continue;
+		short_hash(b, c->hash, h1, sizeof(h1));
+		short_hash(b, m->hash, h2, sizeof(h2));
+		snprintf(
+		        why, sizeof(why),
+		        "payload mismatch: business key already applied from topic '%s' partition %" PRId32
+		        " offset %" PRId64
+		        " with a different payload (sha256 %s..., this message %s...)",
+		        c->same_topic ? b->topic : idem_batch_ptr(b, c->topic), c->partition,
+		        c->offset, h1, h2);
+		m->state = IDEM_MSG_BAD;
+		m->attempts = 1;
+		if (idem_batch_set_reason(b, i, why, NULL) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
 }

@@ -139,6 +139,16 @@ IDEM_NODISCARD idem_status idem_batch_collapse(struct idem_batch *b);
 enum idem_dup_kind idem_batch_dup_kind(int32_t partition, int64_t offset,
                                        const struct idem_batch_claim *claim, int64_t progress_next);
 
+/*
+ * @brief Classify every duplicate of @b once its claims are known (redelivery, replay,
+ * upstream; an in-batch duplicate by its winner's claim, made in this very transaction if the
+ * winner was APPLIED) and compare its payload with its claim's. With routes[].on_payload_mismatch:
+ * quarantine, a mismatching duplicate becomes BAD, with its reason.
+ * @param progress_next the partition's recorded progress before this batch, -1 when none.
+ * @returns IDEM_OK or IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_batch_classify(struct idem_batch *b, int64_t progress_next);
+
 /* @brief Name of a duplicate kind ("redelivery", "replay", "upstream", "none"). */
 const char *idem_batch_dup_str(enum idem_dup_kind k);
 

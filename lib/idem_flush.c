@@ -247,71 +247,6 @@ static idem_status read_claims(struct flush_ctx *ctx, const PGresult *res)
 	return IDEM_OK;
 }
 
-/* Shorten a hex hash for a message. */
-static void short_hash(const struct idem_batch *b, struct idem_span h, char *buf, size_t len)
-{
-	if (h.null)
-		snprintf(buf, len, "none");
-	else
-		snprintf(buf, len, "%.12s", idem_batch_ptr(b, h));
-}
-
-/*
- * Classify every duplicate (redelivery, replay, upstream) and compare its payload with its
- * claim's. routes[].on_payload_mismatch: quarantine turns a mismatching duplicate into BAD.
- */
-static idem_status classify_dups(struct flush_ctx *ctx)
-{
-	struct idem_batch *b = ctx->b;
-
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		struct idem_batch_msg *m = &b->msgs[i];
-		struct idem_batch_claim winner;
-		const struct idem_batch_claim *c;
-		char why[512], h1[16], h2[16];
-
-		if (m->state == IDEM_MSG_DUPLICATE) {
-			c = &m->claim;
-		} else if (m->state == IDEM_MSG_DUP_IN_BATCH) {
-			const struct idem_batch_msg *w = &b->msgs[m->winner];
-
-			/* A key that is new to the database was claimed by its winner in this
-			 * very transaction. */
-			if (w->state == IDEM_MSG_APPLIED) {
-				winner = (struct idem_batch_claim){ .found = true,
-					                            .same_topic = true,
-					                            .topic = { 0, 0, true },
-					                            .partition = b->partition,
-					                            .offset = w->offset,
-					                            .hash = w->hash };
-				c = &winner;
-			} else {
-				c = &w->claim;
-			}
-		} else {
-			continue;
-		}
-		m->dup = idem_batch_dup_kind(b->partition, m->offset, c, ctx->progress_next);
-		m->mismatch = idem_batch_payload_differs(b, i, c);
-		if (!m->mismatch || b->route->on_payload_mismatch != IDEM_CFG_MISMATCH_QUARANTINE)
-			continue;
-		short_hash(b, c->hash, h1, sizeof(h1));
-		short_hash(b, m->hash, h2, sizeof(h2));
-		snprintf(
-		        why, sizeof(why),
-		        "payload mismatch: business key already applied from topic '%s' partition %" PRId32
-		        " offset %" PRId64
-		        " with a different payload (sha256 %s..., this message %s...)",
-		        c->same_topic ? b->topic : idem_batch_ptr(b, c->topic), c->partition,
-		        c->offset, h1, h2);
-		m->state = IDEM_MSG_BAD;
-		m->attempts = 1;
-		if (idem_batch_set_reason(b, i, why, NULL) != IDEM_OK)
-			return IDEM_ERR_NOMEM;
-	}
-	return IDEM_OK;
-}
-
 static void count(const struct idem_batch *b, struct idem_flush_stats *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -999,7 +934,7 @@ static enum fast_outcome fast_path(idem_flush *pg, struct flush_ctx *ctx, size_t
 	    (o = handler_rt(pg, ctx, n, err)) != FAST_DONE)
 		return o;
 	for (size_t k = 0; k < n; k++) {
-		if (classify_dups(&ctx[k]) != IDEM_OK)
+		if (idem_batch_classify(ctx[k].b, ctx[k].progress_next) != IDEM_OK)
 			return fast_nomem(pg, NULL, err);
 	}
 
@@ -1182,7 +1117,7 @@ static idem_status slow_classify(idem_flush *pg, struct flush_ctx *ctx, idem_err
 
 	if ((r = fetch_claims(pg, ctx, err)) != IDEM_OK)
 		return r;
-	if (classify_dups(ctx) != IDEM_OK)
+	if (idem_batch_classify(ctx->b, ctx->progress_next) != IDEM_OK)
 		return idem_error_nomem(err);
 	return IDEM_OK;
 }

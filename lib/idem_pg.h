@@ -11,7 +11,7 @@
 #include "idem_cfg.h"
 #include "idem_common.h"
 
-/* How a failure is handled (DESIGN §3), decided by SQLSTATE only. */
+/* How a failure is handled (ARCHITECTURE.md "Failures"), decided by SQLSTATE only. */
 enum idem_pg_class {
 	IDEM_PG_TRANSIENT = 0, /* roll back, back off, reconnect if needed, retry the same batch */
 	IDEM_PG_MESSAGE,       /* this message's fault: isolate it, retry it, then quarantine it */
