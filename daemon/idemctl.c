@@ -1,40 +1,32 @@
 /*
  * idemctl - operate idemd: schema migrations and inspection.
+ *
+ * This file only reads the global options, loads the configuration and dispatches; each
+ * subcommand lives in its own file (idemctl_cmds.h).
  */
-#include "idemctl.h"
-
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "idem_cfg.h"
-#include "idem_migrate.h"
-#include "idem_pg.h"
-#include "idem_retention.h"
+#include "idemctl_cmds.h"
 
 #define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
 
-static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv);
-
-int64_t idemctl_retention_keep(const struct idem_cfg *cfg)
-{
-	return cfg->retention_keep_s;
-}
-
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: idemctl [-c FILE] COMMAND\n"
-	        "\n"
-	        "  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
-	        "  -h, --help         print this help and exit\n"
-	        "  -V, --version      print the version and exit\n"
-	        "\n"
-	        "Commands:\n"
-	        "  migrate   create or upgrade the idem schema to this version's (the SQL is built\n"
-	        "            into idemctl); safe to re-run, and to run concurrently\n");
-	idemctl_ops_usage(f);
+	fprintf(f, "usage: idemctl [-c FILE] COMMAND\n"
+	           "\n"
+	           "  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
+	           "  -h, --help         print this help and exit\n"
+	           "  -V, --version      print the version and exit\n"
+	           "\n"
+	           "Commands:\n");
+	idemctl_migrate_usage(f);
+	idemctl_status_usage(f);
+	idemctl_replay_usage(f);
+	idemctl_purge_usage(f);
 	idemctl_quarantine_usage(f);
 	fprintf(f,
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
@@ -45,40 +37,11 @@ static const struct {
 	const char *name;
 	int (*run)(const struct idem_cfg *cfg, int argc, char **argv);
 } commands[] = {
-	{ "migrate", cmd_migrate },           { "status", idemctl_status },
+	{ "migrate", idemctl_migrate },       { "status", idemctl_status },
 	{ "verify", idemctl_verify },         { "lookup", idemctl_lookup },
 	{ "replay", idemctl_replay },         { "purge", idemctl_purge },
 	{ "quarantine", idemctl_quarantine },
 };
-
-static int cmd_migrate(const struct idem_cfg *cfg, int argc, char **argv)
-{
-	idem_error err = { 0 };
-	PGconn *conn = NULL;
-	int from = 0, to = 0;
-
-	(void)argv;
-	if (argc > 1) {
-		fprintf(stderr, "idemctl: migrate takes no arguments\n");
-		return IDEM_EXIT_USAGE;
-	}
-
-	if (idem_pg_conn_open(cfg, "idemctl", &conn, &err) != IDEM_OK) {
-		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEM_EXIT_FAILURE;
-	}
-	if (idem_migrate_apply(conn, &from, &to, &err) != IDEM_OK) {
-		fprintf(stderr, "idemctl: migrate failed: %s\n", err.msg);
-		PQfinish(conn);
-		return IDEM_EXIT_FAILURE;
-	}
-	if (from == to)
-		printf("schema is up to date (version %d)\n", to);
-	else
-		printf("schema migrated from version %d to %d\n", from, to);
-	PQfinish(conn);
-	return IDEM_EXIT_OK;
-}
 
 int main(int argc, char **argv)
 {

@@ -11,7 +11,8 @@
 
 #include "idem_flush.h"
 #include "idem_quarantine.h"
-#include "idemctl.h"
+#include "idemctl_cmds.h"
+#include "idemctl_common.h"
 
 #define SHOW_MAX_BYTES 4096 /* of a key or value printed by 'show' without --json */
 
@@ -201,23 +202,6 @@ static json_object *entry_json(const struct idem_quarantine_entry *e, bool full)
 	return o;
 }
 
-static void print_json(json_object *o)
-{
-	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-	                                                         JSON_C_TO_STRING_NOSLASHESCAPE));
-}
-
-static int open_conn(const struct idem_cfg *cfg, PGconn **ret_conn)
-{
-	idem_error err = { 0 };
-
-	if (idem_pg_conn_open(cfg, "idemctl", ret_conn, &err) != IDEM_OK) {
-		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEM_EXIT_FAILURE;
-	}
-	return IDEM_EXIT_OK;
-}
-
 static int cmd_list(const struct idem_cfg *cfg, int argc, char **argv)
 {
 	struct idem_quarantine_entry *v = NULL;
@@ -233,7 +217,7 @@ static int cmd_list(const struct idem_cfg *cfg, int argc, char **argv)
 		fprintf(stderr, "idemctl: quarantine list takes no operands\n");
 		return IDEM_EXIT_USAGE;
 	}
-	if ((rc = open_conn(cfg, &conn)) != IDEM_EXIT_OK)
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
 		return rc;
 	if (idem_quarantine_list(conn, &o.filter, &v, &n, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
@@ -245,7 +229,7 @@ static int cmd_list(const struct idem_cfg *cfg, int argc, char **argv)
 
 		for (size_t i = 0; i < n; i++)
 			json_object_array_add(a, entry_json(&v[i], false));
-		print_json(a);
+		idemctl_print_json(a);
 		json_object_put(a);
 		goto out_free;
 	}
@@ -330,7 +314,7 @@ static int cmd_show(const struct idem_cfg *cfg, int argc, char **argv)
 	}
 	if (!parse_id(argv[optind], &id))
 		return IDEM_EXIT_USAGE;
-	if ((rc = open_conn(cfg, &conn)) != IDEM_EXIT_OK)
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
 		return rc;
 	if (idem_quarantine_get(conn, id, &e, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
@@ -340,7 +324,7 @@ static int cmd_show(const struct idem_cfg *cfg, int argc, char **argv)
 	if (o.json) {
 		json_object *j = entry_json(&e, true);
 
-		print_json(j);
+		idemctl_print_json(j);
 		json_object_put(j);
 	} else {
 		show_text(&e);
@@ -467,7 +451,7 @@ static int cmd_discard(const struct idem_cfg *cfg, int argc, char **argv)
 		if (!parse_id(argv[i], &id))
 			return IDEM_EXIT_USAGE;
 	}
-	if ((rc = open_conn(cfg, &conn)) != IDEM_EXIT_OK)
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
 		return rc;
 	for (int i = optind; i < argc; i++) {
 		int64_t id = strtoll(argv[i], NULL, 10);

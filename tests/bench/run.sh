@@ -149,47 +149,17 @@ for ((r = 1; r <= runs; r++)); do
 done
 idem_kafka_start "${topics[@]}"
 
-# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MAX_WAIT_MS
+# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MAX_WAIT_MS: the tests' config
+# writer with route 'bench', --batch, --workers, fetch.wait.max.ms 10 then --kafka-prop (a later
+# NAME=VALUE replaces an earlier one), and idemd's own retry defaults.
 bench_config() {
-	local q="'" p
-	local esc=${5//$q/$q$q}
-	{
-		cat <<-YAML
-			kafka:
-			  brokers: "$IDEM_BROKERS"
-			  group_id: "$2"
-			  properties:
-		YAML
-		# The defaults, then --kafka-prop: a later NAME=VALUE replaces an earlier one.
-		declare -A props=()
-		local order=()
-		for p in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=10 \
-			queued.min.messages=1000000 "${kafka_props[@]}"; do
-			[ -n "${props[${p%%=*}]+x}" ] || order+=("${p%%=*}")
-			props[${p%%=*}]=${p#*=}
-		done
-		for p in "${order[@]}"; do
-			printf '    %s: "%s"\n' "$p" "${props[$p]}"
-		done
-		cat <<-YAML
-			postgres:
-			  conninfo: "$IDEM_CONNINFO"
-			routes:
-			  - name: bench
-			    topics: [$4]
-			    consumer: "$3"
-			    business_key: "\${json:/payment_id}"
-			    handler:
-			      sql: '$esc'
-			      params: $6
-			batch:
-			  max_messages: $batch
-			  max_wait_ms: $7
-			  workers: $workers
-			log:
-			  level: info
-		YAML
-	} >"$1"
+	local p props=()
+	for p in "${kafka_props[@]}"; do
+		props+=(--kafka-prop "$p")
+	done
+	idem_write_config "$1" "$2" "$3" --topic "$4" --route-name bench --sql "$5" --params "$6" \
+		--max "$batch" --wait "$7" --workers "$workers" --kafka-prop fetch.wait.max.ms=10 \
+		"${props[@]}" --no-retry --log-level info
 }
 
 # The latency handler: the payments handler, plus one row with the message's Kafka timestamp

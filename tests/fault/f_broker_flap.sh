@@ -11,8 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start --brokers 3 payments:8
-export IDEM_CFG_MAX=100
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-flap payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-flap payments --max 100
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_produce_bg 60000 0.3 81 1500
 

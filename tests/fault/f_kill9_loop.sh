@@ -14,8 +14,8 @@ idem_kafka_start payments:8
 # Small batches: many transactions, so the kills land between claim, commit and offset store.
 # A short session (2.5 s, about the least the embedded Kafka forms a group with) lets a new
 # instance take over from a killed one sooner.
-export IDEM_CFG_MAX=20 IDEM_CFG_SESSION_MS=2500
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-kill9 payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-kill9 payments --max 20 \
+	--kafka-prop session.timeout.ms=2500
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_produce_bg 55000 0.3 101 500
 

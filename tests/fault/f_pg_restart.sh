@@ -12,8 +12,7 @@ idem_tmp_init
 idem_pg_start
 idem_pg_durable_commits
 idem_kafka_start payments:8
-export IDEM_CFG_MAX=100 IDEM_CFG_RETRY_MAX_MS=1000
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-pgrestart payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-pgrestart payments --max 100 --retry max_ms=1000
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_produce_bg 30000 0.3 61 2000
 

@@ -11,8 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:8
-export IDEM_CFG_MAX=50 IDEM_CFG_RETRY_MAX_MS=500
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-terminate payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-terminate payments --max 50 --retry max_ms=500
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_produce_bg 40000 0.3 71 2000
 

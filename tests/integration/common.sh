@@ -4,42 +4,104 @@
 # The payments handler of sql/examples/payments.sql.
 IDEM_PAYMENTS_SQL='WITH l AS (INSERT INTO ledger (payment_id, account, amount) VALUES ($1, $2, $3::bigint)) INSERT INTO accounts (id, balance) VALUES ($2, $3::bigint) ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance RETURNING balance'
 
-# idem_write_config FILE GROUP CONSUMER [HANDLER_SQL [PARAMS [MAX_MESSAGES]]]
+# idem__kv_set MAP ORDER NAME=VALUE: MAP[NAME]=VALUE; ORDER lists the names in first-set order.
+idem__kv_set() {
+	local -n map=$1 order=$2
+	[ -n "${map[${3%%=*}]+x}" ] || order+=("${3%%=*}")
+	map[${3%%=*}]=${3#*=}
+}
+
+# idem_write_config FILE GROUP CONSUMER [OPTION...]: the one configuration writer of the tests:
+# one route from topic payments, handler $IDEM_PAYMENTS_SQL, consumer group GROUP, claims
+# namespace CONSUMER. Options (defaults in brackets):
+#   --topic T [payments]        --route-name N [payments]
+#   --key TEMPLATE [${json:/payment_id}]    --sql SQL [$IDEM_PAYMENTS_SQL]
+#   --params YAML_LIST [[business_key, "json:/account", "json:/amount"]]
+#   --max N [500] (batch.max_messages)      --wait MS [20] (batch.max_wait_ms)
+#   --workers N (batch.workers; idemd's default unless given)
+#   --log-level L [$IDEM_LOG_LEVEL or info]
+#   --kafka-prop NAME=VALUE  a librdkafka property; replaces a default of the same name
+#                            [session.timeout.ms=6000 heartbeat.interval.ms=500
+#                            fetch.wait.max.ms=50 queued.min.messages=1000000]
+#   --retry NAME=VALUE       a retry key; replaces a default of the same name
+#                            [initial_ms=50 max_ms=2000]
+#   --no-retry               no retry section at all: idemd's own defaults
+#   --route NAME=VALUE       another key of the route (e.g. on_poison=halt)
+#   --postgres NAME=VALUE    another postgres key (e.g. lock_timeout_ms=300)
+#   --limits NAME=VALUE      a limits key (the section is written only if one is given)
+# Every option taking a value may be repeated where that makes sense (the last --max wins).
 idem_write_config() {
 	local file=$1 group=$2 consumer=$3
-	local sql=${4:-$IDEM_PAYMENTS_SQL}
-	local params=${5:-'[business_key, "json:/account", "json:/amount"]'}
-	local max=${6:-500}
-	local q="'"
-	local esc=${sql//$q/$q$q}
-	cat >"$file" <<YAML
-kafka:
-  brokers: "$IDEM_BROKERS"
-  group_id: "$group"
-  properties:
-    session.timeout.ms: 6000
-    heartbeat.interval.ms: 500
-    fetch.wait.max.ms: 50
-    queued.min.messages: 1000000
-postgres:
-  conninfo: "$IDEM_CONNINFO"
-routes:
-  - name: payments
-    topics: [payments]
-    consumer: "$consumer"
-    business_key: "\${json:/payment_id}"
-    handler:
-      sql: '$esc'
-      params: $params
-batch:
-  max_messages: $max
-  max_wait_ms: 20
-retry:
-  initial_ms: 50
-  max_ms: 2000
-log:
-  level: ${IDEM_LOG_LEVEL:-info}
-YAML
+	shift 3
+	local topic=payments route_name=payments key='${json:/payment_id}' sql=$IDEM_PAYMENTS_SQL
+	local params='[business_key, "json:/account", "json:/amount"]' max=500 wait=20 workers=
+	local level=${IDEM_LOG_LEVEL:-info} with_retry=1 q="'" name
+	local -A kafka=() retry=()
+	local kafka_order=() retry_order=() route=() pg=() limits=()
+	for name in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=50 \
+		queued.min.messages=1000000; do
+		idem__kv_set kafka kafka_order "$name"
+	done
+	idem__kv_set retry retry_order initial_ms=50
+	idem__kv_set retry retry_order max_ms=2000
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--no-retry) with_retry=0; shift; continue ;;
+		--topic | --route-name | --key | --sql | --params | --max | --wait | --workers | \
+			--log-level | --kafka-prop | --retry | --route | --postgres | --limits)
+			[ $# -ge 2 ] || idem_fail "idem_write_config: $1 needs a value" ;;
+		*) idem_fail "idem_write_config: unknown option '$1'" ;;
+		esac
+		case $1 in
+		--topic) topic=$2 ;;
+		--route-name) route_name=$2 ;;
+		--key) key=$2 ;;
+		--sql) sql=$2 ;;
+		--params) params=$2 ;;
+		--max) max=$2 ;;
+		--wait) wait=$2 ;;
+		--workers) workers=$2 ;;
+		--log-level) level=$2 ;;
+		--kafka-prop) idem__kv_set kafka kafka_order "$2" ;;
+		--retry) idem__kv_set retry retry_order "$2" ;;
+		--route) route+=("$2") ;;
+		--postgres) pg+=("$2") ;;
+		--limits) limits+=("$2") ;;
+		esac
+		shift 2
+	done
+	{
+		printf 'kafka:\n  brokers: "%s"\n  group_id: "%s"\n  properties:\n' "$IDEM_BROKERS" "$group"
+		for name in "${kafka_order[@]}"; do
+			printf '    %s: "%s"\n' "$name" "${kafka[$name]}"
+		done
+		printf 'postgres:\n  conninfo: "%s"\n' "$IDEM_CONNINFO"
+		for name in "${pg[@]}"; do
+			printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
+		done
+		printf 'routes:\n  - name: %s\n    topics: [%s]\n    consumer: "%s"\n' \
+			"$route_name" "$topic" "$consumer"
+		printf "    business_key: '%s'\n" "${key//$q/$q$q}"
+		printf "    handler:\n      sql: '%s'\n      params: %s\n" "${sql//$q/$q$q}" "$params"
+		for name in "${route[@]}"; do
+			printf '    %s: %s\n' "${name%%=*}" "${name#*=}"
+		done
+		printf 'batch:\n  max_messages: %s\n  max_wait_ms: %s\n' "$max" "$wait"
+		[ -z "$workers" ] || printf '  workers: %s\n' "$workers"
+		if [ "$with_retry" = 1 ]; then
+			echo "retry:"
+			for name in "${retry_order[@]}"; do
+				printf '  %s: %s\n' "$name" "${retry[$name]}"
+			done
+		fi
+		if [ ${#limits[@]} -gt 0 ]; then
+			echo "limits:"
+			for name in "${limits[@]}"; do
+				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
+			done
+		fi
+		printf 'log:\n  level: %s\n' "$level"
+	} >"$file"
 }
 
 # idem_setup_db CONFIG: migrate the idem schema and create the example tables.
@@ -49,16 +111,25 @@ idem_setup_db() {
 }
 
 # idemd_start NAME CONFIG: start idemd in the background (log: $IDEM_TMP/idemd-NAME.log);
-# its pid in IDEMD_PID_<NAME>.
+# its pid in IDEMD_PID_<NAME> (NAME: letters, digits, _), also printed by idemd_pid NAME.
 idemd_start() {
+	[[ $1 =~ ^[A-Za-z0-9_]+$ ]] || idem_fail "idemd_start: bad name '$1'"
 	idem_spawn "idemd-$1" "$IDEM_BIN/idemd" -c "$2"
-	eval "IDEMD_PID_$1=$IDEM_LAST_PID"
+	printf -v "IDEMD_PID_$1" %s "$IDEM_LAST_PID"
+}
+
+# idemd_pid NAME: the pid of the idemd started as NAME.
+idemd_pid() {
+	local var=IDEMD_PID_$1
+	[ -n "${!var:-}" ] || idem_fail "no idemd started as '$1'"
+	echo "${!var}"
 }
 
 # idemd_stop NAME: SIGTERM and wait (drain, commit, leave the group); fails unless it exits 0.
 idemd_stop() {
-	local pid
-	eval "pid=\$IDEMD_PID_$1"
+	local var=IDEMD_PID_$1 pid
+	pid=${!var:-}
+	[ -n "$pid" ] || idem_fail "no idemd started as '$1'"
 	idem_stop "$pid" 60
 	[ "$IDEM_EXIT_STATUS" = 0 ] ||
 		idem_fail "idemd $1 exited $IDEM_EXIT_STATUS after SIGTERM (log: $(tail -5 "$IDEM_TMP/idemd-$1.log"))"
@@ -66,8 +137,9 @@ idemd_stop() {
 
 # idemd_kill9 NAME: SIGKILL, no chance to drain or commit anything.
 idemd_kill9() {
-	local pid
-	eval "pid=\$IDEMD_PID_$1"
+	local var=IDEMD_PID_$1 pid
+	pid=${!var:-}
+	[ -n "$pid" ] || idem_fail "no idemd started as '$1'"
 	idem_kill "$pid" KILL
 	idem_wait_exit "$pid" 10
 }
@@ -145,87 +217,15 @@ idem_claims_above() {
 
 # ---- failure handling (issue 3) -----------------------------------------------------------------
 
-# idem_write_config_ext FILE GROUP CONSUMER: like idem_write_config, with every part settable
-# through the environment (defaults in brackets):
-#   IDEM_CFG_TOPIC [payments]  IDEM_CFG_KEY [${json:/payment_id}]  IDEM_CFG_SQL [$IDEM_PAYMENTS_SQL]
-#   IDEM_CFG_PARAMS [business_key, json:/account, json:/amount]  IDEM_CFG_MAX [500]
-#   IDEM_CFG_WAIT [20]  IDEM_CFG_WORKERS [0]  IDEM_CFG_SESSION_MS [6000]
-#   IDEM_CFG_RETRY_MAX_MS [2000]
-#   IDEM_CFG_ROUTE_EXTRA (route keys, e.g. "on_poison: halt")
-#   IDEM_CFG_PG_EXTRA (postgres keys)  IDEM_CFG_RETRY_EXTRA (retry keys)
-#   IDEM_CFG_LIMITS (limits keys)  IDEM_CFG_KAFKA_PROPS (more "name: value" properties)
-# Multi-line extras are one "key: value" per line.
-idem_write_config_ext() {
-	local file=$1 group=$2 consumer=$3
-	local sql=${IDEM_CFG_SQL:-$IDEM_PAYMENTS_SQL}
-	local key=${IDEM_CFG_KEY:-'${json:/payment_id}'}
-	local q="'" line
-	local esc=${sql//$q/$q$q}
-	{
-		cat <<YAML
-kafka:
-  brokers: "$IDEM_BROKERS"
-  group_id: "$group"
-  properties:
-    session.timeout.ms: ${IDEM_CFG_SESSION_MS:-6000}
-    heartbeat.interval.ms: 500
-    fetch.wait.max.ms: 50
-    queued.min.messages: 1000000
-YAML
-		while IFS= read -r line; do
-			[ -n "$line" ] && printf '    %s\n' "$line"
-		done <<<"${IDEM_CFG_KAFKA_PROPS:-}"
-		cat <<YAML
-postgres:
-  conninfo: "$IDEM_CONNINFO"
-YAML
-		while IFS= read -r line; do
-			[ -n "$line" ] && printf '  %s\n' "$line"
-		done <<<"${IDEM_CFG_PG_EXTRA:-}"
-		cat <<YAML
-routes:
-  - name: payments
-    topics: [${IDEM_CFG_TOPIC:-payments}]
-    consumer: "$consumer"
-    business_key: '$key'
-    handler:
-      sql: '$esc'
-      params: ${IDEM_CFG_PARAMS:-[business_key, "json:/account", "json:/amount"]}
-YAML
-		while IFS= read -r line; do
-			[ -n "$line" ] && printf '    %s\n' "$line"
-		done <<<"${IDEM_CFG_ROUTE_EXTRA:-}"
-		cat <<YAML
-batch:
-  max_messages: ${IDEM_CFG_MAX:-500}
-  max_wait_ms: ${IDEM_CFG_WAIT:-20}
-  workers: ${IDEM_CFG_WORKERS:-0}
-retry:
-  initial_ms: 50
-  max_ms: ${IDEM_CFG_RETRY_MAX_MS:-2000}
-YAML
-		while IFS= read -r line; do
-			[ -n "$line" ] && printf '  %s\n' "$line"
-		done <<<"${IDEM_CFG_RETRY_EXTRA:-}"
-		if [ -n "${IDEM_CFG_LIMITS:-}" ]; then
-			echo "limits:"
-			while IFS= read -r line; do
-				[ -n "$line" ] && printf '  %s\n' "$line"
-			done <<<"$IDEM_CFG_LIMITS"
-		fi
-		cat <<YAML
-log:
-  level: ${IDEM_LOG_LEVEL:-info}
-YAML
-	} >"$file"
-}
-
-# idem_produce_one ARGS... : one message to topic payments (or IDEM_CFG_TOPIC), partition 0
-# unless ARGS say otherwise; see "idem-kafkatool produce-one --help". Prints nothing.
+# idem_produce_one ARGS... : one message to topic payments (unless ARGS hold --topic),
+# partition 0 unless ARGS say otherwise; see "idem-kafkatool produce-one --help". Prints nothing.
 idem_produce_one() {
-	"$IDEM_BIN/idem-kafkatool" produce-one --brokers "$IDEM_BROKERS" \
-		--topic "${IDEM_CFG_TOPIC:-payments}" "$@" >/dev/null ||
-		idem_fail "produce-one $* failed"
+	local topic=(--topic payments) a
+	for a in "$@"; do
+		[ "$a" != --topic ] || topic=()
+	done
+	"$IDEM_BIN/idem-kafkatool" produce-one --brokers "$IDEM_BROKERS" "${topic[@]}" "$@" \
+		>/dev/null || idem_fail "produce-one $* failed"
 }
 
 # idem_produce_bg COUNT DUP_RATIO SEED RATE: produce in the background at RATE messages/s (a

@@ -96,14 +96,14 @@ idem__dump_logs() {
 }
 
 idem__cleanup() {
-	local rc=$? pid
+	local rc=$? pid hook
 	set +e
 	trap - EXIT INT TERM
 	if [ "$rc" -ne 0 ] && [ -n "${IDEM_TMP:-}" ]; then
 		idem__dump_logs
 	fi
-	for pid in "${IDEM_CLEANUP_HOOKS[@]}"; do
-		eval "$pid"
+	for hook in "${IDEM_CLEANUP_HOOKS[@]}"; do
+		eval "$hook"
 	done
 	for pid in "${IDEM__PIDS[@]}"; do
 		kill -TERM -- "-$pid" 2>/dev/null

@@ -14,10 +14,8 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start --brokers 1 payments:1
 # The key combines a header and a JSON field, so missing and duplicate headers matter.
-export IDEM_CFG_KEY='${header:tenant}${json:/payment_id}'
-export IDEM_CFG_WAIT=500
-export IDEM_CFG_LIMITS=$'max_key_bytes: 64\nmax_message_bytes: 524288'
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-bad payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-bad payments --key '${header:tenant}${json:/payment_id}' \
+	--wait 500 --limits max_key_bytes=64 --limits max_message_bytes=524288
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 
 GOOD=()    # business keys that must be applied, with their amounts: "key|amount"

@@ -15,9 +15,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4
-idem_write_config_ext "$IDEM_TMP/log.yaml" g-dups payments
-IDEM_CFG_ROUTE_EXTRA='on_payload_mismatch: quarantine' \
-	idem_write_config_ext "$IDEM_TMP/quarantine.yaml" g-dups payments
+idem_write_config "$IDEM_TMP/log.yaml" g-dups payments
+idem_write_config "$IDEM_TMP/quarantine.yaml" g-dups payments \
+	--route on_payload_mismatch=quarantine
 idem_setup_db "$IDEM_TMP/log.yaml"
 idem_produce 3000 0.3 41
 dups=$((IDEM_PRODUCED - IDEM_UNIQUE))

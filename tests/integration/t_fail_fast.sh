@@ -18,9 +18,9 @@ n=0
 for sql in 'SELEC $1, $2, $3' 'SELECT no_such_function($1, $2, $3::bigint)' \
 	'INSERT INTO no_such_table (a, b, c) VALUES ($1, $2, $3)'; do
 	n=$((n + 1))
-	IDEM_CFG_SQL=$sql idem_write_config_ext "$IDEM_TMP/bad$n.yaml" g-fast payments
+	idem_write_config "$IDEM_TMP/bad$n.yaml" g-fast payments --sql "$sql"
 	idemd_start "bad$n" "$IDEM_TMP/bad$n.yaml"
-	eval "pid=\$IDEMD_PID_bad$n"
+	pid=$(idemd_pid "bad$n")
 	idem_wait_exit "$pid" 60
 	idem_assert_eq "exit status with handler '$sql'" 78 "$IDEM_EXIT_STATUS"
 	idem_log "handler '$sql': $(tail -1 "$IDEM_TMP/idemd-bad$n.log")"

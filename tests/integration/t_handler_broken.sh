@@ -10,8 +10,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4
-export IDEM_CFG_SQL=$IDEM_FN_SQL IDEM_CFG_MAX=100 IDEM_CFG_RETRY_MAX_MS=500
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-broken payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-broken payments --sql "$IDEM_FN_SQL" --max 100 \
+	--retry max_ms=500
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
 idem_produce_bg 6000 0.2 31 1500

@@ -10,8 +10,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start --brokers 1 payments:1
-export IDEM_CFG_SQL=$IDEM_FN_SQL IDEM_CFG_MAX=500 IDEM_CFG_WAIT=2000
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-raise payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-raise payments --sql "$IDEM_FN_SQL" --max 500 \
+	--wait 2000
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
 # One record batch of 500 (linger), so the consumer sees all 500 at once.

@@ -11,8 +11,7 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:8
 # Small batches: many transactions, so the kills land between claim, commit and offset store.
-idem_write_config "$IDEM_TMP/idemd.yaml" g-kill payments "$IDEM_PAYMENTS_SQL" \
-	'[business_key, "json:/account", "json:/amount"]' 20
+idem_write_config "$IDEM_TMP/idemd.yaml" g-kill payments --max 20
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_produce 60000 0.3 11
 

@@ -11,8 +11,8 @@ idem_pg_start
 idem_kafka_start payments:4
 idem_write_config "$IDEM_TMP/ledger.yaml" g-ledger ledger
 idem_write_config "$IDEM_TMP/audit.yaml" g-audit audit \
-	'INSERT INTO audit (payment_id, tenant) VALUES ($1, $2) RETURNING id' \
-	'[business_key, "header:tenant"]'
+	--sql 'INSERT INTO audit (payment_id, tenant) VALUES ($1, $2) RETURNING id' \
+	--params '[business_key, "header:tenant"]'
 idem_setup_db "$IDEM_TMP/ledger.yaml"
 idem_psql -c "CREATE TABLE audit (id bigserial PRIMARY KEY, payment_id text NOT NULL, tenant text NOT NULL)"
 idem_produce 5000 0.3 5

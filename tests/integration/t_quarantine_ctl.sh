@@ -12,8 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4
-export IDEM_CFG_SQL=$IDEM_FN_SQL
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-qctl payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-qctl payments --sql "$IDEM_FN_SQL"
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
 ctl() { "$IDEM_BIN/idemctl" -c "$IDEM_TMP/idemd.yaml" quarantine "$@"; }

@@ -10,7 +10,7 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:2
 cfg=$IDEM_TMP/idemd.yaml
-IDEM_LOG_LEVEL=info idem_write_config "$cfg" g-reload payments
+idem_write_config "$cfg" g-reload payments --log-level info
 idem_setup_db "$cfg"
 log=$IDEM_TMP/idemd-a.log
 idemd_start a "$cfg"

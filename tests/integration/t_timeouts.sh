@@ -14,10 +14,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start --brokers 1 payments:1
-export IDEM_CFG_SQL=$IDEM_FN_SQL IDEM_CFG_MAX=50 IDEM_CFG_RETRY_MAX_MS=300
-export IDEM_CFG_PG_EXTRA=$'lock_timeout_ms: 300\nstatement_timeout_ms: 600'
-export IDEM_CFG_RETRY_EXTRA='max_attempts: 2'
-idem_write_config_ext "$IDEM_TMP/idemd.yaml" g-timeouts payments
+idem_write_config "$IDEM_TMP/idemd.yaml" g-timeouts payments --sql "$IDEM_FN_SQL" --max 50 \
+	--retry max_ms=300 --retry max_attempts=2 \
+	--postgres lock_timeout_ms=300 --postgres statement_timeout_ms=600
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
 idem_psql -c "INSERT INTO slow_accounts VALUES ('acct-slow', 5)"

@@ -9,8 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:8
-idem_write_config "$IDEM_TMP/idemd.yaml" g-two payments "$IDEM_PAYMENTS_SQL" \
-	'[business_key, "json:/account", "json:/amount"]' 100
+idem_write_config "$IDEM_TMP/idemd.yaml" g-two payments --max 100
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_produce 20000 0.3 3
 

@@ -19,8 +19,8 @@ idem_kafka_start --brokers 1 payments:8 burst:8
 # The payments handler, logging which backend and transaction applied what, and when; it
 # sleeps 2 ms per message so that transactions last long enough to overlap.
 # shellcheck disable=SC2016 # $n are SQL parameters
-export IDEM_CFG_SQL='SELECT apply_logged($1, $2, $3::bigint, $4::int, $5::bigint)'
-export IDEM_CFG_PARAMS='[business_key, "json:/account", "json:/amount", partition, offset]'
+cfg_opts=(--sql 'SELECT apply_logged($1, $2, $3::bigint, $4::int, $5::bigint)'
+	--params '[business_key, "json:/account", "json:/amount", partition, offset]')
 create_fn() {
 	idem_psql >/dev/null <<'SQL'
 CREATE TABLE work_log (id bigserial PRIMARY KEY, payment_id text NOT NULL, part int NOT NULL,
@@ -43,8 +43,7 @@ SQL
 }
 
 # ---- 1. two workers ----------------------------------------------------------------------------
-export IDEM_CFG_WORKERS=2 IDEM_CFG_MAX=40
-idem_write_config_ext "$IDEM_TMP/two.yaml" g-two payments
+idem_write_config "$IDEM_TMP/two.yaml" g-two payments "${cfg_opts[@]}" --workers 2 --max 40
 idem_setup_db "$IDEM_TMP/two.yaml"
 create_fn
 idem_produce 3000 0.1 21
@@ -64,15 +63,15 @@ echo "ok: 2 workers: $overlaps overlapping transaction pair(s), per-partition or
 
 # ---- 2. one worker, many partitions in one transaction -----------------------------------------
 idem_psql -c 'TRUNCATE work_log, ledger, accounts, idem.processed_messages, idem.partition_progress' >/dev/null
-export IDEM_CFG_WORKERS=1 IDEM_CFG_MAX=500 IDEM_CFG_TOPIC=burst
-idem_write_config_ext "$IDEM_TMP/one.yaml" g-one payments2
+idem_write_config "$IDEM_TMP/one.yaml" g-one payments2 "${cfg_opts[@]}" --workers 1 --max 500 \
+	--topic burst
 # The same payment on partitions 2 and 5, then a few payments on every partition.
 pay='{"payment_id":"pay-twice","account":"acct-x","amount":7}'
-idem_produce_one --partition 2 --key pay-twice --value "$pay"
-idem_produce_one --partition 5 --key pay-twice --value "$pay"
+idem_produce_one --topic burst --partition 2 --key pay-twice --value "$pay"
+idem_produce_one --topic burst --partition 5 --key pay-twice --value "$pay"
 for p in 0 1 2 3 4 5 6 7; do
 	for i in 1 2 3; do
-		idem_produce_one --partition "$p" --key "p$p-$i" \
+		idem_produce_one --topic burst --partition "$p" --key "p$p-$i" \
 			--value "{\"payment_id\":\"one-$p-$i\",\"account\":\"acct-$p\",\"amount\":$i}"
 	done
 done

@@ -1,0 +1,245 @@
+/*
+ * idemctl_replay.c - idemctl replay: plan a replay of a range and reset the group's offsets.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idem_inspect.h"
+#include "idemctl_cmds.h"
+#include "idemctl_common.h"
+
+void idemctl_replay_usage(FILE *f)
+{
+	fprintf(f,
+	        "  replay --topic T [--partition P] (--to-offset O | --to-time TIME)\n"
+	        "         [--dry-run] [--force] [--json]\n"
+	        "                      reset the stopped group's offsets so the range is read again;\n"
+	        "                      --dry-run only counts what would apply and what is already\n"
+	        "                      claimed; refuses a range older than the retention horizon\n"
+	        "                      unless --force\n");
+}
+
+static void replay_synopsis(FILE *f)
+{
+	fprintf(f,
+	        "usage: idemctl replay --topic T [--partition P] (--to-offset O | --to-time TIME) [--dry-run] [--force] [--json]\n"
+	        "TIME is milliseconds since the epoch or YYYY-MM-DDTHH:MM:SSZ (UTC).\n");
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (timegm is not POSIX). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+	int64_t era, yoe, doy;
+
+	y -= m <= 2;
+	era = (y >= 0 ? y : y - 399) / 400;
+	yoe = y - era * 400;
+	doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+	return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+}
+
+/* "1700000000000" (ms since the epoch) or "2026-11-30T12:00:00Z"; -1 if neither. */
+static int64_t parse_time_ms(const char *s)
+{
+	int y, mo, d, h, mi, se;
+	char *end;
+	long long v = strtoll(s, &end, 10);
+
+	if (*end == '\0' && end != s)
+		return v;
+	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2dZ", &y, &mo, &d, &h, &mi, &se) != 6 || mo < 1 ||
+	    mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60)
+		return -1;
+	return ((days_from_civil(y, mo, d) * 24 + h) * 60 + mi) * 60000 + (int64_t)se * 1000;
+}
+
+int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	enum { OPT_TOPIC = 256, OPT_PARTITION, OPT_OFFSET, OPT_TIME, OPT_DRY, OPT_FORCE, OPT_JSON };
+	static const struct option opts[] = {
+		{ "topic", required_argument, NULL, OPT_TOPIC },
+		{ "partition", required_argument, NULL, OPT_PARTITION },
+		{ "to-offset", required_argument, NULL, OPT_OFFSET },
+		{ "to-time", required_argument, NULL, OPT_TIME },
+		{ "dry-run", no_argument, NULL, OPT_DRY },
+		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct idem_replay_report rep = { 0 };
+	const char *topic = NULL, *to_time = NULL;
+	int64_t partition = -1, offset = -1, tot[5] = { 0 };
+	bool dry = false, force = false, json = false;
+	idem_error err = { 0 };
+	PGconn *conn;
+	rd_kafka_t *rk;
+	int c, rc;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_TOPIC:
+			topic = optarg;
+			break;
+		case OPT_PARTITION:
+			partition = strtoll(optarg, NULL, 10);
+			break;
+		case OPT_OFFSET:
+			offset = strtoll(optarg, NULL, 10);
+			break;
+		case OPT_TIME:
+			to_time = optarg;
+			break;
+		case OPT_DRY:
+			dry = true;
+			break;
+		case OPT_FORCE:
+			force = true;
+			break;
+		case OPT_JSON:
+			json = true;
+			break;
+		case 'h':
+			replay_synopsis(stdout);
+			return IDEM_EXIT_OK;
+		default:
+			replay_synopsis(stderr);
+			return IDEM_EXIT_USAGE;
+		}
+	}
+	if (topic == NULL || optind != argc || (offset < 0) == (to_time == NULL) ||
+	    partition < -1) {
+		replay_synopsis(stderr);
+		return IDEM_EXIT_USAGE;
+	}
+	if ((rc = idemctl_open_both(cfg, &conn, &rk)) != IDEM_EXIT_OK)
+		return rc;
+	if (to_time != NULL) {
+		int64_t ms = parse_time_ms(to_time);
+		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+		rd_kafka_resp_err_t e;
+
+		if (ms < 0) {
+			fprintf(stderr, "idemctl: replay: cannot read time '%s'\n", to_time);
+			rd_kafka_topic_partition_list_destroy(l);
+			rc = IDEM_EXIT_USAGE;
+			goto out_close;
+		}
+		/* Each partition has its own offset for a time, so --to-time takes one partition.
+		 */
+		rd_kafka_topic_partition_list_add(l, topic, partition < 0 ? 0 : (int32_t)partition)
+		        ->offset = ms;
+		e = rd_kafka_offsets_for_times(rk, l, 10000);
+		if (e != RD_KAFKA_RESP_ERR_NO_ERROR || l->elems[0].err || l->elems[0].offset < 0) {
+			fprintf(stderr,
+			        "idemctl: replay: the broker cannot look up offsets by time (%s); use --to-offset\n",
+			        rd_kafka_err2str(e                 ? e
+			                         : l->elems[0].err ? l->elems[0].err
+			                                           : RD_KAFKA_RESP_ERR__NOENT));
+			rd_kafka_topic_partition_list_destroy(l);
+			rc = IDEM_EXIT_FAILURE;
+			goto out_close;
+		}
+		if (partition < 0) {
+			fprintf(stderr,
+			        "idemctl: replay: --to-time needs --partition (each partition has its own offset for a time)\n");
+			rd_kafka_topic_partition_list_destroy(l);
+			rc = IDEM_EXIT_USAGE;
+			goto out_close;
+		}
+		offset = l->elems[0].offset;
+		rd_kafka_topic_partition_list_destroy(l);
+	}
+	if (idem_inspect_replay_plan(cfg, rk, conn, topic, (int32_t)partition, offset, &rep,
+	                             &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: replay: %s\n", err.msg);
+		rc = IDEM_EXIT_FAILURE;
+		goto out_close;
+	}
+	for (size_t i = 0; i < rep.n_plans; i++) {
+		const struct idem_replay_plan *p = &rep.plans[i];
+
+		tot[0] += p->messages;
+		tot[1] += p->would_apply;
+		tot[2] += p->already_claimed;
+		tot[3] += p->in_range_dups;
+		tot[4] += p->undecodable;
+		if (!json)
+			printf("%s/%" PRId32 ": offsets %" PRId64 "..%" PRId64
+			       "%s messages=%" PRId64 " would_apply=%" PRId64
+			       " already_claimed=%" PRId64 " repeated_in_range=%" PRId64
+			       " undecodable=%" PRId64 "\n",
+			       p->topic, p->partition, p->from, p->to,
+			       p->clamped ? " (clamped to the log start)" : "", p->messages,
+			       p->would_apply, p->already_claimed, p->in_range_dups,
+			       p->undecodable);
+	}
+	if (json) {
+		json_object *o = json_object_new_object(), *arr = json_object_new_array();
+
+		for (size_t i = 0; i < rep.n_plans; i++) {
+			const struct idem_replay_plan *p = &rep.plans[i];
+			json_object *q = json_object_new_object();
+
+			json_object_object_add(q, "topic", json_object_new_string(p->topic));
+			json_object_object_add(q, "partition", json_object_new_int(p->partition));
+			json_object_object_add(q, "from", json_object_new_int64(p->from));
+			json_object_object_add(q, "to", json_object_new_int64(p->to));
+			json_object_object_add(q, "clamped", json_object_new_boolean(p->clamped));
+			json_object_object_add(q, "messages", json_object_new_int64(p->messages));
+			json_object_object_add(q, "would_apply",
+			                       json_object_new_int64(p->would_apply));
+			json_object_object_add(q, "already_claimed",
+			                       json_object_new_int64(p->already_claimed));
+			json_object_object_add(q, "repeated_in_range",
+			                       json_object_new_int64(p->in_range_dups));
+			json_object_object_add(q, "undecodable",
+			                       json_object_new_int64(p->undecodable));
+			json_object_array_add(arr, q);
+		}
+		json_object_object_add(o, "partitions", arr);
+		json_object_object_add(o, "messages", json_object_new_int64(tot[0]));
+		json_object_object_add(o, "would_apply", json_object_new_int64(tot[1]));
+		json_object_object_add(o, "already_claimed", json_object_new_int64(tot[2]));
+		json_object_object_add(o, "past_retention_horizon",
+		                       json_object_new_boolean(rep.past_horizon));
+		json_object_object_add(o, "dry_run", json_object_new_boolean(dry));
+		idemctl_print_json(o);
+		json_object_put(o);
+	} else {
+		printf("total: messages=%" PRId64 " would_apply=%" PRId64
+		       " already_claimed=%" PRId64 " repeated_in_range=%" PRId64
+		       " undecodable=%" PRId64 "\n",
+		       tot[0], tot[1], tot[2], tot[3], tot[4]);
+	}
+	if (rep.past_horizon && !force) {
+		fprintf(stderr,
+		        "idemctl: replay: refused: the range holds messages older than the retention horizon (claims purged before %" PRId64
+		        " ms since the epoch), which could be applied again; use --force to replay anyway\n",
+		        rep.horizon_ms);
+		rc = IDEM_EXIT_FAILURE;
+		goto out_done;
+	}
+	if (dry) {
+		if (!json)
+			printf("dry run: nothing changed\n");
+		goto out_done;
+	}
+	if (idem_inspect_reset(cfg, &rep, 30000, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: replay: %s\n", err.msg);
+		rc = IDEM_EXIT_FAILURE;
+		goto out_done;
+	}
+	if (!json)
+		printf("group '%s' reset: start idemd to replay\n", cfg->group_id);
+out_done:
+	idem_replay_report_done(&rep);
+out_close:
+	idemctl_close_both(conn, rk);
+	return rc;
+}

@@ -1,0 +1,257 @@
+/*
+ * idemctl_status.c - idemctl status | verify | lookup: where each partition and each key stands.
+ */
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idem_inspect.h"
+#include "idem_pg.h"
+#include "idemctl_cmds.h"
+#include "idemctl_common.h"
+
+void idemctl_status_usage(FILE *f)
+{
+	fprintf(f,
+	        "  status [--json]     per partition: Kafka committed offset, database progress,\n"
+	        "                      high watermark, lag, counters, quarantined messages\n"
+	        "  verify [--json]     compare Kafka's committed offsets with the database's\n"
+	        "                      progress; exit 3 if Kafka is ahead (a loss alarm)\n"
+	        "  lookup KEY [--json] where and when a business key was applied, and its result;\n"
+	        "                      exit 3 if it was not\n");
+}
+
+/* Parse "--json" as the only option; returns -1 on a usage error. */
+static int json_only(int argc, char **argv, int min_args, int max_args, bool *json)
+{
+	int n = 0;
+
+	*json = false;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0)
+			*json = true;
+		else if (argv[i][0] == '-' && argv[i][1] != '\0')
+			return -1;
+		else
+			argv[++n] = argv[i];
+	}
+	return n < min_args || n > max_args ? -1 : n;
+}
+
+static json_object *part_json(const struct idem_part_status *p)
+{
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "topic", json_object_new_string(p->topic));
+	json_object_object_add(o, "partition", json_object_new_int(p->partition));
+	json_object_object_add(o, "route", json_object_new_string(p->route->name));
+	json_object_object_add(o, "consumer", json_object_new_string(p->route->consumer));
+	json_object_object_add(o, "kafka_committed",
+	                       p->committed < 0 ? NULL : json_object_new_int64(p->committed));
+	json_object_object_add(o, "database_progress",
+	                       p->db_next < 0 ? NULL : json_object_new_int64(p->db_next));
+	json_object_object_add(o, "log_start", json_object_new_int64(p->low));
+	json_object_object_add(o, "high_watermark", json_object_new_int64(p->high));
+	json_object_object_add(
+	        o, "lag",
+	        json_object_new_int64(p->high - (p->committed < 0 ? p->low : p->committed)));
+	json_object_object_add(o, "consumed", json_object_new_int64(p->consumed));
+	json_object_object_add(o, "applied", json_object_new_int64(p->applied));
+	json_object_object_add(o, "duplicates", json_object_new_int64(p->duplicates));
+	json_object_object_add(o, "quarantined", json_object_new_int64(p->quarantine_rows));
+	json_object_object_add(o, "halted_offset",
+	                       p->halted_offset < 0 ? NULL
+	                                            : json_object_new_int64(p->halted_offset));
+	json_object_object_add(o, "halt_reason",
+	                       p->halt_reason ? json_object_new_string(p->halt_reason) : NULL);
+	return o;
+}
+
+static void off_str(char *buf, size_t len, int64_t v)
+{
+	if (v < 0)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%" PRId64, v);
+}
+
+static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, bool verify)
+{
+	struct idem_status_report rep = { 0 };
+	idem_error err = { 0 };
+	json_object *arr = NULL;
+	int alarms = 0, rc;
+	PGconn *conn;
+	rd_kafka_t *rk;
+	bool json;
+
+	if (json_only(argc, argv, 0, 0, &json) < 0) {
+		fprintf(stderr, "usage: idemctl %s [--json]\n", argv[0]);
+		return IDEM_EXIT_USAGE;
+	}
+	if ((rc = idemctl_open_both(cfg, &conn, &rk)) != IDEM_EXIT_OK)
+		return rc;
+	if (idem_inspect_status(cfg, rk, conn, &rep, &err) != IDEM_OK) {
+		fprintf(stderr, "idemctl: %s: %s\n", argv[0], err.msg);
+		idemctl_close_both(conn, rk);
+		return IDEM_EXIT_FAILURE;
+	}
+	if (json)
+		arr = json_object_new_array();
+	else if (verify)
+		printf("%-20s %5s %12s %12s  %s\n", "TOPIC", "PART", "KAFKA", "DATABASE", "STATE");
+	else
+		printf("%-20s %5s %12s %12s %12s %10s %10s %10s %10s %5s\n", "TOPIC", "PART",
+		       "COMMITTED", "DATABASE", "HIGH", "LAG", "APPLIED", "DUPLICATES",
+		       "QUARANTINE", "ROUTE");
+	for (size_t i = 0; i < rep.n_parts; i++) {
+		const struct idem_part_status *p = &rep.parts[i];
+		enum idem_verify_state vs = idem_inspect_verify_state(p);
+		char c[24], d[24];
+
+		alarms += vs == IDEM_VERIFY_KAFKA_AHEAD;
+		off_str(c, sizeof(c), p->committed);
+		off_str(d, sizeof(d), p->db_next);
+		if (json) {
+			json_object *o = part_json(p);
+
+			if (verify)
+				json_object_object_add(
+				        o, "state",
+				        json_object_new_string(
+				                vs == IDEM_VERIFY_OK            ? "ok"
+				                : vs == IDEM_VERIFY_DB_AHEAD    ? "database_ahead"
+				                : vs == IDEM_VERIFY_KAFKA_AHEAD ? "kafka_ahead"
+				                                                : "no_commit"));
+			json_object_array_add(arr, o);
+		} else if (verify) {
+			printf("%-20s %5" PRId32 " %12s %12s  %s\n", p->topic, p->partition, c, d,
+			       idem_verify_state_str(vs));
+		} else {
+			printf("%-20s %5" PRId32 " %12s %12s %12" PRId64 " %10" PRId64 " %10" PRId64
+			       " %10" PRId64 " %10" PRId64 " %s\n",
+			       p->topic, p->partition, c, d, p->high,
+			       p->high - (p->committed < 0 ? p->low : p->committed), p->applied,
+			       p->duplicates, p->quarantine_rows, p->route->name);
+			if (p->halted_offset >= 0)
+				printf("%-20s %5" PRId32 " HALTED at offset %" PRId64 ": %s\n",
+				       p->topic, p->partition, p->halted_offset, p->halt_reason);
+		}
+	}
+	if (json) {
+		idemctl_print_json(arr);
+		json_object_put(arr);
+	} else if (verify) {
+		printf("%s\n",
+		       alarms ? "LOSS ALARM: Kafka committed offsets beyond what the database applied"
+		              : "ok: no partition has Kafka ahead of the database");
+	}
+	idem_status_report_done(&rep);
+	idemctl_close_both(conn, rk);
+	return verify && alarms ? IDEM_EXIT_LOSS : IDEM_EXIT_OK;
+}
+
+int idemctl_status(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	return status_or_verify(cfg, argc, argv, false);
+}
+
+int idemctl_verify(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	return status_or_verify(cfg, argc, argv, true);
+}
+
+int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
+{
+	struct idem_buf consumers = { 0 };
+	idem_error err = { 0 };
+	const char *vals[2];
+	json_object *arr;
+	PGresult *res;
+	PGconn *conn;
+	bool json;
+	int rc = IDEM_EXIT_OK;
+
+	if (json_only(argc, argv, 1, 1, &json) < 0) {
+		fprintf(stderr, "usage: idemctl lookup KEY [--json]\n");
+		return IDEM_EXIT_USAGE;
+	}
+	if (idemctl_pg_open(cfg, &conn) != IDEM_EXIT_OK)
+		return IDEM_EXIT_FAILURE;
+	/* Look in the namespaces of this configuration's routes only. */
+	if (idem_pgarray_open(&consumers) != IDEM_OK)
+		goto out_nomem;
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		const char *c = cfg->routes[i].consumer;
+
+		if (idem_pgarray_add(&consumers, c, strlen(c), false) != IDEM_OK)
+			goto out_nomem;
+	}
+	if (idem_pgarray_close(&consumers) != IDEM_OK)
+		goto out_nomem;
+	vals[0] = argv[1];
+	vals[1] = consumers.data;
+	res = PQexecParams(
+	        conn,
+	        "SELECT consumer, topic, partition, \"offset\", to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), result, encode(payload_hash, 'hex') FROM idem.processed_messages WHERE business_key = $1 AND consumer = ANY($2::text[]) ORDER BY consumer",
+	        2, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		idem_pg_error(&err, conn, res, "lookup");
+		fprintf(stderr, "idemctl: %s\n", err.msg);
+		rc = IDEM_EXIT_FAILURE;
+		goto out_clear;
+	}
+	if (PQntuples(res) == 0) {
+		fprintf(stderr,
+		        "idemctl: key '%s' has not been applied (or its claim was purged by retention)\n",
+		        argv[1]);
+		rc = IDEM_EXIT_LOSS;
+		goto out_clear;
+	}
+	arr = json_object_new_array();
+	for (int r = 0; r < PQntuples(res); r++) {
+		json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "business_key", json_object_new_string(argv[1]));
+		json_object_object_add(o, "consumer",
+		                       json_object_new_string(PQgetvalue(res, r, 0)));
+		json_object_object_add(o, "topic", json_object_new_string(PQgetvalue(res, r, 1)));
+		json_object_object_add(o, "partition",
+		                       json_object_new_int(atoi(PQgetvalue(res, r, 2))));
+		json_object_object_add(
+		        o, "offset",
+		        json_object_new_int64(strtoll(PQgetvalue(res, r, 3), NULL, 10)));
+		json_object_object_add(o, "applied_at",
+		                       json_object_new_string(PQgetvalue(res, r, 4)));
+		json_object_object_add(o, "result",
+		                       PQgetisnull(res, r, 5)
+		                               ? NULL
+		                               : json_object_new_string(PQgetvalue(res, r, 5)));
+		json_object_object_add(o, "payload_sha256",
+		                       PQgetisnull(res, r, 6)
+		                               ? NULL
+		                               : json_object_new_string(PQgetvalue(res, r, 6)));
+		if (!json)
+			printf("key=%s consumer=%s topic=%s partition=%s offset=%s applied_at=%s result=%s payload_sha256=%s\n",
+			       argv[1], PQgetvalue(res, r, 0), PQgetvalue(res, r, 1),
+			       PQgetvalue(res, r, 2), PQgetvalue(res, r, 3), PQgetvalue(res, r, 4),
+			       PQgetisnull(res, r, 5) ? "NULL" : PQgetvalue(res, r, 5),
+			       PQgetisnull(res, r, 6) ? "NULL" : PQgetvalue(res, r, 6));
+		json_object_array_add(arr, o);
+	}
+	if (json)
+		idemctl_print_json(arr);
+	json_object_put(arr);
+out_clear:
+	PQclear(res);
+	idem_buf_done(&consumers);
+	PQfinish(conn);
+	return rc;
+out_nomem:
+	fprintf(stderr, "idemctl: out of memory\n");
+	idem_buf_done(&consumers);
+	PQfinish(conn);
+	return IDEM_EXIT_FAILURE;
+}
