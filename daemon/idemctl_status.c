@@ -207,7 +207,7 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 		fprintf(stderr,
 		        "idemctl: key '%s' has not been applied (or its claim was purged by retention)\n",
 		        argv[1]);
-		rc = IDEM_EXIT_LOSS;
+		rc = IDEM_EXIT_NOT_APPLIED;
 		goto out_clear;
 	}
 	arr = json_object_new_array();

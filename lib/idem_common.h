@@ -26,10 +26,11 @@
  */
 enum idem_exit {
 	IDEM_EXIT_OK = 0,
-	IDEM_EXIT_FAILURE = 1, /* runtime failure */
-	IDEM_EXIT_USAGE = 2,   /* bad command line */
-	IDEM_EXIT_LOSS = 3,    /* idemctl verify: Kafka is ahead of the database (loss alarm) */
-	IDEM_EXIT_CONFIG = 78, /* configuration, schema or login: restarting will not help */
+	IDEM_EXIT_FAILURE = 1,     /* runtime failure */
+	IDEM_EXIT_USAGE = 2,       /* bad command line */
+	IDEM_EXIT_LOSS = 3,        /* idemctl verify: Kafka is ahead of the database (loss alarm) */
+	IDEM_EXIT_NOT_APPLIED = 3, /* idemctl lookup: the key has no claim */
+	IDEM_EXIT_CONFIG = 78,     /* configuration, schema or login: restarting will not help */
 };
 
 typedef enum idem_status {

@@ -6,24 +6,30 @@
 #                      [--batch B] [--workers W] [--max-wait-ms MS] [--latency-max-wait-ms MS]
 #                      [--history H] [--naive-max M] [--naive-seconds S]
 #                      [--latency-seconds S] [--latency-rate R] [--kafka-prop NAME=VALUE]...
-#                      [--pg-setting NAME=VALUE]... [--profile] [--skip-latency]
-#                      [--build-dir DIR] [--out DIR]
+#                      [--pg-setting NAME=VALUE]... [--modes row,set] [--profile]
+#                      [--skip-latency] [--build-dir DIR] [--out DIR]
 #
 # Defaults: 1,000,000 messages, 3 runs, 16 partitions, 10% duplicates, batch 500, workers as
 # idemd sizes them by default (one per CPU, at most 8; A uses as many connections), max wait
-# 20 ms (5 ms in the latency run), 100,000 claims of history, naive consumer timed on 20,000
-# messages or 20 s, latency run 20 s. Quick mode: --messages 100000 --runs 1.
+# 20 ms (5 ms in the latency run), no claims history (a fresh install), naive consumer timed on
+# 20,000 messages or 20 s, latency run 20 s, both handler modes. Quick mode: --messages 100000
+# --runs 1.
 #
 # One Postgres (fsync on, default synchronous_commit, track_commit_timestamp on) and one
 # embedded Kafka for everything. N payment messages are produced once; then each run measures,
 # on freshly truncated tables:
-#   A  bench_raw: idemd's batch SQL straight through libpq, no Kafka in the timed loop;
+#   A  bench_raw: idemd's batch SQL straight through libpq, no Kafka in the timed loop, the
+#      payments handler once per message (row mode);
+#   As bench_raw --mode set: the same with the set handler once per transaction (A_set), the
+#      best set-based SQL a hand-written consumer could run;
 #   B  bench_naive: one transaction and one synchronous offset commit per message (a subset);
-#   C  idemd consuming all N messages (a backlog of N messages before it starts), then the
-#      exactly-once check on the database;
-#   K  bench_klat: Kafka alone at the latency run's rate (the latency floor);
+#   C  idemd consuming all N messages (a backlog of N messages before it starts), handler.mode
+#      row, then the exactly-once check on the database;
+#   Cs idemd the same with handler.mode set (C_set), and its exactly-once check;
+#   K  bench_klat: Kafka alone at the latency run's rate (the latency floor), before each L;
 #   L  idemd fed at half of C's rate: end-to-end latency, producer timestamp to the commit of
-#      the transaction that applied the message.
+#      the transaction that applied the message; Ls the same in set mode at half of C_set's rate.
+# --modes row or --modes set runs only that mode's phases (A/C/L or As/Cs/Ls).
 # --profile adds one more idemd pass over the N messages under `perf record -a` and prints
 # where the CPU goes. Results (report, raw lines, profile) are also written to --out.
 set -euo pipefail
@@ -43,7 +49,8 @@ workers=$(nproc)
 max_wait_ms=20
 lat_max_wait_ms=5
 latency_rate=0
-history=100000
+history=0
+modes=row,set
 naive_max=20000
 naive_seconds=20
 latency_seconds=20
@@ -75,6 +82,7 @@ while [ $# -gt 0 ]; do
 	--latency-rate) latency_rate=$2 && shift 2 ;;
 	--kafka-prop) kafka_props+=("$2") && shift 2 ;;
 	--pg-setting) pg_settings+=("$2") && shift 2 ;;
+	--modes) modes=$2 && shift 2 ;;
 	--profile) profile=1 && shift ;;
 	--skip-latency) skip_latency=1 && shift ;;
 	--build-dir) build_dir=$2 && shift 2 ;;
@@ -89,6 +97,13 @@ done
 for v in max_wait_ms lat_max_wait_ms history latency_rate; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "run.sh: --${v//_/-} must be a non-negative integer" >&2 && exit 2; }
 done
+case $modes in
+row | set | row,set | set,row) ;;
+*) echo "run.sh: --modes must be row, set or row,set" >&2 && exit 2 ;;
+esac
+run_row=0 run_set=0
+[[ $modes != *row* ]] || run_row=1
+[[ $modes != *set* ]] || run_set=1
 : "${out_dir:=$build_dir/bench-out/$(date +%Y%m%d-%H%M%S)}"
 
 # ---- build (Release) ---------------------------------------------------------------------------
@@ -145,43 +160,49 @@ PM=$(head -n 1 "$IDEM_PGDATA/postmaster.pid")
 
 topics=("payments:$partitions")
 for ((r = 1; r <= runs; r++)); do
-	topics+=("lat$r:$partitions" "klat$r:$partitions")
+	topics+=("lat$r:$partitions" "klat$r:$partitions" "lats$r:$partitions" "klats$r:$partitions")
 done
 idem_kafka_start "${topics[@]}"
 
-# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MAX_WAIT_MS: the tests' config
-# writer with route 'bench', --batch, --workers, fetch.wait.max.ms 10 then --kafka-prop (a later
-# NAME=VALUE replaces an earlier one), and idemd's own retry defaults.
+# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MAX_WAIT_MS MODE: the tests' config
+# writer with route 'bench', handler.mode MODE, --batch, --workers, fetch.wait.max.ms 10 then
+# --kafka-prop (a later NAME=VALUE replaces an earlier one), and idemd's own retry defaults.
 bench_config() {
 	local p props=()
 	for p in "${kafka_props[@]}"; do
 		props+=(--kafka-prop "$p")
 	done
 	idem_write_config "$1" "$2" "$3" --topic "$4" --route-name bench --sql "$5" --params "$6" \
-		--max "$batch" --wait "$7" --workers "$workers" --kafka-prop fetch.wait.max.ms=10 \
-		"${props[@]}" --no-retry --log-level info
+		--mode "$8" --max "$batch" --wait "$7" --workers "$workers" \
+		--kafka-prop fetch.wait.max.ms=10 "${props[@]}" --no-retry --log-level info
+}
+
+# handler_sql MODE: the payments handler of that mode (sql/examples/payments_MODE.sql).
+handler_sql() {
+	if [ "$1" = set ]; then echo "$IDEM_PAYMENTS_SET_SQL"; else echo "$IDEM_PAYMENTS_SQL"; fi
 }
 
 # The latency handler: the payments handler, plus one row with the message's Kafka timestamp
 # (set by the producer when it produced the message) in the same transaction.
 # shellcheck disable=SC2016 # $n are SQL parameters
 LATENCY_SQL='WITH l AS (INSERT INTO ledger (payment_id, account, amount) VALUES ($1, $2, $3::bigint)), t AS (INSERT INTO bench_latency (payment_id, produced_at) VALUES ($1, $4::timestamptz)) INSERT INTO accounts (id, balance) VALUES ($2, $3::bigint) ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance RETURNING balance'
+# shellcheck disable=SC2016 # $n are SQL parameters
+LATENCY_SET_SQL='WITH p AS (SELECT u.id, u.account, u.amount::bigint AS amount, u.ts, u.n FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(id, account, amount, ts, n)), l AS (INSERT INTO ledger (payment_id, account, amount) SELECT id, account, amount FROM p ORDER BY n), t AS (INSERT INTO bench_latency (payment_id, produced_at) SELECT id, ts::timestamptz FROM p) INSERT INTO accounts (id, balance) SELECT account, sum(amount) FROM p GROUP BY account ORDER BY account ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance'
 
 bench_config "$IDEM_TMP/c.yaml" bench-setup payments payments "$IDEM_PAYMENTS_SQL" \
-	'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms"
+	'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms" row
 idem_setup_db "$IDEM_TMP/c.yaml"
 idem_psql -c "CREATE TABLE bench_latency (payment_id text NOT NULL, produced_at timestamptz NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
 
-# reset_db: empty tables for the next phase. Then, unless --history 0, the claims table gets
-# $history older claims of the same consumers (topic 'history', keys that never collide) and
-# fresh statistics, as in a deployment that has been running: on an empty, just-truncated
-# table the planner picks plans that scan every claim of the consumer (see README.md).
+# reset_db: empty tables for the next phase, as on a fresh install (no statistics). With
+# --history H, the claims table gets H older claims of the same consumers (topic 'history', keys
+# that never collide) and fresh statistics, as in a deployment that has been running.
 reset_db() {
 	idem_psql -c "TRUNCATE idem.processed_messages, idem.partition_progress, idem.quarantine, ledger, accounts, bench_latency RESTART IDENTITY"
 	if [ "$history" -gt 0 ]; then
 		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash, result) SELECT c, 'hist-' || g, 'history', 0, g, sha256(g::text::bytea), '0' FROM generate_series(1, $history) g, (VALUES ('payments'), ('lat')) v(c)"
+		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
 	fi
-	idem_psql -c "VACUUM ANALYZE idem.processed_messages"
 	idem_psql -c "CHECKPOINT"
 }
 
@@ -206,24 +227,37 @@ done < <("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group no
 idem_log "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE"
 
 # ---- phases ------------------------------------------------------------------------------------
+# phase_a RUN MODE: A (row) or As (set).
 phase_a() {
-	local r=$1 line
+	local r=$1 mode=$2 ph=A line
+	[ "$mode" = row ] || ph=As
 	reset_db
 	# idemd's workers commit up to two full batches per transaction under a backlog: A gets
 	# as many messages per transaction.
-	idem_log "run $r: A raw postgres (bench_raw, batch $((2 * batch)), $workers connection(s))"
+	idem_log "run $r: $ph raw postgres (bench_raw --mode $mode, batch $((2 * batch)), $workers connection(s))"
 	line=$("$BENCH_BIN/bench_raw" --conninfo "$IDEM_CONNINFO" --brokers "$IDEM_BROKERS" \
 		--topic payments --consumer payments --batch $((2 * batch)) --connections "$workers" \
-		--postmaster "$PM")
-	echo "run $r A: $line" >>"$results"
+		--postmaster "$PM" --mode "$mode")
+	echo "run $r $ph: $line" >>"$results"
 	[ "$(kv "$line" applied)" = "$IDEM_UNIQUE" ] ||
 		idem_fail "bench_raw applied $(kv "$line" applied) payments, expected $IDEM_UNIQUE"
-	rec "$r.A.msgs" "$(kv "$line" messages)"
-	rec "$r.A.secs" "$(kv "$line" seconds)"
-	rec "$r.A.rate" "$(kv "$line" rate)"
-	rec "$r.A.cpu" "$(kv "$line" cpu_self)"
-	rec "$r.A.pg" "$(kv "$line" pg_cpu)"
-	rec "$r.A.tx" "$(kv "$line" batches)"
+	check_balances "$ph"
+	rec "$r.$ph.msgs" "$(kv "$line" messages)"
+	rec "$r.$ph.secs" "$(kv "$line" seconds)"
+	rec "$r.$ph.rate" "$(kv "$line" rate)"
+	rec "$r.$ph.cpu" "$(kv "$line" cpu_self)"
+	rec "$r.$ph.pg" "$(kv "$line" pg_cpu)"
+	rec "$r.$ph.tx" "$(kv "$line" batches)"
+}
+
+# check_balances PHASE: the ledger and the balances a phase left are the manifest's.
+check_balances() {
+	idem_psql -c "SET client_min_messages = warning; DROP TABLE IF EXISTS expected; CREATE TABLE expected (payment_id text PRIMARY KEY, account text, amount bigint)"
+	idem_psql -c "\\copy expected FROM '$IDEM_TMP/manifest.csv' WITH (FORMAT csv)"
+	[ "$(idem_psql -c 'SELECT count(*) FROM ledger')" = "$IDEM_UNIQUE" ] ||
+		idem_fail "$1: ledger has $(idem_psql -c 'SELECT count(*) FROM ledger') rows, expected $IDEM_UNIQUE"
+	[ "$(idem_psql -c 'SELECT count(*) FROM (SELECT account, sum(amount) s FROM expected GROUP BY 1) x FULL JOIN accounts a ON a.id = x.account WHERE a.balance IS DISTINCT FROM x.s')" = 0 ] ||
+		idem_fail "$1: balances differ from the manifest"
 }
 
 phase_b() {
@@ -242,74 +276,79 @@ phase_b() {
 	rec "$r.B.tx" "$(kv "$line" messages)"
 }
 
-# idemd_pid NAME
-idemd_pid() {
-	eval "echo \$IDEMD_PID_$1"
-}
-
+# phase_c RUN MODE: C (row) or Cs (set).
 phase_c() {
-	local r=$1 line pg0 pid
+	local r=$1 mode=$2 ph=C name line pg0 pid
+	[ "$mode" = row ] || ph=Cs
+	name=${ph,,}$r
 	reset_db
-	idem_log "run $r: C idemd over a backlog of $messages messages"
-	bench_config "$IDEM_TMP/c$r.yaml" "bench-c-$r" payments payments "$IDEM_PAYMENTS_SQL" \
-		'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms"
+	idem_log "run $r: $ph idemd (handler.mode $mode) over a backlog of $messages messages"
+	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" payments payments "$(handler_sql "$mode")" \
+		'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms" "$mode"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
-	idemd_start "c$r" "$IDEM_TMP/c$r.yaml"
-	pid=$(idemd_pid "c$r")
+	idemd_start "$name" "$IDEM_TMP/$name.yaml"
+	pid=$(idemd_pid "$name")
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer payments \
 		--topic payments --target "$messages" --pid "$pid" --postmaster "$PM") ||
 		idem_fail "idemd did not process the topic"
-	idemd_stop "c$r"
-	cp "$IDEM_TMP/idemd-c$r.log" "$out_dir/"
-	echo "run $r C: $line" >>"$results"
-	rec "$r.C.msgs" "$messages"
-	rec "$r.C.secs" "$(kv "$line" seconds)"
-	rec "$r.C.rate" "$(calc "$messages / $(kv "$line" seconds)")"
-	rec "$r.C.cpu" "$(kv "$line" cpu)"
-	rec "$r.C.pg" "$(calc "$(kv "$line" pg_cpu) - $pg0")"
-	rec "$r.C.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
-	rec "$r.C.tx" "$(kv "$line" transactions)"
-	idem_log "run $r: exactly-once check of idemd's run"
+	idemd_stop "$name"
+	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
+	echo "run $r $ph: $line" >>"$results"
+	rec "$r.$ph.msgs" "$messages"
+	rec "$r.$ph.secs" "$(kv "$line" seconds)"
+	rec "$r.$ph.rate" "$(calc "$messages / $(kv "$line" seconds)")"
+	rec "$r.$ph.cpu" "$(kv "$line" cpu)"
+	rec "$r.$ph.pg" "$(calc "$(kv "$line" pg_cpu) - $pg0")"
+	rec "$r.$ph.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
+	rec "$r.$ph.tx" "$(kv "$line" transactions)"
+	idem_log "run $r: exactly-once check of idemd's $ph run"
 	drop_history
-	idem_check_exactly_once payments
-	rec "$r.C.exactly_once" OK
-	echo "run $r C: exactly-once check OK (unique=$IDEM_UNIQUE produced=$IDEM_PRODUCED)" >>"$results"
+	IDEM_HANDLER_MODE=$mode idem_check_exactly_once payments
+	rec "$r.$ph.exactly_once" OK
+	echo "run $r $ph: exactly-once check OK (unique=$IDEM_UNIQUE produced=$IDEM_PRODUCED)" >>"$results"
 }
 
-# klat_assigned RUN: true once bench_klat of that run has its partitions.
+# klat_assigned TOPIC: true once bench_klat reading TOPIC has its partitions.
 klat_assigned() {
-	grep -q "assigned" "$IDEM_TMP/klat$1.log"
+	grep -q "assigned" "$IDEM_TMP/$1.log"
 }
 
-# phase_k RUN RATE COUNT: the Kafka-only latency floor: bench_klat consumes while
-# idem-kafkatool produces exactly as in the latency run.
+# phase_k RUN PHASE TOPIC RATE COUNT: the Kafka-only latency floor: bench_klat consumes TOPIC
+# while idem-kafkatool produces exactly as in the latency run PHASE (K before L, Ks before Ls).
 phase_k() {
-	local r=$1 rate=$2 count=$3 pid line
-	idem_log "run $r: K Kafka-only latency at $rate msg/s"
-	: >"$IDEM_TMP/klat$r.log"
-	"$BENCH_BIN/bench_klat" --brokers "$IDEM_BROKERS" --topic "klat$r" --group "bench-klat-$r" \
-		--count "$count" >"$IDEM_TMP/klat$r.out" 2>"$IDEM_TMP/klat$r.log" &
+	local r=$1 ph=$2 topic=$3 rate=$4 count=$5 pid line
+	idem_log "run $r: $ph Kafka-only latency at $rate msg/s"
+	: >"$IDEM_TMP/$topic.log"
+	"$BENCH_BIN/bench_klat" --brokers "$IDEM_BROKERS" --topic "$topic" --group "bench-$topic" \
+		--count "$count" >"$IDEM_TMP/$topic.out" 2>"$IDEM_TMP/$topic.log" &
 	pid=$!
-	idem_wait_until 60 "bench_klat to be assigned klat$r" klat_assigned "$r"
-	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "klat$r" \
+	idem_wait_until 60 "bench_klat to be assigned $topic" klat_assigned "$topic"
+	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "$topic" \
 		--count "$count" --dup-ratio "$dup_ratio" --seed $((100 + r)) --rate "$rate" \
 		--accounts "$IDEM_ACCOUNTS" >/dev/null 2>>"$IDEM_TMP/produce-lat.log"
-	wait "$pid" || idem_fail "bench_klat failed: $(cat "$IDEM_TMP/klat$r.log")"
-	line=$(cat "$IDEM_TMP/klat$r.out")
-	echo "run $r K: $line" >>"$results"
-	rec "$r.K.p50" "$(kv "$line" p50_ms)"
-	rec "$r.K.p99" "$(kv "$line" p99_ms)"
-	rec "$r.K.max" "$(kv "$line" max_ms)"
+	wait "$pid" || idem_fail "bench_klat failed: $(cat "$IDEM_TMP/$topic.log")"
+	line=$(cat "$IDEM_TMP/$topic.out")
+	echo "run $r $ph: $line" >>"$results"
+	rec "$r.$ph.p50" "$(kv "$line" p50_ms)"
+	rec "$r.$ph.p99" "$(kv "$line" p99_ms)"
+	rec "$r.$ph.max" "$(kv "$line" max_ms)"
 }
 
-# lat_assigned RUN: true once idemd logged the assignment of every partition of lat$RUN.
+# lat_assigned NAME TOPIC: true once idemd NAME logged the assignment of every partition of TOPIC.
 lat_assigned() {
-	[ "$(grep -c "assigned topic=lat$1 " "$IDEM_TMP/idemd-l$1.log")" -ge "$partitions" ]
+	[ "$(grep -c "assigned topic=$2 " "$IDEM_TMP/idemd-$1.log")" -ge "$partitions" ]
 }
 
+# phase_l RUN MODE: L (row, at half of C's rate) or Ls (set, at half of C_set's rate), each
+# after its Kafka-only floor (K, Ks).
 phase_l() {
-	local r=$1 rate count line pid t0 t1 lat n p50 p99 max pg0
-	rate=$(awk "BEGIN { printf \"%d\", ${V[$r.C.rate]} / 2 }")
+	local r=$1 mode=$2 ph=L kph=K cph=C topic=lat$r name rate count line pid t0 t1 lat n p50 p99 max pg0
+	local sql=$LATENCY_SQL
+	if [ "$mode" = set ]; then
+		ph=Ls kph=Ks cph=Cs topic=lats$r sql=$LATENCY_SET_SQL
+	fi
+	name=${ph,,}$r
+	rate=$(awk "BEGIN { printf \"%d\", ${V[$r.$cph.rate]} / 2 }")
 	if [ "$latency_rate" -gt 0 ]; then
 		rate=$latency_rate
 	fi
@@ -317,55 +356,58 @@ phase_l() {
 	# Truncating first also ends autovacuum's work on C's million rows, which would otherwise
 	# compete with the embedded Kafka for the CPU while K measures it.
 	reset_db
-	phase_k "$r" "$rate" "$count"
-	idem_log "run $r: L latency at $rate msg/s for ${latency_seconds}s"
-	bench_config "$IDEM_TMP/l$r.yaml" "bench-lat-$r" lat "lat$r" "$LATENCY_SQL" \
-		'[business_key, "json:/account", "json:/amount", timestamp]' "$lat_max_wait_ms"
+	phase_k "$r" "$kph" "k$topic" "$rate" "$count"
+	idem_log "run $r: $ph latency (handler.mode $mode) at $rate msg/s for ${latency_seconds}s"
+	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" lat "$topic" "$sql" \
+		'[business_key, "json:/account", "json:/amount", timestamp]' "$lat_max_wait_ms" "$mode"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
-	idemd_start "l$r" "$IDEM_TMP/l$r.yaml"
-	pid=$(idemd_pid "l$r")
+	idemd_start "$name" "$IDEM_TMP/$name.yaml"
+	pid=$(idemd_pid "$name")
 	# Produce only once every partition is assigned: the group join is not latency.
-	idem_wait_until 60 "idemd to be assigned lat$r" lat_assigned "$r"
+	idem_wait_until 60 "idemd to be assigned $topic" lat_assigned "$name" "$topic"
 	t0=${EPOCHREALTIME}
-	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "lat$r" \
+	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "$topic" \
 		--count "$count" --dup-ratio "$dup_ratio" --seed $((100 + r)) --rate "$rate" \
 		--accounts "$IDEM_ACCOUNTS" >/dev/null 2>>"$IDEM_TMP/produce-lat.log"
 	t1=${EPOCHREALTIME}
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer lat \
-		--topic "lat$r" --target "$count" --pid "$pid" --postmaster "$PM") ||
-		idem_fail "idemd did not process topic lat$r"
-	idemd_stop "l$r"
-	cp "$IDEM_TMP/idemd-l$r.log" "$out_dir/"
+		--topic "$topic" --target "$count" --pid "$pid" --postmaster "$PM") ||
+		idem_fail "idemd did not process topic $topic"
+	idemd_stop "$name"
+	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
 	lat=$(idem_psql -F ' ' -c "SELECT count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2), round(max(ms)::numeric, 2) FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms FROM bench_latency) s")
 	read -r n p50 p99 max <<<"$lat"
 	# Where the time goes: to the handler's statement (applied_at) vs to the commit, and how
 	# the 99th percentile moves second by second (a rise means idemd falls behind).
 	{
-		echo "run $r L: to the handler p50/p99 ms, then per second of production: second messages p99_ms"
+		echo "run $r $ph: to the handler p50/p99 ms, then per second of production: second messages p99_ms"
 		idem_psql -F ' ' -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2) FROM (SELECT extract(epoch FROM applied_at - produced_at) * 1000 AS ms FROM bench_latency) s"
 		idem_psql -F ' ' -c "SELECT extract(epoch FROM date_trunc('second', produced_at) - (SELECT date_trunc('second', min(produced_at)) FROM bench_latency))::int, count(*), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000)::numeric, 1) FROM bench_latency GROUP BY 1 ORDER BY 1" | tr '\n' ';'
 		echo
 	} >>"$results"
-	echo "run $r L: rate=$rate produced=$count in $(calc "$t1 - $t0")s assignments=$(grep -c "info kafka: assigned" "$IDEM_TMP/idemd-l$r.log") revocations=$(grep -c "info kafka: revoked" "$IDEM_TMP/idemd-l$r.log") applied=$n p50_ms=$p50 p99_ms=$p99 max_ms=$max $line" >>"$results"
-	rec "$r.L.rate" "$rate"
-	rec "$r.L.achieved" "$(calc "$count / ($t1 - $t0)")"
-	rec "$r.L.p50" "$p50"
-	rec "$r.L.p99" "$p99"
-	rec "$r.L.max" "$max"
-	rec "$r.L.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
-	rec "$r.L.cpu" "$(kv "$line" cpu)"
-	rec "$r.L.pg" "$(calc "$(kv "$line" pg_cpu) - $pg0")"
-	rec "$r.L.secs" "$(kv "$line" seconds)"
-	rec "$r.L.tx" "$(kv "$line" transactions)"
-	rec "$r.L.claims" "$(kv "$line" claims)"
+	echo "run $r $ph: rate=$rate produced=$count in $(calc "$t1 - $t0")s assignments=$(grep -c "info kafka: assigned" "$IDEM_TMP/idemd-$name.log") revocations=$(grep -c "info kafka: revoked" "$IDEM_TMP/idemd-$name.log") applied=$n p50_ms=$p50 p99_ms=$p99 max_ms=$max $line" >>"$results"
+	rec "$r.$ph.rate" "$rate"
+	rec "$r.$ph.achieved" "$(calc "$count / ($t1 - $t0)")"
+	rec "$r.$ph.p50" "$p50"
+	rec "$r.$ph.p99" "$p99"
+	rec "$r.$ph.max" "$max"
+	rec "$r.$ph.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
+	rec "$r.$ph.cpu" "$(kv "$line" cpu)"
+	rec "$r.$ph.pg" "$(calc "$(kv "$line" pg_cpu) - $pg0")"
+	rec "$r.$ph.secs" "$(kv "$line" seconds)"
+	rec "$r.$ph.tx" "$(kv "$line" transactions)"
+	rec "$r.$ph.claims" "$(kv "$line" claims)"
 }
 
 phase_profile() {
 	local line pid perf_pid
 	reset_db
 	idem_log "profile: idemd over the $messages messages under perf record -a"
-	bench_config "$IDEM_TMP/prof.yaml" bench-prof payments payments "$IDEM_PAYMENTS_SQL" \
-		'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms"
+	# The mode measured last: set if it runs, else row.
+	local prof_mode=row
+	[ "$run_set" = 0 ] || prof_mode=set
+	bench_config "$IDEM_TMP/prof.yaml" bench-prof payments payments "$(handler_sql "$prof_mode")" \
+		'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms" "$prof_mode"
 	idemd_start prof "$IDEM_TMP/prof.yaml"
 	pid=$(idemd_pid prof)
 	idem_spawn perf perf record -a -F 999 -e cpu-clock -o "$out_dir/perf.data"
@@ -401,13 +443,33 @@ phase_profile() {
 }
 
 for ((r = 1; r <= runs; r++)); do
-	phase_a "$r"
+	if [ "$run_row" = 1 ]; then
+		phase_a "$r" row
+	fi
+	if [ "$run_set" = 1 ]; then
+		phase_a "$r" set
+	fi
 	phase_b "$r"
-	phase_c "$r"
-	rec "$r.CA" "$(calc "${V[$r.C.rate]} / ${V[$r.A.rate]}")"
-	rec "$r.CB" "$(calc "${V[$r.C.rate]} / ${V[$r.B.rate]}")"
+	if [ "$run_row" = 1 ]; then
+		phase_c "$r" row
+		rec "$r.CA" "$(calc "${V[$r.C.rate]} / ${V[$r.A.rate]}")"
+		rec "$r.CB" "$(calc "${V[$r.C.rate]} / ${V[$r.B.rate]}")"
+	fi
+	if [ "$run_set" = 1 ]; then
+		phase_c "$r" set
+		rec "$r.CsAs" "$(calc "${V[$r.Cs.rate]} / ${V[$r.As.rate]}")"
+		rec "$r.CsB" "$(calc "${V[$r.Cs.rate]} / ${V[$r.B.rate]}")"
+	fi
+	if [ "$run_row" = 1 ] && [ "$run_set" = 1 ]; then
+		rec "$r.CsC" "$(calc "${V[$r.Cs.rate]} / ${V[$r.C.rate]}")"
+	fi
 	if [ "$skip_latency" = 0 ]; then
-		phase_l "$r"
+		if [ "$run_row" = 1 ]; then
+			phase_l "$r" row
+		fi
+		if [ "$run_set" = 1 ]; then
+			phase_l "$r" set
+		fi
 	fi
 done
 if [ "$profile" = 1 ]; then
@@ -419,20 +481,37 @@ per1k() { # CPU seconds per 1,000 messages
 	calc "$1 * 1000 / $2"
 }
 
+# medof KEY: the median over the runs of V[RUN.KEY].
+medof() {
+	local r
+	for ((r = 1; r <= runs; r++)); do
+		[ -z "${V[$r.$1]:-}" ] || echo "${V[$r.$1]}"
+	done | median
+}
+
 report() {
-	local r ph what
+	local r ph what phases=() lphases=()
+	[ "$run_row" = 0 ] || phases+=(A)
+	[ "$run_set" = 0 ] || phases+=(As)
+	phases+=(B)
+	[ "$run_row" = 0 ] || phases+=(C)
+	[ "$run_set" = 0 ] || phases+=(Cs)
+	[ "$run_row" = 0 ] || lphases+=(L)
+	[ "$run_set" = 0 ] || lphases+=(Ls)
 	echo
 	echo "idemd benchmark: $messages messages ($IDEM_UNIQUE unique) over $partitions partitions," \
 		"dup-ratio $dup_ratio, batch $batch, $workers worker(s) and A connection(s), $runs run(s); Postgres $("$IDEM_PG_BINDIR/postgres" --version | awk '{ print $3 }')" \
-		"fsync=on synchronous_commit=on; $(nproc) CPUs"
-	echo "A = raw Postgres (idemd's batch SQL via libpq, no Kafka), B = naive consumer (1 tx + 1 sync"
-	echo "offset commit per message; timed on the first $naive_max messages or ${naive_seconds}s), C = idemd (backlog of all $messages)."
+		"fsync=on synchronous_commit=on; $(nproc) CPUs; claims history $history"
+	echo "A = raw Postgres (idemd's batch SQL via libpq, no Kafka), row handler; As = A_set, the same with"
+	echo "the set handler once per transaction (the best set-based SQL by hand); B = naive consumer (1 tx + 1"
+	echo "sync offset commit per message; timed on the first $naive_max messages or ${naive_seconds}s); C = idemd, handler.mode row,"
+	echo "Cs = C_set, idemd with handler.mode set (both a backlog of all $messages)."
 	echo "cpu/1k = CPU seconds per 1,000 messages: 'consumer' = the consuming process, 'postgres' = whole cluster."
 	echo
 	printf '%-7s %-5s %9s %8s %10s %13s %13s %9s %10s\n' run phase messages seconds msg/s \
 		cpu/1k_cons cpu/1k_pg msgs/tx rss_MiB
 	for ((r = 1; r <= runs; r++)); do
-		for ph in A B C; do
+		for ph in "${phases[@]}"; do
 			printf '%-7s %-5s %9s %8s %10.0f %13.4f %13.4f %9.1f %10s\n' "$r" "$ph" \
 				"${V[$r.$ph.msgs]}" "${V[$r.$ph.secs]}" "${V[$r.$ph.rate]}" \
 				"$(per1k "${V[$r.$ph.cpu]}" "${V[$r.$ph.msgs]}")" \
@@ -440,51 +519,63 @@ report() {
 				"$(calc "${V[$r.$ph.msgs]} / ${V[$r.$ph.tx]}")" "${V[$r.$ph.rss]:--}"
 		done
 	done
-	for ph in A B C; do
+	for ph in "${phases[@]}"; do
 		printf '%-7s %-5s %9s %8s %10.0f %13.4f %13.4f %9s %10s\n' median "$ph" - - \
-			"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.$ph.rate]}"; done | median)" \
+			"$(medof "$ph.rate")" \
 			"$(for ((r = 1; r <= runs; r++)); do per1k "${V[$r.$ph.cpu]}" "${V[$r.$ph.msgs]}"; echo; done | median)" \
 			"$(for ((r = 1; r <= runs; r++)); do per1k "${V[$r.$ph.pg]}" "${V[$r.$ph.msgs]}"; echo; done | median)" \
-			- "$(if [ "$ph" = C ]; then for ((r = 1; r <= runs; r++)); do echo "${V[$r.C.rss]}"; done | median; else echo -; fi)"
+			- "$(if [ "${ph:0:1}" = C ]; then medof "$ph.rss"; else echo -; fi)"
 	done
 	echo
-	echo "(msgs/tx: messages per transaction; for C, transactions are counted as distinct xmin of the claims.)"
+	echo "(msgs/tx: messages per transaction; for C and Cs, transactions are counted as distinct xmin of the claims.)"
 	echo
-	printf '%-7s %8s %8s\n' run C/A C/B
+	printf '%-7s %8s %8s %10s %10s %8s\n' run C/A C/B C_set/A_set C_set/B C_set/C
 	for ((r = 1; r <= runs; r++)); do
-		printf '%-7s %8.3f %8.1f\n' "$r" "${V[$r.CA]}" "${V[$r.CB]}"
+		printf '%-7s %8s %8s %10s %10s %8s\n' "$r" "${V[$r.CA]:--}" "${V[$r.CB]:--}" \
+			"${V[$r.CsAs]:--}" "${V[$r.CsB]:--}" "${V[$r.CsC]:--}"
 	done
-	printf '%-7s %8.3f %8.1f   (targets: C/A >= 0.85, C/B >= 15)\n' median \
-		"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.CA]}"; done | median)" \
-		"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.CB]}"; done | median)"
+	printf '%-7s %8s %8s %10s %10s %8s\n' median "$(medof CA)" "$(medof CB)" "$(medof CsAs)" \
+		"$(medof CsB)" "$(medof CsC)"
+	echo "(targets: C/A >= 0.85, C/B >= 15, C_set/A_set >= 0.9, C_set/C >= 3)"
 	echo
-	echo "idemd peak RSS (VmHWM) with a backlog of $messages messages: median $(for ((r = 1; r <= runs; r++)); do echo "${V[$r.C.rss]}"; done | median) MiB (target <= 64 MiB for 1,000,000)"
+	for ph in C Cs; do
+		[ -n "${V[1.$ph.rss]:-}" ] || continue
+		echo "idemd peak RSS (VmHWM) in $ph with a backlog of $messages messages: median $(medof "$ph.rss") MiB (target <= 64 MiB for 1,000,000)"
+	done
 	if [ "$skip_latency" = 0 ]; then
 		echo
-		echo "End-to-end latency (producer timestamp -> commit of the applying transaction), idemd at $(if [ "$latency_rate" -gt 0 ]; then echo "$latency_rate msg/s (--latency-rate)"; else echo "half of C's rate"; fi), ${latency_seconds}s each:"
-		printf '%-7s %7s %8s %8s %8s %8s %8s %8s %9s %10s %10s %8s\n' run msg/s achieved \
+		echo "End-to-end latency (producer timestamp -> commit of the applying transaction), idemd at $(if [ "$latency_rate" -gt 0 ]; then echo "$latency_rate msg/s (--latency-rate)"; else echo "half of its own mode's backlog rate (L: C's, Ls: C_set's)"; fi), ${latency_seconds}s each:"
+		printf '%-7s %-5s %7s %8s %8s %8s %8s %8s %8s %9s %10s %10s %8s\n' run phase msg/s achieved \
 			p50_ms p99_ms max_ms kafka_p50 kafka_p99 claims/tx cpu/1k_cons cpu/1k_pg rss_MiB
 		for ((r = 1; r <= runs; r++)); do
-			printf '%-7s %7s %8.0f %8s %8s %8s %8s %8s %9.1f %10.4f %10.4f %8s\n' "$r" \
-				"${V[$r.L.rate]}" "${V[$r.L.achieved]}" "${V[$r.L.p50]}" "${V[$r.L.p99]}" \
-				"${V[$r.L.max]}" "${V[$r.K.p50]}" "${V[$r.K.p99]}" \
-				"$(calc "${V[$r.L.claims]} / ${V[$r.L.tx]}")" \
-				"$(per1k "${V[$r.L.cpu]}" "$((${V[$r.L.rate]} * latency_seconds))")" \
-				"$(per1k "${V[$r.L.pg]}" "$((${V[$r.L.rate]} * latency_seconds))")" "${V[$r.L.rss]}"
+			for ph in "${lphases[@]}"; do
+				local k=K
+				[ "$ph" = L ] || k=Ks
+				printf '%-7s %-5s %7s %8.0f %8s %8s %8s %8s %8s %9.1f %10.4f %10.4f %8s\n' "$r" "$ph" \
+					"${V[$r.$ph.rate]}" "${V[$r.$ph.achieved]}" "${V[$r.$ph.p50]}" "${V[$r.$ph.p99]}" \
+					"${V[$r.$ph.max]}" "${V[$r.$k.p50]}" "${V[$r.$k.p99]}" \
+					"$(calc "${V[$r.$ph.claims]} / ${V[$r.$ph.tx]}")" \
+					"$(per1k "${V[$r.$ph.cpu]}" "$((${V[$r.$ph.rate]} * latency_seconds))")" \
+					"$(per1k "${V[$r.$ph.pg]}" "$((${V[$r.$ph.rate]} * latency_seconds))")" "${V[$r.$ph.rss]}"
+			done
 		done
-		printf '%-7s %7s %8s %8s %8s %8s %8s %8s   (target: p99 <= 25 ms)\n' median - - \
-			"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.L.p50]}"; done | median)" \
-			"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.L.p99]}"; done | median)" \
-			"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.L.max]}"; done | median)" \
-			"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.K.p50]}"; done | median)" \
-			"$(for ((r = 1; r <= runs; r++)); do echo "${V[$r.K.p99]}"; done | median)"
+		for ph in "${lphases[@]}"; do
+			local k=K
+			[ "$ph" = L ] || k=Ks
+			printf '%-7s %-5s %7s %8s %8s %8s %8s %8s %8s   (target: p99 <= 25 ms)\n' median "$ph" - - \
+				"$(medof "$ph.p50")" "$(medof "$ph.p99")" "$(medof "$ph.max")" \
+				"$(medof "$k.p50")" "$(medof "$k.p99")"
+		done
 		echo "(kafka_*: the same production consumed by bench_klat, which only reads: the share of Kafka"
 		echo " itself, producer linger.ms=5 and the embedded Kafka's fetch wait included. The per-second"
 		echo " p99 of each run is in the raw lines: a steady rise means idemd fell behind the rate.)"
 	fi
 	echo
 	for ((r = 1; r <= runs; r++)); do
-		what="${what:-}${what:+, }run $r ${V[$r.C.exactly_once]}"
+		for ph in C Cs; do
+			[ -z "${V[$r.$ph.exactly_once]:-}" ] ||
+				what="${what:-}${what:+, }run $r $ph ${V[$r.$ph.exactly_once]}"
+		done
 	done
 	echo "exactly-once check of idemd's runs (idem_check_exactly_once): $what"
 }

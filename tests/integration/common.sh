@@ -1,8 +1,21 @@
 # common.sh - idemd-specific helpers for the integration tests, on top of lib.sh.
 # Sourced after lib.sh; assumes idem_tmp_init, idem_pg_start and idem_kafka_start have run.
 
-# The payments handler of sql/examples/payments.sql.
-IDEM_PAYMENTS_SQL='WITH l AS (INSERT INTO ledger (payment_id, account, amount) VALUES ($1, $2, $3::bigint)) INSERT INTO accounts (id, balance) VALUES ($2, $3::bigint) ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance RETURNING balance'
+# The payments handlers, from their one copy in sql/examples/ (see payments.sql there): row mode
+# (once per payment, returns the balance, stored as the claim's result) and set mode (once per
+# transaction over text[] parameters, returns nothing).
+IDEM_PAYMENTS_SQL=$(<"$IDEM_SRC/sql/examples/payments_row.sql")
+IDEM_PAYMENTS_SET_SQL=$(<"$IDEM_SRC/sql/examples/payments_set.sql")
+
+# IDEM_HANDLER_MODE (row or set, default row) is the mode the payments handler runs in: CTest
+# runs the payments tests once in each (their .set variants). A test that gives its own --sql
+# runs it in row mode unless it says --mode.
+: "${IDEM_HANDLER_MODE:=row}"
+case $IDEM_HANDLER_MODE in
+row | set) ;;
+*) idem_fail "IDEM_HANDLER_MODE must be row or set, not '$IDEM_HANDLER_MODE'" ;;
+esac
+export IDEM_HANDLER_MODE
 
 # idem__kv_set MAP ORDER NAME=VALUE: MAP[NAME]=VALUE; ORDER lists the names in first-set order.
 idem__kv_set() {
@@ -12,10 +25,11 @@ idem__kv_set() {
 }
 
 # idem_write_config FILE GROUP CONSUMER [OPTION...]: the one configuration writer of the tests:
-# one route from topic payments, handler $IDEM_PAYMENTS_SQL, consumer group GROUP, claims
-# namespace CONSUMER. Options (defaults in brackets):
+# one route from topic payments, the payments handler in $IDEM_HANDLER_MODE, consumer group
+# GROUP, claims namespace CONSUMER. Options (defaults in brackets):
 #   --topic T [payments]        --route-name N [payments]
-#   --key TEMPLATE [${json:/payment_id}]    --sql SQL [$IDEM_PAYMENTS_SQL]
+#   --key TEMPLATE [${json:/payment_id}]
+#   --sql SQL [the payments handler of $IDEM_HANDLER_MODE]  --mode row|set [see IDEM_HANDLER_MODE]
 #   --params YAML_LIST [[business_key, "json:/account", "json:/amount"]]
 #   --max N [500] (batch.max_messages)      --wait MS [20] (batch.max_wait_ms)
 #   --workers N (batch.workers; idemd's default unless given)
@@ -33,7 +47,7 @@ idem__kv_set() {
 idem_write_config() {
 	local file=$1 group=$2 consumer=$3
 	shift 3
-	local topic=payments route_name=payments key='${json:/payment_id}' sql=$IDEM_PAYMENTS_SQL
+	local topic=payments route_name=payments key='${json:/payment_id}' sql= mode=
 	local params='[business_key, "json:/account", "json:/amount"]' max=500 wait=20 workers=
 	local level=${IDEM_LOG_LEVEL:-info} with_retry=1 q="'" name
 	local -A kafka=() retry=()
@@ -47,7 +61,7 @@ idem_write_config() {
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--no-retry) with_retry=0; shift; continue ;;
-		--topic | --route-name | --key | --sql | --params | --max | --wait | --workers | \
+		--topic | --route-name | --key | --sql | --mode | --params | --max | --wait | --workers | \
 			--log-level | --kafka-prop | --retry | --route | --postgres | --limits)
 			[ $# -ge 2 ] || idem_fail "idem_write_config: $1 needs a value" ;;
 		*) idem_fail "idem_write_config: unknown option '$1'" ;;
@@ -57,6 +71,7 @@ idem_write_config() {
 		--route-name) route_name=$2 ;;
 		--key) key=$2 ;;
 		--sql) sql=$2 ;;
+		--mode) mode=$2 ;;
 		--params) params=$2 ;;
 		--max) max=$2 ;;
 		--wait) wait=$2 ;;
@@ -70,6 +85,11 @@ idem_write_config() {
 		esac
 		shift 2
 	done
+	if [ -z "$sql" ]; then
+		: "${mode:=$IDEM_HANDLER_MODE}"
+		if [ "$mode" = set ]; then sql=$IDEM_PAYMENTS_SET_SQL; else sql=$IDEM_PAYMENTS_SQL; fi
+	fi
+	: "${mode:=row}"
 	{
 		printf 'kafka:\n  brokers: "%s"\n  group_id: "%s"\n  properties:\n' "$IDEM_BROKERS" "$group"
 		for name in "${kafka_order[@]}"; do
@@ -82,7 +102,8 @@ idem_write_config() {
 		printf 'routes:\n  - name: %s\n    topics: [%s]\n    consumer: "%s"\n' \
 			"$route_name" "$topic" "$consumer"
 		printf "    business_key: '%s'\n" "${key//$q/$q$q}"
-		printf "    handler:\n      sql: '%s'\n      params: %s\n" "${sql//$q/$q$q}" "$params"
+		printf "    handler:\n      sql: '%s'\n      params: %s\n      mode: %s\n" \
+			"${sql//$q/$q$q}" "$params" "$mode"
 		for name in "${route[@]}"; do
 			printf '    %s: %s\n' "${name%%=*}" "${name#*=}"
 		done
@@ -186,8 +207,15 @@ idem_check_exactly_once() {
 		"$(idem_psql -c 'SELECT count(*) FROM ledger l JOIN expected e USING (payment_id) WHERE l.amount <> e.amount OR l.account <> e.account')"
 	idem_assert_eq "accounts with wrong balance" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM (SELECT account, sum(amount) s FROM expected GROUP BY 1) x FULL JOIN accounts a ON a.id = x.account WHERE a.balance IS DISTINCT FROM x.s')"
-	idem_assert_eq "claims without a stored result" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer' AND result IS NULL")"
+	# Row mode's handler returns the balance, stored with every claim; set mode's returns
+	# nothing, and then no claim row is rewritten to store one.
+	if [ "$IDEM_HANDLER_MODE" = set ]; then
+		idem_assert_eq "claims with a stored result (set mode stores none)" 0 \
+			"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer' AND result IS NOT NULL")"
+	else
+		idem_assert_eq "claims without a stored result" 0 \
+			"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer' AND result IS NULL")"
+	fi
 	v=$(idem_psql -c "SELECT sum(applied) = $IDEM_UNIQUE AND sum(consumed) = sum(applied) + sum(duplicates) + sum(quarantined) AND sum(quarantined) = 0 AND sum(consumed) >= $IDEM_PRODUCED FROM idem.partition_progress WHERE consumer = '$consumer'")
 	[ "$v" = t ] || idem_fail "progress counters do not add up: $(idem_psql -c "SELECT sum(consumed), sum(applied), sum(duplicates), sum(quarantined) FROM idem.partition_progress WHERE consumer = '$consumer'")"
 	idem_check_progress_at_end "$consumer"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fail fast: the handler SQL is PREPAREd at start-up, so a typo, a missing function or a missing
 # table stops idemd at once with exit status 78 (EX_CONFIG: systemd does not restart it) before
-# it consumes anything, and the database is left untouched.
+# it consumes anything, and the database is left untouched. In set mode (IDEM_HANDLER_MODE=set)
+# the same holds for set handlers.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
@@ -18,7 +19,8 @@ n=0
 for sql in 'SELEC $1, $2, $3' 'SELECT no_such_function($1, $2, $3::bigint)' \
 	'INSERT INTO no_such_table (a, b, c) VALUES ($1, $2, $3)'; do
 	n=$((n + 1))
-	idem_write_config "$IDEM_TMP/bad$n.yaml" g-fast payments --sql "$sql"
+	idem_write_config "$IDEM_TMP/bad$n.yaml" g-fast payments --sql "$sql" \
+		--mode "$IDEM_HANDLER_MODE"
 	idemd_start "bad$n" "$IDEM_TMP/bad$n.yaml"
 	pid=$(idemd_pid "bad$n")
 	idem_wait_exit "$pid" 60

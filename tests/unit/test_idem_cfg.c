@@ -696,6 +696,55 @@ static void test_golden_dir(void **state)
 	free(names);
 }
 
+/* @s with every run of whitespace made one space, and none at either end. */
+static void squeeze(char *s)
+{
+	char *o = s;
+	bool space = false;
+
+	for (char *p = s; *p != '\0'; p++) {
+		if (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') {
+			space = o != s;
+			continue;
+		}
+		if (space)
+			*o++ = ' ';
+		space = false;
+		*o++ = *p;
+	}
+	*o = '\0';
+}
+
+/*
+ * One copy of the example handlers: the shipped etc/idemd.yaml carries exactly
+ * sql/examples/payments_set.sql (in set mode), the statement the tests and the benchmark read.
+ */
+static void test_example_config_matches_examples(void **state)
+{
+	char *etc = data_path("../../../etc/idemd.yaml");
+	char *sqlpath = data_path("../../../sql/examples/payments_set.sql");
+	char *errors = NULL, *want;
+	struct idem_cfg *cfg = NULL;
+	char *got;
+
+	(void)state;
+	if (idem_cfg_load(etc, &cfg, &errors) != IDEM_OK)
+		fail_msg("etc/idemd.yaml does not load: %s", errors ? errors : "?");
+	assert_int_equal(cfg->n_routes, 1);
+	assert_int_equal(cfg->routes[0].handler_mode, IDEM_CFG_MODE_SET);
+	want = read_file(sqlpath, NULL);
+	got = strdup(cfg->routes[0].handler_sql);
+	assert_non_null(got);
+	squeeze(want);
+	squeeze(got);
+	assert_string_equal(got, want);
+	free(got);
+	free(want);
+	idem_cfg_free(cfg);
+	free(sqlpath);
+	free(etc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -715,6 +764,7 @@ int main(void)
 		cmocka_unit_test(test_conninfo_password),
 		cmocka_unit_test(test_edit_distance),
 		cmocka_unit_test(test_diff),
+		cmocka_unit_test(test_example_config_matches_examples),
 		cmocka_unit_test(test_golden_dir),
 	};
 	struct CMUnitTest *golden;
