@@ -447,7 +447,7 @@ static idem_status exec_stmt(idem_flush *pg, enum idem_sql_id id, const char *co
 static idem_status send_commit(idem_flush *pg, const struct flush_ctx *ctx, size_t n, int *ret_n,
                                idem_error *err)
 {
-	int n_sent = 0, n_one;
+	int n_sent = 0, n_one = 0;
 	idem_status r;
 
 	for (size_t k = 0; k < n; k++) {
