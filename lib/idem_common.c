@@ -27,6 +27,17 @@ idem_status idem_error_nomem(idem_error *err)
 	return idem_error_set(err, IDEM_ERR_NOMEM, "%s", idem_status_str(IDEM_ERR_NOMEM));
 }
 
+int idem_hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 int idem_backoff_ms(int initial_ms, int max_ms, int attempt, unsigned int *seed)
 {
 	int64_t cap = initial_ms;

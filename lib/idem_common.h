@@ -114,6 +114,9 @@ bool idem_duration_parse(const char *s, int64_t *ret_seconds);
  */
 int idem_backoff_ms(int initial_ms, int max_ms, int attempt, unsigned int *seed);
 
+/* @brief The value of hex digit @c (either case), or -1 if it is not one. */
+int idem_hex_digit(char c);
+
 /* @brief true if @p[0..n) is valid UTF-8 without NUL bytes. */
 bool idem_utf8_valid(const void *p, size_t n);
 

@@ -8,17 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int lex_hex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* URI query keys are percent-decoded by libpq before it looks at them. */
 static bool lex_uri_key_is(const char *k, size_t n, const char *want)
 {
@@ -27,8 +16,9 @@ static bool lex_uri_key_is(const char *k, size_t n, const char *want)
 	for (size_t i = 0; i < n; i++, w++) {
 		int c = (unsigned char)k[i];
 
-		if (c == '%' && i + 2 < n && lex_hex(k[i + 1]) >= 0 && lex_hex(k[i + 2]) >= 0) {
-			c = lex_hex(k[i + 1]) * 16 + lex_hex(k[i + 2]);
+		if (c == '%' && i + 2 < n && idem_hex_digit(k[i + 1]) >= 0 &&
+		    idem_hex_digit(k[i + 2]) >= 0) {
+			c = idem_hex_digit(k[i + 1]) * 16 + idem_hex_digit(k[i + 2]);
 			i += 2;
 		}
 		if (want[w] == '\0' || (unsigned char)want[w] != c)

@@ -140,21 +140,9 @@ bool idem_pg_needs_operator(const idem_error *err)
 	       strncmp(err->sqlstate, "3D", 2) == 0;
 }
 
-idem_status idem_pg_exec(PGconn *conn, const char *sql, const char *what, idem_error *err)
+idem_status idem_pg_result(PGconn *conn, PGresult *res, const char *what, PGresult **ret_res,
+                           idem_error *err)
 {
-	PGresult *res = PQexec(conn, sql);
-	idem_status r = IDEM_OK;
-
-	if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
-		r = idem_pg_error(err, conn, res, what);
-	PQclear(res);
-	return r;
-}
-
-idem_status idem_pg_exec_params(PGconn *conn, const char *sql, int n, const char *const *pv,
-                                const char *what, PGresult **ret_res, idem_error *err)
-{
-	PGresult *res = PQexecParams(conn, sql, n, NULL, pv, NULL, NULL, 0);
 	ExecStatusType s = PQresultStatus(res);
 	idem_status r = IDEM_OK;
 
@@ -165,6 +153,18 @@ idem_status idem_pg_exec_params(PGconn *conn, const char *sql, int n, const char
 	else
 		PQclear(res);
 	return r;
+}
+
+idem_status idem_pg_exec(PGconn *conn, const char *sql, const char *what, idem_error *err)
+{
+	return idem_pg_result(conn, PQexec(conn, sql), what, NULL, err);
+}
+
+idem_status idem_pg_exec_params(PGconn *conn, const char *sql, int n, const char *const *pv,
+                                const char *what, PGresult **ret_res, idem_error *err)
+{
+	return idem_pg_result(conn, PQexecParams(conn, sql, n, NULL, pv, NULL, NULL, 0), what,
+	                      ret_res, err);
 }
 
 idem_status idem_pg_prepare(PGconn *conn, const char *name, const char *sql, int n,

@@ -50,6 +50,13 @@ IDEM_NODISCARD idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const c
 idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, const char *what);
 
 /*
+ * @brief Check that @res (from any exec call) succeeded, else set @err (naming @what). The result
+ * then goes to *ret_res if not NULL (the caller clears it, on failure too), else it is cleared.
+ */
+IDEM_NODISCARD idem_status idem_pg_result(PGconn *conn, PGresult *res, const char *what,
+                                          PGresult **ret_res, idem_error *err);
+
+/*
  * @brief Run @sql (no parameters; several statements allowed) and check it succeeded.
  * @what names it in @err.
  */

@@ -123,28 +123,14 @@ int idem_sql_send(PGconn *conn, enum idem_sql_id id, const char *const *vals, co
 	return PQsendQueryPrepared(conn, s->name, s->n_params, vals, lens, fmts, 0);
 }
 
-static idem_status check(PGconn *conn, PGresult *res, const char *what, PGresult **ret_res,
-                         idem_error *err)
-{
-	ExecStatusType st = PQresultStatus(res);
-	idem_status r = IDEM_OK;
-
-	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-		r = idem_pg_error(err, conn, res, what);
-	if (ret_res != NULL)
-		*ret_res = res;
-	else
-		PQclear(res);
-	return r;
-}
-
 idem_status idem_sql_exec(PGconn *conn, enum idem_sql_id id, const char *const *vals,
                           const char *what, PGresult **ret_res, idem_error *err)
 {
 	const struct idem_sql_stmt *s = &stmts[id];
 
-	return check(conn, PQexecParams(conn, s->text, s->n_params, NULL, vals, NULL, NULL, 0),
-	             what, ret_res, err);
+	return idem_pg_result(conn,
+	                      PQexecParams(conn, s->text, s->n_params, NULL, vals, NULL, NULL, 0),
+	                      what, ret_res, err);
 }
 
 idem_status idem_sql_exec_prepared(PGconn *conn, enum idem_sql_id id, const char *const *vals,
@@ -157,5 +143,5 @@ idem_status idem_sql_exec_prepared(PGconn *conn, enum idem_sql_id id, const char
 	        s->custom_plan ? PQexecParams(conn, s->text, s->n_params, NULL, vals, lens, fmts, 0)
 	                       : PQexecPrepared(conn, s->name, s->n_params, vals, lens, fmts, 0);
 
-	return check(conn, res, what, ret_res, err);
+	return idem_pg_result(conn, res, what, ret_res, err);
 }

@@ -347,6 +347,24 @@ END $$;
 SQL
 }
 
+# idem_produce_victim SEED: 500 payments over distinct accounts in one record batch (linger), so
+# the consumer sees them at once, manifest in $IDEM_TMP/manifest.csv; then the account of one
+# payment in the middle, used by no other payment, is blocked (apply_payment() refuses it:
+# P0001). Sets victim_id and victim_acct.
+idem_produce_victim() {
+	local out victim
+	out=$("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic payments \
+		--count 500 --seed "$1" --accounts 100000 --manifest "$IDEM_TMP/manifest.csv" \
+		-X linger.ms=1000 -X batch.num.messages=10000)
+	idem_assert_eq "producer" "produced=500 unique=500 duplicates=0" "$out"
+	victim=$(awk -F, 'NR == FNR { n[$2]++; next } FNR >= 250 && n[$2] == 1 { print; exit }' \
+		"$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest.csv")
+	victim_id=${victim%%,*}
+	victim_acct=$(cut -d, -f2 <<<"$victim")
+	idem_assert_eq "victim account unique" 1 "$(grep -c ",$victim_acct," "$IDEM_TMP/manifest.csv")"
+	idem_psql -c "INSERT INTO blocked_accounts VALUES ('$victim_acct')" >/dev/null
+}
+
 # idem_pg_durable_commits: make COMMIT wait until its WAL is written (synchronous_commit = on),
 # for tests that crash Postgres. The fixture runs with synchronous_commit = off for speed, and
 # then an immediate shutdown loses commits that clients were already told about - a database

@@ -14,18 +14,7 @@ idem_write_config "$IDEM_TMP/idemd.yaml" g-raise payments --sql "$IDEM_FN_SQL" -
 	--wait 2000
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
-# One record batch of 500 (linger), so the consumer sees all 500 at once.
-out=$("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic payments --count 500 \
-	--seed 500 --accounts 100000 --manifest "$IDEM_TMP/manifest.csv" -X linger.ms=1000 \
-	-X batch.num.messages=10000)
-idem_assert_eq "producer" "produced=500 unique=500 duplicates=0" "$out"
-# The account of a payment in the middle, used by no other payment, is refused.
-victim=$(awk -F, 'NR == FNR { n[$2]++; next } FNR >= 250 && n[$2] == 1 { print; exit }' \
-	"$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest.csv")
-victim_id=${victim%%,*}
-victim_acct=$(cut -d, -f2 <<<"$victim")
-idem_assert_eq "victim account unique" 1 "$(grep -c ",$victim_acct," "$IDEM_TMP/manifest.csv")"
-idem_psql -c "INSERT INTO blocked_accounts VALUES ('$victim_acct')"
+idem_produce_victim 500
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_done g-raise 60

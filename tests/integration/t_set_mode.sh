@@ -22,15 +22,7 @@ idem_write_config "$IDEM_TMP/idemd.yaml" g-set payments --sql "$set_sql" --mode 
 grep -q '^      mode: set$' "$IDEM_TMP/idemd.yaml" || idem_fail "configuration is not in set mode"
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
-out=$("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic payments --count 500 \
-	--seed 501 --accounts 100000 --manifest "$IDEM_TMP/manifest.csv" -X linger.ms=1000 \
-	-X batch.num.messages=10000)
-idem_assert_eq "producer" "produced=500 unique=500 duplicates=0" "$out"
-victim=$(awk -F, 'NR == FNR { n[$2]++; next } FNR >= 250 && n[$2] == 1 { print; exit }' \
-	"$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest.csv")
-victim_id=${victim%%,*}
-victim_acct=$(cut -d, -f2 <<<"$victim")
-idem_psql -c "INSERT INTO blocked_accounts VALUES ('$victim_acct')"
+idem_produce_victim 501
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_done g-set 60

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "idem_common.h"
+
 #define KT_REQUEST_MS    10000 /* timeout of one metadata, watermark or commit request */
 #define KT_POLL_MS       200   /* wait-committed polls this often */
 #define KT_TS_BASE       INT64_C(1735689600000) /* 2025-01-01T00:00:00Z, "ts" of the first payment */
@@ -244,17 +246,6 @@ static bool parse_double(const char *s, double min, double max, double *ret)
 	return true;
 }
 
-static int hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decode hex text into a new buffer (never NULL on success, even for ""). */
 static bool hex_decode(const char *hex, char **ret, size_t *ret_len)
 {
@@ -267,7 +258,7 @@ static bool hex_decode(const char *hex, char **ret, size_t *ret_len)
 	if (out == NULL)
 		return false;
 	for (size_t i = 0; i < n / 2; i++) {
-		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+		int hi = idem_hex_digit(hex[2 * i]), lo = idem_hex_digit(hex[2 * i + 1]);
 
 		if (hi < 0 || lo < 0) {
 			free(out);
