@@ -503,7 +503,7 @@ static void *raw_thread_main(void *arg)
 {
 	struct raw_thread *t = arg;
 	const struct raw_opts *o = t->o;
-	struct raw_bufs bf;
+	struct raw_bufs bf = { 0 };
 	struct raw_batch b = { 0 };
 	size_t *cur = calloc(t->nparts, sizeof(*cur));
 
@@ -515,11 +515,6 @@ static void *raw_thread_main(void *arg)
 	if (cur == NULL || b.state == NULL || b.order == NULL || b.applied == NULL ||
 	    b.result == NULL || b.has_result == NULL)
 		bench_die("out of memory");
-	idem_buf_init(&bf.keys);
-	idem_buf_init(&bf.offs);
-	idem_buf_init(&bf.hashes);
-	idem_buf_init(&bf.rkeys);
-	idem_buf_init(&bf.rvals);
 	memcpy(cur, t->first, t->nparts * sizeof(*cur));
 	for (bool more = true; more;) {
 		more = false;
