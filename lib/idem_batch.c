@@ -82,6 +82,8 @@ void idem_batch_reset(struct idem_batch *b)
 	b->n_params = 0;
 	b->n_order = 0;
 	b->opened_ms = 0;
+	b->opened_us = 0;
+	b->first_lag_ms = -1;
 	b->claim_timeouts = 0;
 	idem_buf_reset(&b->arena);
 }

@@ -81,7 +81,9 @@ struct idem_batch {
 	const struct idem_route *route;
 	char *topic; /* owned */
 	int32_t partition;
-	int64_t opened_ms; /* monotonic time of the first add */
+	int64_t opened_ms;    /* monotonic time of the first add */
+	int64_t opened_us;    /* the same in microseconds, for the stage metrics */
+	int64_t first_lag_ms; /* the first message's producer timestamp to its poll, or -1 */
 
 	struct idem_batch_msg *msgs;
 	size_t n_msgs, cap_msgs;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, ...)
 {
@@ -25,6 +26,22 @@ idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, .
 idem_status idem_error_nomem(idem_error *err)
 {
 	return idem_error_set(err, IDEM_ERR_NOMEM, "%s", idem_status_str(IDEM_ERR_NOMEM));
+}
+
+int64_t idem_mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t idem_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int idem_hex_digit(char c)

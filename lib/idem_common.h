@@ -114,6 +114,11 @@ bool idem_duration_parse(const char *s, int64_t *ret_seconds);
  */
 int idem_backoff_ms(int initial_ms, int max_ms, int attempt, unsigned int *seed);
 
+/* @brief Monotonic time in microseconds (CLOCK_MONOTONIC). */
+int64_t idem_mono_us(void);
+/* @brief Wall-clock time in milliseconds since the epoch (CLOCK_REALTIME). */
+int64_t idem_wall_ms(void);
+
 /* @brief The value of hex digit @c (either case), or -1 if it is not one. */
 int idem_hex_digit(char c);
 

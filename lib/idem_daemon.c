@@ -139,6 +139,7 @@ static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 static void dispatch(idem_daemon *d, struct idem_part *p)
 {
 	idem_part_hand_over(p, now_ms());
+	p->job.handed_us = idem_mono_us();
 	idem_pool_submit(d->pool, p);
 }
 
@@ -150,9 +151,18 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	bool was_retry = p->retry_at_ms != 0, was_held = p->held;
 	int64_t first = p->job.first, last = st->next_offset - 1;
 
+	double stages[IDEM_METRICS_STAGES] = {
+		[IDEM_METRICS_STAGE_FETCH] =
+		        b->first_lag_ms >= 0 ? (double)b->first_lag_ms / 1e3 : -1,
+		[IDEM_METRICS_STAGE_BATCH] = (double)(p->job.handed_us - b->opened_us) / 1e6,
+		[IDEM_METRICS_STAGE_QUEUE] = (double)(p->job.begin_us - p->job.handed_us) / 1e6,
+		[IDEM_METRICS_STAGE_COMMIT] = (double)(p->job.end_us - p->job.begin_us) / 1e6,
+	};
+
 	add_stats(d, st);
 	idem_metrics_batch(d->metrics, st->consumed, st->applied, st->quarantined,
-	                   (double)(now_ms() - p->job.t0) / 1000.0);
+	                   stages[IDEM_METRICS_STAGE_COMMIT]);
+	idem_metrics_stages(d->metrics, stages);
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_REDELIVERY, st->dup_redelivery);
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_REPLAY, st->dup_replay);
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_UPSTREAM, st->dup_upstream);
@@ -167,9 +177,11 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	idem_log_debug("batch",
 	               "committed topic=%s partition=%" PRId32 " offsets=%" PRId64 "..%" PRId64
 	               " consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
-	               " quarantined=%" PRIu64 " slow=%d ms=%" PRId64,
+	               " quarantined=%" PRIu64 " slow=%d ms=%" PRId64 " fetch_ms=%.1f batch_ms=%.1f"
+	               " queue_ms=%.1f commit_ms=%.1f",
 	               b->topic, b->partition, first, last, st->consumed, st->applied,
-	               st->duplicates, st->quarantined, st->slow_path, now_ms() - p->job.t0);
+	               st->duplicates, st->quarantined, st->slow_path, now_ms() - p->job.t0,
+	               stages[0] * 1e3, stages[1] * 1e3, stages[2] * 1e3, stages[3] * 1e3);
 	if (p->failures > 0)
 		idem_log_info(
 		        "batch",
@@ -514,6 +526,10 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
 	p->fetch_next = rkm->offset + 1;
+	if (p->batch.n_msgs == 1) {
+		p->batch.opened_us = idem_mono_us();
+		p->batch.first_lag_ms = m.timestamp_ms >= 0 ? idem_wall_ms() - m.timestamp_ms : -1;
+	}
 	if (p->batch.n_msgs < (size_t)d->cfg->batch_max_messages)
 		return IDEM_OK;
 	if (!p->busy) {

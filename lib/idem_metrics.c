@@ -22,6 +22,7 @@ static const double batch_secs_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 static const char *const dup_kind_names[IDEM_METRICS_DUP_KINDS] = { "redelivery", "replay",
 	                                                            "upstream" };
 static const char *const retry_classes[] = { "transient", "message", "broken" };
+static const char *const stage_names[IDEM_METRICS_STAGES] = { "fetch", "batch", "queue", "commit" };
 
 struct part_gauge {
 	char *topic;
@@ -38,6 +39,8 @@ struct idem_metrics {
 	uint64_t retries[IDEM_ARRAY_SIZE(retry_classes)];
 	uint64_t size_buckets[N_SIZE + 1], secs_buckets[N_SECS + 1];
 	double size_sum, secs_sum;
+	uint64_t stage_buckets[IDEM_METRICS_STAGES][N_SECS + 1];
+	double stage_sum[IDEM_METRICS_STAGES];
 	struct part_gauge *parts;
 	size_t n_parts, cap_parts;
 	bool connected, assigned, halted;
@@ -92,6 +95,20 @@ void idem_metrics_batch(idem_metrics *m, uint64_t consumed, uint64_t applied, ui
 	observe(m->secs_buckets, batch_secs_bounds, N_SECS, seconds);
 	m->size_sum += (double)consumed;
 	m->secs_sum += seconds;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_stages(idem_metrics *m, const double seconds[IDEM_METRICS_STAGES])
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	for (size_t k = 0; k < IDEM_METRICS_STAGES; k++) {
+		if (seconds[k] < 0)
+			continue;
+		observe(m->stage_buckets[k], batch_secs_bounds, N_SECS, seconds[k]);
+		m->stage_sum[k] += seconds[k];
+	}
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -245,23 +262,56 @@ static idem_status label(struct idem_buf *o, const char *v)
 	return IDEM_OK;
 }
 
-static idem_status histogram(struct idem_buf *o, const char *name, const char *help,
-                             const uint64_t *buckets, const double *bounds, size_t n, double sum)
+/* The series of one histogram; @lbl is "" or 'stage="fetch",' (a label, then a comma). */
+static idem_status histogram_series(struct idem_buf *o, const char *name, const char *lbl,
+                                    const uint64_t *buckets, const double *bounds, size_t n,
+                                    double sum)
 {
+	size_t l = strlen(lbl);
 	uint64_t cum = 0;
 
-	if (idem_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name))
-		return IDEM_ERR_NOMEM;
 	for (size_t i = 0; i < n; i++) {
 		cum += buckets[i];
-		if (idem_buf_printf(o, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, bounds[i], cum))
+		if (idem_buf_printf(o, "%s_bucket{%sle=\"%g\"} %" PRIu64 "\n", name, lbl, bounds[i],
+		                    cum))
 			return IDEM_ERR_NOMEM;
 	}
 	cum += buckets[n];
-	if (idem_buf_printf(
-	            o, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.6f\n%s_count %" PRIu64 "\n",
-	            name, cum, name, sum, name, cum))
+	/* _sum and _count take the label without its comma, in braces, or none. */
+	if (idem_buf_printf(o, "%s_bucket{%sle=\"+Inf\"} %" PRIu64 "\n", name, lbl, cum) ||
+	    idem_buf_printf(o, "%s_sum%s%.*s%s %.6f\n", name, l ? "{" : "", (int)(l ? l - 1 : 0),
+	                    lbl, l ? "}" : "", sum) ||
+	    idem_buf_printf(o, "%s_count%s%.*s%s %" PRIu64 "\n", name, l ? "{" : "",
+	                    (int)(l ? l - 1 : 0), lbl, l ? "}" : "", cum))
 		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+static idem_status histogram(struct idem_buf *o, const char *name, const char *help,
+                             const uint64_t *buckets, const double *bounds, size_t n, double sum)
+{
+	if (idem_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name))
+		return IDEM_ERR_NOMEM;
+	return histogram_series(o, name, "", buckets, bounds, n, sum);
+}
+
+/* idemd_stage_seconds{stage}: one histogram per stage of a message's way to its commit. */
+static idem_status stages(idem_metrics *m, struct idem_buf *o)
+{
+	static const char name[] = "idemd_stage_seconds";
+	char lbl[32];
+
+	if (idem_buf_printf(
+	            o,
+	            "# HELP %s Time a batch's first message spent in each stage: fetch (producer timestamp to poll), batch (poll to hand-over), queue (hand-over to a worker's BEGIN), commit (BEGIN to COMMIT).\n# TYPE %s histogram\n",
+	            name, name))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < IDEM_METRICS_STAGES; k++) {
+		snprintf(lbl, sizeof(lbl), "stage=\"%s\",", stage_names[k]);
+		if (histogram_series(o, name, lbl, m->stage_buckets[k], batch_secs_bounds, N_SECS,
+		                     m->stage_sum[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
 	return IDEM_OK;
 }
 
@@ -316,7 +366,8 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	if (histogram(o, "idemd_batch_size_messages", "Messages per committed batch.",
 	              m->size_buckets, batch_size_bounds, N_SIZE, m->size_sum) ||
 	    histogram(o, "idemd_batch_duration_seconds", "Time from BEGIN to COMMIT of a batch.",
-	              m->secs_buckets, batch_secs_bounds, N_SECS, m->secs_sum))
+	              m->secs_buckets, batch_secs_bounds, N_SECS, m->secs_sum) ||
+	    stages(m, o))
 		return IDEM_ERR_NOMEM;
 	if (idem_buf_append_str(
 	            o,

@@ -21,6 +21,19 @@ enum idem_metrics_dup {
 	IDEM_METRICS_DUP_KINDS
 };
 
+/*
+ * Where a message's time goes between its producer and the commit that applies it, measured per
+ * committed batch on its first message (idemd_stage_seconds{stage}):
+ */
+enum idem_metrics_stage {
+	IDEM_METRICS_STAGE_FETCH = 0, /* producer timestamp to idemd's poll (Kafka, fetch wait) */
+	IDEM_METRICS_STAGE_BATCH,     /* poll to the batch handed to the pool (batch.max_wait_ms,
+	                                 a batch of the same partition still in flight) */
+	IDEM_METRICS_STAGE_QUEUE,     /* handed over to a worker starting its transaction */
+	IDEM_METRICS_STAGE_COMMIT,    /* the transaction: BEGIN to COMMIT done */
+	IDEM_METRICS_STAGES
+};
+
 /* @brief A registry with nothing recorded, not listening. NULL on out of memory. */
 idem_metrics *idem_metrics_new(void);
 void idem_metrics_free(idem_metrics *m);
@@ -35,6 +48,8 @@ IDEM_NODISCARD idem_status idem_metrics_listen(idem_metrics *m, const char *list
 /* One committed batch of @n messages that took @seconds from BEGIN to COMMIT. */
 void idem_metrics_batch(idem_metrics *m, uint64_t consumed, uint64_t applied, uint64_t quarantined,
                         double seconds);
+/* One committed batch's stages, in seconds (a negative one is unknown and not recorded). */
+void idem_metrics_stages(idem_metrics *m, const double seconds[IDEM_METRICS_STAGES]);
 void idem_metrics_duplicates(idem_metrics *m, enum idem_metrics_dup kind, uint64_t n);
 /* Duplicates whose payload differs from the claimed message's. */
 void idem_metrics_mismatches(idem_metrics *m, uint64_t n);

@@ -32,7 +32,9 @@
 struct idem_part_job {
 	struct idem_part *next; /* in the pool's ready or done list */
 	int64_t t0;             /* monotonic time it was handed over */
-	int64_t first, last;    /* its offsets when it was handed over */
+	int64_t handed_us;      /* the same in microseconds; then the worker's BEGIN and COMMIT */
+	int64_t begin_us, end_us;
+	int64_t first, last; /* its offsets when it was handed over */
 	idem_status r;
 	struct idem_flush_stats st;
 	idem_error err;

@@ -177,6 +177,7 @@ static void *worker_main(void *arg)
 	memset(errs, 0, sizeof(errs));
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
+		int64_t begin_us, end_us;
 		size_t n;
 
 		while (pool->ready == NULL && !pool->quit)
@@ -186,9 +187,11 @@ static void *worker_main(void *arg)
 		n = take_group(pool, group);
 		pthread_mutex_unlock(&pool->mu);
 
+		begin_us = idem_mono_us();
 		for (size_t i = 0; i < n; i++)
 			batches[i] = &group[i]->inflight;
 		idem_flush_many(w->pg, batches, n, st, rs, errs);
+		end_us = idem_mono_us();
 		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
 
 		pthread_mutex_lock(&pool->mu);
@@ -198,6 +201,8 @@ static void *worker_main(void *arg)
 			p->job.r = rs[i];
 			p->job.st = st[i];
 			p->job.err = errs[i];
+			p->job.begin_us = begin_us;
+			p->job.end_us = end_us;
 			p->job.next = NULL;
 			*pool->done_tail = p;
 			pool->done_tail = &p->job.next;

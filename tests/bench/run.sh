@@ -339,10 +339,34 @@ lat_assigned() {
 	[ "$(grep -c "assigned topic=$2 " "$IDEM_TMP/idemd-$1.log")" -ge "$partitions" ]
 }
 
+# stage_stats RUN PHASE METRICS_FILE: per stage of idemd_stage_seconds (measured on each
+# committed batch's first message), the mean and the bucket bound under which 99% fell.
+stage_stats() {
+	local r=$1 ph=$2 st line
+	for st in fetch batch queue commit; do
+		line=$(awk -v st="$st" '
+			$1 ~ "^idemd_stage_seconds_bucket\\{stage=\"" st "\"" {
+				match($1, /le="[^"]*"/); le = substr($1, RSTART + 4, RLENGTH - 5)
+				n++; bound[n] = le; cum[n] = $2 }
+			$1 == "idemd_stage_seconds_sum{stage=\"" st "\"}" { sum = $2 }
+			$1 == "idemd_stage_seconds_count{stage=\"" st "\"}" { cnt = $2 }
+			END {
+				p99 = "-"
+				for (i = 1; i <= n; i++) if (cum[i] >= 0.99 * cnt) { p99 = bound[i]; break }
+				if (p99 != "-" && p99 != "+Inf") p99 = p99 * 1000
+				printf "mean_ms=%.2f p99_le_ms=%s batches=%d", cnt ? sum * 1000 / cnt : 0, p99, cnt
+			}' "$3")
+		echo "run $r $ph stage $st: $line" >>"$results"
+		rec "$r.$ph.$st.mean" "$(kv "$line" mean_ms)"
+		rec "$r.$ph.$st.p99" "$(kv "$line" p99_le_ms)"
+	done
+}
+
 # phase_l RUN MODE: L (row, at half of C's rate) or Ls (set, at half of C_set's rate), each
 # after its Kafka-only floor (K, Ks).
 phase_l() {
 	local r=$1 mode=$2 ph=L kph=K cph=C topic=lat$r name rate count line pid t0 t1 lat n p50 p99 max pg0
+	local port
 	local sql=$LATENCY_SQL
 	if [ "$mode" = set ]; then
 		ph=Ls kph=Ks cph=Cs topic=lats$r sql=$LATENCY_SET_SQL
@@ -360,6 +384,9 @@ phase_l() {
 	idem_log "run $r: $ph latency (handler.mode $mode) at $rate msg/s for ${latency_seconds}s"
 	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" lat "$topic" "$sql" \
 		'[business_key, "json:/account", "json:/amount", timestamp]' "$lat_max_wait_ms" "$mode"
+	# /metrics gives where the time goes, stage by stage (idemd_stage_seconds).
+	port=$((20000 + RANDOM % 20000))
+	printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$IDEM_TMP/$name.yaml"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"
 	pid=$(idemd_pid "$name")
@@ -373,8 +400,11 @@ phase_l() {
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer lat \
 		--topic "$topic" --target "$count" --pid "$pid" --postmaster "$PM") ||
 		idem_fail "idemd did not process topic $topic"
+	curl -fsS "http://127.0.0.1:$port/metrics" >"$out_dir/metrics-$name.txt" ||
+		idem_fail "cannot scrape idemd's /metrics"
 	idemd_stop "$name"
 	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
+	stage_stats "$r" "$ph" "$out_dir/metrics-$name.txt"
 	lat=$(idem_psql -F ' ' -c "SELECT count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2), round(max(ms)::numeric, 2) FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms FROM bench_latency) s")
 	read -r n p50 p99 max <<<"$lat"
 	# Where the time goes: to the handler's statement (applied_at) vs to the commit, and how
@@ -490,7 +520,7 @@ medof() {
 }
 
 report() {
-	local r ph what phases=() lphases=()
+	local r ph st what phases=() lphases=()
 	[ "$run_row" = 0 ] || phases+=(A)
 	[ "$run_set" = 0 ] || phases+=(As)
 	phases+=(B)
@@ -566,6 +596,20 @@ report() {
 				"$(medof "$ph.p50")" "$(medof "$ph.p99")" "$(medof "$ph.max")" \
 				"$(medof "$k.p50")" "$(medof "$k.p99")"
 		done
+		echo
+		echo "Where the time goes (idemd_stage_seconds, each committed batch's first message): mean ms / bucket bound under which 99% fell (ms)"
+		printf '%-7s %-5s %14s %14s %14s %14s\n' run phase fetch batch queue commit
+		for ((r = 1; r <= runs; r++)); do
+			for ph in "${lphases[@]}"; do
+				printf '%-7s %-5s' "$r" "$ph"
+				for st in fetch batch queue commit; do
+					printf ' %14s' "${V[$r.$ph.$st.mean]} / ${V[$r.$ph.$st.p99]}"
+				done
+				echo
+			done
+		done
+		echo "(fetch: producer timestamp to idemd's poll; batch: poll to hand-over to the workers; queue: to a"
+		echo " worker's BEGIN; commit: BEGIN to COMMIT.)"
 		echo "(kafka_*: the same production consumed by bench_klat, which only reads: the share of Kafka"
 		echo " itself, producer linger.ms=5 and the embedded Kafka's fetch wait included. The per-second"
 		echo " p99 of each run is in the raw lines: a steady rise means idemd fell behind the rate.)"
