@@ -28,6 +28,8 @@ void idem_bind_done(struct idem_bind *bd)
 	idem_buf_done(&bd->hnames);
 	idem_buf_done(&bd->hvals);
 	idem_buf_done(&bd->dkeys);
+	for (size_t k = 0; k < IDEM_ARRAY_SIZE(bd->prog); k++)
+		idem_buf_done(&bd->prog[k]);
 	for (size_t p = 0; p < bd->cap_set; p++)
 		idem_buf_done(&bd->set[p]);
 	free(bd->set);
@@ -190,12 +192,50 @@ idem_status idem_bind_claim_many(struct idem_bind *bd, const struct idem_batch *
 	return IDEM_OK;
 }
 
-void idem_bind_progress_get(struct idem_bind *bd, const struct idem_batch *b, const char **ret_vals)
+/* Open the first @n arrays of bd->prog. */
+static idem_status prog_open(struct idem_bind *bd, size_t n)
 {
-	snprintf(bd->part, sizeof(bd->part), "%" PRId32, b->partition);
-	ret_vals[0] = b->route->consumer;
-	ret_vals[1] = b->topic;
-	ret_vals[2] = bd->part;
+	for (size_t k = 0; k < n; k++) {
+		if (idem_pgarray_open(&bd->prog[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+/* Close the first @n arrays of bd->prog into ret_vals[0..n). */
+static idem_status prog_close(struct idem_bind *bd, size_t n, const char **ret_vals)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (idem_pgarray_close(&bd->prog[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		ret_vals[k] = bd->prog[k].data;
+	}
+	return IDEM_OK;
+}
+
+/* Append the partition of @b (consumer, topic, partition) to bd->prog[0..3). */
+static idem_status prog_partition(struct idem_bind *bd, const struct idem_batch *b)
+{
+	char part[16];
+	int len = snprintf(part, sizeof(part), "%" PRId32, b->partition);
+
+	if (idem_pgarray_add(&bd->prog[0], b->route->consumer, strlen(b->route->consumer), false) ||
+	    idem_pgarray_add(&bd->prog[1], b->topic, strlen(b->topic), false) ||
+	    idem_pgarray_add(&bd->prog[2], part, (size_t)len, false))
+		return IDEM_ERR_NOMEM;
+	return IDEM_OK;
+}
+
+idem_status idem_bind_progress_get(struct idem_bind *bd, const struct idem_batch *const *b,
+                                   size_t n, const char **ret_vals)
+{
+	if (prog_open(bd, 3) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		if (prog_partition(bd, b[k]) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	return prog_close(bd, 3, ret_vals);
 }
 
 idem_status idem_bind_dup_keys(struct idem_bind *bd, const struct idem_batch *b, size_t *ret_idx,
@@ -367,19 +407,45 @@ idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *
 	return IDEM_OK;
 }
 
-void idem_bind_progress(struct idem_bind *bd, const struct idem_batch *b,
-                        const struct idem_bind_progress *p, const char **ret_vals)
+static int progress_cmp(const void *x, const void *y)
 {
-	snprintf(bd->part, sizeof(bd->part), "%" PRId32, b->partition);
-	snprintf(bd->next, sizeof(bd->next), "%" PRId64, p->next_offset);
-	ret_vals[0] = b->route->consumer;
-	ret_vals[1] = b->topic;
-	ret_vals[2] = bd->part;
-	ret_vals[3] = bd->next;
-	for (int k = 0; k < 8; k++) {
-		snprintf(bd->counts[k], sizeof(bd->counts[k]), "%" PRIu64, p->counts[k]);
-		ret_vals[4 + k] = bd->counts[k];
+	const struct idem_batch *a = ((const struct idem_bind_progress *)x)->b;
+	const struct idem_batch *b = ((const struct idem_bind_progress *)y)->b;
+	int c = strcmp(a->route->consumer, b->route->consumer);
+
+	if (c == 0)
+		c = strcmp(a->topic, b->topic);
+	if (c == 0)
+		c = (a->partition > b->partition) - (a->partition < b->partition);
+	return c;
+}
+
+idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *p, size_t n,
+                               const char **ret_vals)
+{
+	char v[24];
+	int len;
+
+	qsort(p, n, sizeof(*p), progress_cmp);
+	if (prog_open(bd, 14) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		if (prog_partition(bd, p[k].b) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		len = snprintf(v, sizeof(v), "%" PRId64, p[k].next_offset);
+		if (idem_pgarray_add(&bd->prog[3], v, (size_t)len, false))
+			return IDEM_ERR_NOMEM;
+		for (int c = 0; c < 8; c++) {
+			len = snprintf(v, sizeof(v), "%" PRIu64, p[k].counts[c]);
+			if (idem_pgarray_add(&bd->prog[4 + c], v, (size_t)len, false))
+				return IDEM_ERR_NOMEM;
+		}
+		/* A halt records where (the next offset) and why; otherwise both are cleared. */
+		len = snprintf(v, sizeof(v), "%" PRId64, p[k].next_offset);
+		if (idem_pgarray_add(&bd->prog[12], v, (size_t)len, !p[k].halted) ||
+		    idem_pgarray_add(&bd->prog[13], p[k].halt_reason,
+		                     p[k].halted ? strlen(p[k].halt_reason) : 0, !p[k].halted))
+			return IDEM_ERR_NOMEM;
 	}
-	ret_vals[12] = p->halted ? bd->next : NULL;
-	ret_vals[13] = p->halted ? p->halt_reason : NULL;
+	return prog_close(bd, 14, ret_vals);
 }

@@ -33,6 +33,7 @@ struct idem_bind {
 	struct idem_buf rkeys, rvals;        /* the results' */
 	struct idem_buf hnames, hvals;       /* a quarantined message's headers */
 	struct idem_buf dkeys;               /* keys of duplicates, to look up their claims */
+	struct idem_buf prog[14];            /* the progress rows' columns */
 	struct idem_buf *set;                /* set mode: one text[] per handler parameter */
 	size_t cap_set;
 	const char **vals; /* parameters of the last row, set or quarantine bound */
@@ -40,7 +41,7 @@ struct idem_bind {
 	size_t cap_vals;
 	struct idem_bind_ref *refs; /* the combined claim's keys, in claim order */
 	size_t cap_refs;
-	char part[16], off[24], ts[24], att[16], next[24], counts[8][24];
+	char part[16], off[24], ts[24], att[16];
 };
 
 void idem_bind_init(struct idem_bind *bd);
@@ -65,9 +66,13 @@ IDEM_NODISCARD idem_status idem_bind_claim_many(struct idem_bind *bd,
                                                 const struct idem_batch *const *b, size_t n,
                                                 size_t n_keys, const char **ret_vals);
 
-/* @brief IDEM_SQL_PROGRESS_GET of @b's partition into ret_vals[0..3). */
-void idem_bind_progress_get(struct idem_bind *bd, const struct idem_batch *b,
-                            const char **ret_vals);
+/*
+ * @brief IDEM_SQL_PROGRESS_GET of the partitions of the batches b[0..n) into ret_vals[0..3): the
+ * result has one row per batch, in that order.
+ */
+IDEM_NODISCARD idem_status idem_bind_progress_get(struct idem_bind *bd,
+                                                  const struct idem_batch *const *b, size_t n,
+                                                  const char **ret_vals);
 
 /*
  * @brief The keys of the messages of @b that are IDEM_MSG_DUPLICATE into bd->dkeys, and their
@@ -113,6 +118,7 @@ IDEM_NODISCARD idem_status idem_bind_quarantine(struct idem_bind *bd, const stru
 
 /* What a committed batch adds to its partition's row of idem.partition_progress. */
 struct idem_bind_progress {
+	const struct idem_batch *b;
 	int64_t next_offset;
 	uint64_t counts[8]; /* consumed, applied, duplicates, quarantined, redelivery, replay,
 	                       upstream, payload mismatches: the columns' order */
@@ -120,8 +126,12 @@ struct idem_bind_progress {
 	const char *halt_reason;
 };
 
-/* @brief IDEM_SQL_PROGRESS of @b's partition into ret_vals[0..14). */
-void idem_bind_progress(struct idem_bind *bd, const struct idem_batch *b,
-                        const struct idem_bind_progress *p, const char **ret_vals);
+/*
+ * @brief IDEM_SQL_PROGRESS of the partitions p[0..n) (distinct) into ret_vals[0..14). @p is
+ * sorted by consumer, topic and partition first, so that concurrent transactions lock the rows
+ * in one order.
+ */
+IDEM_NODISCARD idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *p,
+                                              size_t n, const char **ret_vals);
 
 #endif

@@ -58,7 +58,10 @@ struct idem_flush {
 	struct flush_ctx one;   /* idem_flush_batch() and idem_flush_apply_one() */
 	struct flush_ctx *many; /* idem_flush_many(), cap_many of them */
 	size_t cap_many;
-	const struct idem_batch **many_b; /* the batches of pg->many, for the combined claim */
+	const struct idem_batch **many_b;  /* the batches of pg->many, for the combined claim */
+	struct idem_bind_progress *many_p; /* and their progress rows */
+	const struct idem_batch *one_b[1]; /* the same for pg->one */
+	struct idem_bind_progress one_p[1];
 };
 
 /* @sql on one line, shortened to fit @len, for a message that names the statement. */
@@ -153,6 +156,7 @@ void idem_flush_free(idem_flush *pg)
 		ctx_done(&pg->many[k]);
 	free(pg->many);
 	free(pg->many_b);
+	free(pg->many_p);
 	free(pg);
 }
 
@@ -200,10 +204,16 @@ static idem_status need_many(idem_flush *pg, size_t n)
 
 	if (n <= pg->cap_many)
 		return IDEM_OK;
+	struct idem_bind_progress *ps;
+
 	bs = realloc(pg->many_b, n * sizeof(*bs));
 	if (bs == NULL)
 		return IDEM_ERR_NOMEM;
 	pg->many_b = bs;
+	ps = realloc(pg->many_p, n * sizeof(*ps));
+	if (ps == NULL)
+		return IDEM_ERR_NOMEM;
+	pg->many_p = ps;
 	ctx = realloc(pg->many, n * sizeof(*ctx));
 	if (ctx == NULL)
 		return IDEM_ERR_NOMEM;
@@ -213,11 +223,25 @@ static idem_status need_many(idem_flush *pg, size_t n)
 	return IDEM_OK;
 }
 
-static void read_progress(struct flush_ctx *ctx, const PGresult *res)
+/* The batches of ctx[0..n) as a list (pg->one's or pg->many's), for statements over several. */
+static const struct idem_batch *const *batch_list(idem_flush *pg, const struct flush_ctx *ctx,
+                                                  size_t n)
 {
-	ctx->progress_next = -1;
-	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
-		ctx->progress_next = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	const struct idem_batch **l = ctx == &pg->one ? pg->one_b : pg->many_b;
+
+	for (size_t k = 0; k < n; k++)
+		l[k] = ctx[k].b;
+	return l;
+}
+
+/* The partitions' recorded progress (IDEM_SQL_PROGRESS_GET: one row per batch, in order). */
+static void read_progress(struct flush_ctx *ctx, size_t n, const PGresult *res)
+{
+	for (size_t k = 0; k < n; k++) {
+		ctx[k].progress_next = -1;
+		if ((int)k < PQntuples(res) && !PQgetisnull(res, (int)k, 0))
+			ctx[k].progress_next = strtoll(PQgetvalue(res, (int)k, 0), NULL, 10);
+	}
 }
 
 /* Record the claims found by SQL_CLAIMS_GET on the duplicates ctx->dups[0..ctx->n_dups). */
@@ -301,23 +325,14 @@ static void handler_reason(const idem_flush *pg, const PGresult *res, char *buf,
 
 /*
  * Send one batch's closing statements in pipeline mode: results (if any), one quarantine insert
- * per bad message, progress. @ret_n counts the statements sent.
+ * per bad message. @ret_n counts the statements sent.
  */
 static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int *ret_n,
                                 idem_error *err)
 {
 	const struct idem_batch *b = ctx->b;
-	const struct idem_flush_stats *st = &ctx->st;
 	struct idem_bind *bd = &pg->bind;
-	const struct idem_bind_progress pr = {
-		.next_offset = st->next_offset,
-		.counts = { st->consumed, st->applied, st->duplicates, st->quarantined,
-		            st->dup_redelivery, st->dup_replay, st->dup_upstream,
-		            st->payload_mismatches },
-		.halted = st->halted,
-		.halt_reason = st->halt_reason,
-	};
-	const char *v[14];
+	const char *v[3];
 	bool any;
 	int n = 0;
 
@@ -339,11 +354,24 @@ static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int
 			return idem_pg_error(err, pg->conn, NULL, "send quarantine");
 		n++;
 	}
-	idem_bind_progress(bd, b, &pr, v);
-	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS, v, NULL, NULL))
-		return idem_pg_error(err, pg->conn, NULL, "send progress");
-	*ret_n = n + 1;
+	*ret_n = n;
 	return IDEM_OK;
+}
+
+/* What the batch of @ctx adds to its partition's progress row. */
+static struct idem_bind_progress progress_row(const struct flush_ctx *ctx)
+{
+	const struct idem_flush_stats *st = &ctx->st;
+
+	return (struct idem_bind_progress){
+		.b = ctx->b,
+		.next_offset = st->next_offset,
+		.counts = { st->consumed, st->applied, st->duplicates, st->quarantined,
+		            st->dup_redelivery, st->dup_replay, st->dup_upstream,
+		            st->payload_mismatches },
+		.halted = st->halted,
+		.halt_reason = st->halt_reason,
+	};
 }
 
 /* Counters, where the partition is done, and the halt if any, for the closing statements. */
@@ -443,21 +471,31 @@ static idem_status exec_stmt(idem_flush *pg, enum idem_sql_id id, const char *co
 	                              NULL);
 }
 
-/* Send the closing statements of the batches of ctx[0..n) and COMMIT; @ret_n counts them. */
+/*
+ * Send the closing statements of the batches of ctx[0..n), one progress statement for all their
+ * partitions, and COMMIT; @ret_n counts them.
+ */
 static idem_status send_commit(idem_flush *pg, const struct flush_ctx *ctx, size_t n, int *ret_n,
                                idem_error *err)
 {
+	struct idem_bind_progress *pr = ctx == &pg->one ? pg->one_p : pg->many_p;
 	int n_sent = 0, n_one = 0;
+	const char *v[14];
 	idem_status r;
 
 	for (size_t k = 0; k < n; k++) {
 		if ((r = send_closing(pg, &ctx[k], &n_one, err)) != IDEM_OK)
 			return r;
 		n_sent += n_one;
+		pr[k] = progress_row(&ctx[k]);
 	}
+	if (idem_bind_progress(&pg->bind, pr, n, v) != IDEM_OK)
+		return idem_error_nomem(err);
+	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS, v, NULL, NULL))
+		return idem_pg_error(err, pg->conn, NULL, "send progress");
 	if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
 		return idem_pg_error(err, pg->conn, NULL, "send commit");
-	*ret_n = n_sent + 1;
+	*ret_n = n_sent + 2;
 	return IDEM_OK;
 }
 
@@ -560,12 +598,12 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 
 	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
 		return IDEM_ERR_PG;
-	for (size_t k = 0; k < n; k++) {
-		idem_bind_progress_get(&pg->bind, ctx[k].b, v);
-		if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS_GET, v, NULL, NULL))
-			return IDEM_ERR_PG;
+	if (idem_bind_progress_get(&pg->bind, batch_list(pg, ctx, n), n, v) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS_GET, v, NULL, NULL))
+		return IDEM_ERR_PG;
+	for (size_t k = 0; k < n; k++)
 		n_keys += ctx[k].b->n_order;
-	}
 	*ret_claim = n_keys > 0;
 	if (n_keys == 0)
 		return IDEM_OK;
@@ -576,9 +614,7 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 		return idem_sql_send(pg->conn, IDEM_SQL_CLAIM, v, NULL, NULL) ? IDEM_OK
 		                                                              : IDEM_ERR_PG;
 	}
-	for (size_t k = 0; k < n; k++)
-		pg->many_b[k] = ctx[k].b;
-	if (idem_bind_claim_many(&pg->bind, pg->many_b, n, n_keys, v) != IDEM_OK)
+	if (idem_bind_claim_many(&pg->bind, batch_list(pg, ctx, n), n, n_keys, v) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
 	return idem_sql_send(pg->conn, IDEM_SQL_CLAIM_MANY, v, NULL, NULL) ? IDEM_OK : IDEM_ERR_PG;
 }
@@ -652,12 +688,10 @@ static enum fast_outcome begin_rt(idem_flush *pg, struct flush_ctx *ctx, size_t 
 	if (next_result(pg->conn, &res) != PGRES_COMMAND_OK)
 		return fast_fail(pg, res, "batch", err);
 	PQclear(res);
-	for (size_t k = 0; k < n; k++) {
-		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
-			return fast_fail(pg, res, "batch", err);
-		read_progress(&ctx[k], res);
-		PQclear(res);
-	}
+	if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+		return fast_fail(pg, res, "batch", err);
+	read_progress(ctx, n, res);
+	PQclear(res);
 	if (claim) {
 		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK) {
 			/* Another transaction holds one of the keys for longer than lock_timeout:
@@ -1140,13 +1174,16 @@ static idem_status slow_path(idem_flush *pg, struct flush_ctx *ctx, idem_error *
 	b->n_order = 0;
 	if ((r = idem_pg_exec(pg->conn, "BEGIN", "begin", err)) != IDEM_OK)
 		return r;
-	idem_bind_progress_get(&pg->bind, b, gv);
+	if (idem_bind_progress_get(&pg->bind, batch_list(pg, ctx, 1), 1, gv) != IDEM_OK) {
+		r = idem_error_nomem(err);
+		goto out_rollback;
+	}
 	if (exec_stmt(pg, IDEM_SQL_PROGRESS_GET, gv, NULL, NULL, &res) != IDEM_OK) {
 		r = idem_pg_error(err, pg->conn, res, "progress");
 		PQclear(res);
 		goto out_rollback;
 	}
-	read_progress(ctx, res);
+	read_progress(ctx, 1, res);
 	PQclear(res);
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		if (b->msgs[i].state != IDEM_MSG_PENDING)

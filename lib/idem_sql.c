@@ -31,20 +31,32 @@ static const char sql_results[] = "UPDATE idem.processed_messages AS p SET resul
                                   " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
                                   " WHERE p.consumer = $1 AND p.business_key = u.k";
 
-static const char sql_progress_get[] = "SELECT next_offset FROM idem.partition_progress"
-                                       " WHERE consumer = $1 AND topic = $2 AND partition = $3";
+/*
+ * The recorded progress of several partitions at once: one row per element of the arrays, in
+ * their order (n), next_offset NULL for a partition that has none yet.
+ */
+static const char sql_progress_get[] =
+        "SELECT pp.next_offset FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY"
+        " AS u(c, t, p, n) LEFT JOIN idem.partition_progress pp"
+        " ON pp.consumer = u.c AND pp.topic = u.t AND pp.partition = u.p ORDER BY u.n";
 
 /* Sent only when a batch has duplicates; sees the claims this transaction made, too. */
 static const char sql_claims_get[] =
         "SELECT business_key, topic, partition, \"offset\", encode(payload_hash, 'hex')"
         " FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])";
 
+/*
+ * Advance several partitions' progress and counters at once, one row per element (distinct
+ * partitions, sorted, so that the rows are locked in one order).
+ */
 static const char sql_progress[] =
         "INSERT INTO idem.partition_progress AS p"
         " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
         " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
         " halt_reason)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[],"
+        " $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"
+        " $12::bigint[], $13::bigint[], $14::text[])"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = greatest(p.next_offset, excluded.next_offset),"
         " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"

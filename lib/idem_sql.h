@@ -21,9 +21,9 @@ enum idem_sql_id {
 	IDEM_SQL_CLAIM_MANY,   /* claim several partitions' keys: consumers[], keys[], topics[],
 	                          partitions[], offsets[], hashes[] -> key, topic, partition */
 	IDEM_SQL_RESULTS,      /* store handler results: consumer, keys[], results[] */
-	IDEM_SQL_PROGRESS_GET, /* a partition's next_offset: consumer, topic, partition */
+	IDEM_SQL_PROGRESS_GET, /* partitions' next_offset: consumers[], topics[], partitions[] */
 	IDEM_SQL_CLAIMS_GET,   /* where keys were claimed: consumer, keys[] */
-	IDEM_SQL_PROGRESS,     /* advance a partition's progress and counters (14 parameters) */
+	IDEM_SQL_PROGRESS,     /* advance partitions' progress and counters (14 arrays) */
 	IDEM_SQL_QUARANTINE,   /* quarantine one message (13 parameters) */
 	IDEM_SQL_N_BATCH,      /* the number of the above */
 

@@ -283,7 +283,7 @@ static void check(idem_status r)
 static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *b,
                       struct raw_bufs *bf, uint64_t *applied, uint64_t *dups)
 {
-	char part[16], nx[24], c[8][24];
+	char part[16], pr[14][64];
 	const char *cv[6], *pv[14], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
 	bool sync_sent = false, any_result = false;
@@ -412,25 +412,26 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	}
 	check(idem_pgarray_close(&bf->rkeys));
 	check(idem_pgarray_close(&bf->rvals));
-	snprintf(nx, sizeof(nx), "%" PRId64, b->msgs[b->n - 1].offset + 1);
-	/* consumed, applied, duplicates, quarantined, then the duplicates by kind (all upstream
-	 * here: the topic is read once) and payload mismatches; no halt. */
-	snprintf(c[0], sizeof(c[0]), "%zu", b->n);
-	snprintf(c[1], sizeof(c[1]), "%" PRIu64, n_app);
-	snprintf(c[2], sizeof(c[2]), "%" PRIu64, n_dup);
-	snprintf(c[3], sizeof(c[3]), "0");
-	snprintf(c[4], sizeof(c[4]), "0");
-	snprintf(c[5], sizeof(c[5]), "0");
-	snprintf(c[6], sizeof(c[6]), "%" PRIu64, n_dup);
-	snprintf(c[7], sizeof(c[7]), "0");
-	pv[0] = o->consumer;
-	pv[1] = o->topic;
-	pv[2] = part;
-	pv[3] = nx;
-	for (int k = 0; k < 8; k++)
-		pv[4 + k] = c[k];
-	pv[12] = NULL;
-	pv[13] = NULL;
+	/* The progress statement takes arrays (one element per partition; one here): consumer,
+	 * topic, partition, next offset, consumed, applied, duplicates, quarantined, the
+	 * duplicates by kind (all upstream: the topic is read once), payload mismatches, no halt.
+	 */
+	snprintf(pr[0], sizeof(pr[0]), "{\"%s\"}", o->consumer);
+	snprintf(pr[1], sizeof(pr[1]), "{\"%s\"}", o->topic);
+	snprintf(pr[2], sizeof(pr[2]), "{%s}", part);
+	snprintf(pr[3], sizeof(pr[3]), "{%" PRId64 "}", b->msgs[b->n - 1].offset + 1);
+	snprintf(pr[4], sizeof(pr[4]), "{%zu}", b->n);
+	snprintf(pr[5], sizeof(pr[5]), "{%" PRIu64 "}", n_app);
+	snprintf(pr[6], sizeof(pr[6]), "{%" PRIu64 "}", n_dup);
+	snprintf(pr[7], sizeof(pr[7]), "{0}");
+	snprintf(pr[8], sizeof(pr[8]), "{0}");
+	snprintf(pr[9], sizeof(pr[9]), "{0}");
+	snprintf(pr[10], sizeof(pr[10]), "{%" PRIu64 "}", n_dup);
+	snprintf(pr[11], sizeof(pr[11]), "{0}");
+	snprintf(pr[12], sizeof(pr[12]), "{NULL}");
+	snprintf(pr[13], sizeof(pr[13]), "{NULL}");
+	for (int k = 0; k < 14; k++)
+		pv[k] = pr[k];
 	if (any_result) {
 		const char *rv[3] = { o->consumer, bf->rkeys.data, bf->rvals.data };
 
