@@ -16,8 +16,12 @@ clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "$src/lib/idem_cfg.c" "$src/lib
 	"$src/lib/idem_lex.c" "$src/lib/idem_field.c" \
 	"$src/lib/idem_common.c" "$src/lib/idem_log.c" \
 	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka) -o "$out/fuzz_cfg"
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_decode.c" "$src/lib/idem_batch.c" "$src/lib/idem_bind.c" \
+	"$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_lex.c" \
+	"$src/lib/idem_field.c" "$src/lib/idem_common.c" "$src/lib/idem_log.c" \
+	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka libcrypto) -lpthread -o "$out/fuzz_decode"
 
-for t in key cfg; do
+for t in key cfg decode; do
 	mkdir -p "$out/corpus-$t"
 	cp "$src/tests/fuzz/corpus/$t/"* "$out/corpus-$t/"
 	echo "fuzz_$t: ${secs}s"
