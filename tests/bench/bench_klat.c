@@ -2,8 +2,10 @@
  * bench_klat - the Kafka-only latency floor of the latency run (phase K of the benchmark).
  *
  *   bench_klat --brokers B --topic T --group G --count N [--timeout S]
+ *              [--kafka-prop NAME=VALUE]...
  *
- * A consumer in group G with idemd's fetch settings that does nothing but note, for each of
+ * A consumer in group G with idemd's fetch settings (the properties run.sh gives idemd in the
+ * latency run, passed as --kafka-prop, a later one replacing an earlier one) that does nothing but note, for each of
  * the first N messages, the wall-clock time it was handed over minus the message's Kafka
  * timestamp (set by the producer). Run it while idem-kafkatool produces at the latency run's
  * rate: what remains of the end-to-end latency target after Kafka (producer linger, broker,
@@ -51,7 +53,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: bench_klat --brokers B --topic T --group G --count N [--timeout S]\n");
+	fprintf(f, "usage: bench_klat --brokers B --topic T --group G --count N [--timeout S]\n"
+	           "                  [--kafka-prop NAME=VALUE]...\n");
 }
 
 int main(int argc, char **argv)
@@ -62,6 +65,7 @@ int main(int argc, char **argv)
 		{ "group", required_argument, NULL, 'g' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "kafka-prop", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -70,6 +74,8 @@ int main(int argc, char **argv)
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 	char errstr[512];
+	char *props[32];
+	int n_props = 0;
 	long count = 0, got = 0;
 	double timeout = 300, deadline, *lat;
 	int c;
@@ -91,6 +97,12 @@ int main(int argc, char **argv)
 			break;
 		case 'T':
 			timeout = atof(optarg);
+			break;
+		case 'X':
+			if (n_props == (int)(sizeof(props) / sizeof(props[0])) ||
+			    strchr(optarg, '=') == NULL)
+				bench_die("--kafka-prop: NAME=VALUE, at most 32 of them");
+			props[n_props++] = optarg;
 			break;
 		default:
 			usage(c == 'h' ? stdout : stderr);
@@ -116,6 +128,12 @@ int main(int argc, char **argv)
 	conf_set(conf, "fetch.wait.max.ms", "10");
 	conf_set(conf, "queued.min.messages", "1000000");
 	conf_set(conf, "log_level", "4");
+	for (int i = 0; i < n_props; i++) {
+		char *eq = strchr(props[i], '=');
+
+		*eq = '\0';
+		conf_set(conf, props[i], eq + 1);
+	}
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (rk == NULL)

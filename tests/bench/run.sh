@@ -319,8 +319,12 @@ phase_k() {
 	local r=$1 ph=$2 topic=$3 rate=$4 count=$5 pid line
 	idem_log "run $r: $ph Kafka-only latency at $rate msg/s"
 	: >"$IDEM_TMP/$topic.log"
+	local p props=()
+	for p in "${kafka_props[@]}"; do
+		props+=(--kafka-prop "$p")
+	done
 	"$BENCH_BIN/bench_klat" --brokers "$IDEM_BROKERS" --topic "$topic" --group "bench-$topic" \
-		--count "$count" >"$IDEM_TMP/$topic.out" 2>"$IDEM_TMP/$topic.log" &
+		--count "$count" "${props[@]}" >"$IDEM_TMP/$topic.out" 2>"$IDEM_TMP/$topic.log" &
 	pid=$!
 	idem_wait_until 60 "bench_klat to be assigned $topic" klat_assigned "$topic"
 	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "$topic" \
