@@ -6,7 +6,7 @@
 #                      [--batch B] [--workers W] [--max-wait-ms MS] [--latency-max-wait-ms MS]
 #                      [--history H] [--naive-max M] [--naive-seconds S]
 #                      [--latency-seconds S] [--latency-rate R] [--kafka-prop NAME=VALUE]...
-#                      [--pg-setting NAME=VALUE]... [--modes row,set] [--profile]
+#                      [--pg-setting NAME=VALUE]... [--modes row,set] [--profile] [--statements]
 #                      [--skip-latency] [--build-dir DIR] [--out DIR]
 #
 # Defaults: 1,000,000 messages, 3 runs, 16 partitions, 10% duplicates, batch 500, workers as
@@ -30,6 +30,8 @@
 #   L  idemd fed at half of C's rate: end-to-end latency, producer timestamp to the commit of
 #      the transaction that applied the message; Ls the same in set mode at half of C_set's rate.
 # --modes row or --modes set runs only that mode's phases (A/C/L or As/Cs/Ls).
+# --statements loads pg_stat_statements (planning tracked too) and reports, for each latency run,
+# every statement's calls and mean planning and execution time: where the commit stage goes.
 # --profile adds one more idemd pass over the N messages under `perf record -a` and prints
 # where the CPU goes. Results (report, raw lines, profile) are also written to --out.
 set -euo pipefail
@@ -56,6 +58,7 @@ naive_seconds=20
 latency_seconds=20
 profile=0
 skip_latency=0
+statements=0
 build_dir=$src/build-bench
 out_dir=
 kafka_props=()
@@ -85,6 +88,7 @@ while [ $# -gt 0 ]; do
 	--modes) modes=$2 && shift 2 ;;
 	--profile) profile=1 && shift ;;
 	--skip-latency) skip_latency=1 && shift ;;
+	--statements) statements=1 && shift ;;
 	--build-dir) build_dir=$2 && shift 2 ;;
 	--out) out_dir=$2 && shift 2 ;;
 	-h | --help) usage && exit 0 ;;
@@ -150,6 +154,9 @@ idem_tmp_init
 idem_pg_start
 # The latency is measured to the commit of the transaction: pg_xact_commit_timestamp().
 idem_psql -d postgres -c "ALTER SYSTEM SET track_commit_timestamp = on"
+if [ "$statements" = 1 ]; then
+	pg_settings=("shared_preload_libraries=pg_stat_statements" "${pg_settings[@]}")
+fi
 for s in "${pg_settings[@]}"; do
 	idem_psql -d postgres -c "ALTER SYSTEM SET ${s%%=*} = '${s#*=}'"
 done
@@ -193,6 +200,21 @@ bench_config "$IDEM_TMP/c.yaml" bench-setup payments payments "$IDEM_PAYMENTS_SQ
 	'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms" row
 idem_setup_db "$IDEM_TMP/c.yaml"
 idem_psql -c "CREATE TABLE bench_latency (payment_id text NOT NULL, produced_at timestamptz NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+if [ "$statements" = 1 ]; then
+	idem_psql -d postgres -c "ALTER SYSTEM SET pg_stat_statements.track_planning = on"
+	idem_psql -c "SELECT pg_reload_conf()" >/dev/null
+	idem_psql -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
+fi
+
+# statements_dump NAME: pg_stat_statements since its last reset (--statements), the costliest
+# first: calls, mean planning and execution ms per call, totals, and the statement's start.
+statements_dump() {
+	[ "$statements" = 1 ] || return 0
+	{
+		echo "statements of $1: calls plan_ms/call exec_ms/call plan_ms_total exec_ms_total statement"
+		idem_psql -F ' ' -c "SELECT calls, round((total_plan_time / calls)::numeric, 3), round((total_exec_time / calls)::numeric, 3), round(total_plan_time::numeric), round(total_exec_time::numeric), left(regexp_replace(query, '\\s+', ' ', 'g'), 60) FROM pg_stat_statements WHERE calls >= 10 AND query NOT LIKE '%pg_stat_statements%' ORDER BY total_plan_time + total_exec_time DESC LIMIT 10"
+	} >"$out_dir/statements-$1.txt"
+}
 
 # reset_db: empty tables for the next phase, as on a fresh install (no statistics). With
 # --history H, the claims table gets H older claims of the same consumers (topic 'history', keys
@@ -286,12 +308,14 @@ phase_c() {
 	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" payments payments "$(handler_sql "$mode")" \
 		'[business_key, "json:/account", "json:/amount"]' "$max_wait_ms" "$mode"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
+	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"
 	pid=$(idemd_pid "$name")
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer payments \
 		--topic payments --target "$messages" --pid "$pid" --postmaster "$PM") ||
 		idem_fail "idemd did not process the topic"
 	idemd_stop "$name"
+	statements_dump "$name"
 	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
 	echo "run $r $ph: $line" >>"$results"
 	rec "$r.$ph.msgs" "$messages"
@@ -392,6 +416,7 @@ phase_l() {
 	port=$((20000 + RANDOM % 20000))
 	printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$IDEM_TMP/$name.yaml"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
+	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"
 	pid=$(idemd_pid "$name")
 	# Produce only once every partition is assigned: the group join is not latency.
@@ -407,6 +432,7 @@ phase_l() {
 	curl -fsS "http://127.0.0.1:$port/metrics" >"$out_dir/metrics-$name.txt" ||
 		idem_fail "cannot scrape idemd's /metrics"
 	idemd_stop "$name"
+	statements_dump "$name"
 	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
 	stage_stats "$r" "$ph" "$out_dir/metrics-$name.txt"
 	lat=$(idem_psql -F ' ' -c "SELECT count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2), round(max(ms)::numeric, 2) FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms FROM bench_latency) s")
@@ -614,6 +640,12 @@ report() {
 		done
 		echo "(fetch: producer timestamp to idemd's poll; batch: poll to hand-over to the workers; queue: to a"
 		echo " worker's BEGIN; commit: BEGIN to COMMIT.)"
+		if [ "$statements" = 1 ]; then
+			for ph in "${lphases[@]}"; do
+				echo
+				cat "$out_dir/statements-${ph,,}$runs.txt"
+			done
+		fi
 		echo "(kafka_*: the same production consumed by bench_klat, which only reads: the share of Kafka"
 		echo " itself, producer linger.ms=5 and the embedded Kafka's fetch wait included. The per-second"
 		echo " p99 of each run is in the raw lines: a steady rise means idemd fell behind the rate.)"
