@@ -12,6 +12,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+
+/*
+ * The operator endpoints' limits (README, "Running it"): one event loop (epoll) serves
+ * every connection, so idle or byte-at-a-time clients cost a slot each, never the loop. A client
+ * address may hold HTTP_PER_CLIENT connections, all clients together HTTP_MAX_CONNECTIONS; a
+ * connection with nothing arriving for HTTP_IDLE_SECONDS is closed, and one whose request
+ * headers outgrow HTTP_CONN_MEMORY is answered 431 and closed. A probe therefore gets through
+ * while another address floods, and while its own address holds fewer than HTTP_PER_CLIENT.
+ */
+#define HTTP_MAX_CONNECTIONS 1024u
+#define HTTP_PER_CLIENT      256u
+#define HTTP_IDLE_SECONDS    5u
+#define HTTP_CONN_MEMORY     ((size_t)16384)
+#define HTTP_FD_RESERVE      256u /* descriptors kept for Kafka, Postgres, logs */
 
 static const double batch_size_bounds[] = { 1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000 };
 static const double batch_secs_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -486,12 +501,38 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	return respond(conn, code, type, body.data, body.len);
 }
 
+/*
+ * HTTP_MAX_CONNECTIONS, as far as the descriptor limit allows: the soft limit is raised to the
+ * hard one when it is too low (systemd's default soft limit is 1024), and what still does not fit
+ * lowers the connection limit rather than starving Kafka and Postgres of descriptors.
+ */
+static unsigned int http_max_connections(void)
+{
+	struct rlimit rl;
+	rlim_t want = HTTP_MAX_CONNECTIONS + HTTP_FD_RESERVE;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 64;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		rlim_t old = rl.rlim_cur;
+
+		rl.rlim_cur =
+		        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			rl.rlim_cur = old;
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return HTTP_MAX_CONNECTIONS;
+	return rl.rlim_cur > 2 * HTTP_FD_RESERVE ? (unsigned int)(rl.rlim_cur - HTTP_FD_RESERVE)
+	                                         : (unsigned int)(rl.rlim_cur / 2);
+}
+
 idem_status idem_metrics_listen(idem_metrics *m, const char *listen, idem_error *err)
 {
 	struct sockaddr_in6 a6;
 	struct sockaddr_in a4;
 	const struct sockaddr *sa;
-	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+	unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, max_conns;
 	const char *colon = strrchr(listen, ':');
 	char host[64];
 	size_t hl;
@@ -532,9 +573,13 @@ idem_status idem_metrics_listen(idem_metrics *m, const char *listen, idem_error 
 			                      listen);
 		sa = (const struct sockaddr *)&a4;
 	}
-	m->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, m,
-	                          MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_CONNECTION_LIMIT, 16u,
-	                          MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+	max_conns = http_max_connections();
+	m->mhd = MHD_start_daemon(
+	        flags, (uint16_t)port, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR, sa,
+	        MHD_OPTION_CONNECTION_LIMIT, max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	        max_conns < HTTP_PER_CLIENT ? max_conns : HTTP_PER_CLIENT,
+	        MHD_OPTION_CONNECTION_TIMEOUT, HTTP_IDLE_SECONDS,
+	        MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_CONN_MEMORY, MHD_OPTION_END);
 	if (m->mhd == NULL)
 		return idem_error_set(err, IDEM_ERR_IO, "cannot listen for metrics on '%s'",
 		                      listen);

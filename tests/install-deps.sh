@@ -7,7 +7,7 @@ pkgs=(
 	build-essential cmake pkg-config
 	librdkafka-dev libpq-dev libyaml-dev libjson-c-dev libssl-dev
 	libcmocka-dev libmicrohttpd-dev postgresql clang clang-format libclang-rt-14-dev curl
-	prometheus dpkg-dev
+	prometheus dpkg-dev python3
 )
 missing=()
 for p in "${pkgs[@]}"; do
