@@ -22,7 +22,8 @@ struct idem_flush_stats {
 	uint64_t consumed;
 	uint64_t applied;
 	uint64_t duplicates;
-	uint64_t quarantined;
+	uint64_t quarantined;    /* newly written to idem.quarantine (a message already there
+	                            at the same position, seen again, is a redelivery duplicate) */
 	uint64_t dup_redelivery; /* duplicates by kind; they add up to duplicates */
 	uint64_t dup_replay;
 	uint64_t dup_upstream;

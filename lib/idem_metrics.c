@@ -328,7 +328,7 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 		  "Messages whose business key was newly claimed and whose handler ran.",
 		  offsetof(struct idem_metrics, applied) },
 		{ "idemd_messages_quarantined_total",
-		  "Messages written to idem.quarantine instead of being applied.",
+		  "Messages written to idem.quarantine instead of being applied (one already there, delivered again, is a redelivery duplicate).",
 		  offsetof(struct idem_metrics, quarantined) },
 		{ "idemd_batches_total", "Batches committed.",
 		  offsetof(struct idem_metrics, batches) },
