@@ -163,10 +163,31 @@ void idem_flush_free(idem_flush *pg)
 
 idem_status idem_flush_reconnect(idem_flush *pg, idem_error *err)
 {
+	idem_status r;
+
 	if (pg->conn != NULL)
 		PQfinish(pg->conn);
 	pg->conn = NULL;
-	return setup(pg, err);
+	r = setup(pg, err);
+	/* Connected but not set up (a handler that no longer prepares): the next attempt must
+	 * start over, not run on statements that do not exist. */
+	if (r != IDEM_OK && pg->conn != NULL) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+	}
+	return r;
+}
+
+bool idem_flush_check(idem_flush *pg)
+{
+	/* Reading is what makes libpq notice that the server closed the connection. */
+	if (idem_flush_connected(pg) && !PQconsumeInput(pg->conn)) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+	}
+	if (!idem_flush_connected(pg) && idem_flush_reconnect(pg, NULL) != IDEM_OK)
+		return false;
+	return idem_flush_connected(pg);
 }
 
 bool idem_flush_connected(const idem_flush *pg)
