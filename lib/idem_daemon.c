@@ -603,6 +603,28 @@ static void flush_due(idem_daemon *d, bool all)
 	}
 }
 
+size_t idem_daemon_retry_now(idem_daemon *d)
+{
+	int64_t now = now_ms();
+	size_t n = 0;
+
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p = d->parts.v[i];
+
+		/* flush_due() takes it on the next turn, as if its time had come. */
+		if (!p->busy && !p->leaving && p->retry_at_ms > now) {
+			p->retry_at_ms = now;
+			n++;
+		}
+	}
+	if (n > 0)
+		idem_log_info(
+		        "batch",
+		        "retrying %zu halted or paused partition(s) now instead of at their scheduled time",
+		        n);
+	return n;
+}
+
 static int poll_timeout(const idem_daemon *d)
 {
 	int64_t now = now_ms(), t = 100;
