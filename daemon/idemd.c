@@ -77,7 +77,9 @@ static void usage(FILE *f)
 	        "group and exit 0; a second one exits at once. SIGHUP reads FILE again: a file\n"
 	        "with errors is refused whole and the running configuration kept; otherwise\n"
 	        "log.level is applied at once and every other changed setting is logged as\n"
-	        "\"'KEY' changed; restart to apply\" and keeps its running value.\n"
+	        "\"'KEY' changed; restart to apply\" and keeps its running value. SIGHUP also\n"
+	        "retries at once every partition halted at a poison message or paused after a\n"
+	        "failed batch, instead of at its next scheduled retry (up to retry.max_ms).\n"
 	        "\n"
 	        "Exit status: 0 stopped cleanly; 1 runtime failure; 2 usage error;\n"
 	        "78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
@@ -292,8 +294,13 @@ int main(int argc, char **argv)
 	wd_usec = idem_notify_watchdog_usec();
 
 	while (!should_stop()) {
-		if (reload_requested)
+		if (reload_requested) {
 			reload(path, cfg);
+			/* The operator may have fixed what a halted or paused partition waits
+			 * for (the data, the handler, the database): try it now, not up to
+			 * retry.max_ms later. */
+			idem_daemon_retry_now(d);
+		}
 		if (idem_daemon_tick(d, &err) != IDEM_OK) {
 			idem_log_error("main", "%s", err.msg);
 			goto out_free_daemon;

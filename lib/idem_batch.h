@@ -69,6 +69,7 @@ struct idem_batch_msg {
 	size_t winner;                 /* DUP_IN_BATCH: index of the message whose key wins */
 	enum idem_dup_kind dup;        /* DUPLICATE and DUP_IN_BATCH, once classified */
 	bool mismatch;                 /* a duplicate whose payload differs from its claim's */
+	bool quarantined_before;       /* BAD, and idem.quarantine had its position already */
 	struct idem_batch_claim claim; /* DUPLICATE: the claim it ran into */
 };
 

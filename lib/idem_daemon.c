@@ -121,6 +121,21 @@ static void log_mismatches(const struct idem_batch *b)
 	}
 }
 
+/*
+ * Readiness changed, or may have: partitions were assigned or revoked, one halted or got past its
+ * poison message. Said at once, so that /readyz never lags such a change (whether Postgres is
+ * connected the pool answers at each request).
+ */
+static void ready_changed(idem_daemon *d)
+{
+	idem_metrics_ready(d->metrics, d->parts.n > 0, idem_parts_halted(&d->parts) > 0);
+}
+
+static bool pool_connected(const void *pool)
+{
+	return idem_pool_connected(pool);
+}
+
 static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 {
 	d->stats.batches++;
@@ -148,7 +163,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 {
 	struct idem_batch *b = &p->inflight;
 	const struct idem_flush_stats *st = &p->job.st;
-	bool was_retry = p->retry_at_ms != 0, was_held = p->held;
+	bool was_retry = p->retry_at_ms != 0, was_held = p->held, was_halted = p->halted;
 	int64_t first = p->job.first, last = st->next_offset - 1;
 
 	double stages[IDEM_METRICS_STAGES] = {
@@ -192,11 +207,15 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	p->failures = 0;
 	p->retry_at_ms = 0;
 	p->held = false;
+	/* Halted until a batch commits past the poison message, not merely while it waits for
+	 * a retry: readiness must not come and go with each retry of a partition still stuck. */
+	p->halted = st->halted;
+	if (p->halted != was_halted)
+		ready_changed(d);
 	if (st->halted) {
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
 		idem_batch_reset(&p->batch);
-		p->halted = true;
 		p->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
 		p->fetch_next = st->next_offset;
 		if (!was_retry && !was_held)
@@ -308,8 +327,9 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 				continue;
 			}
 			/* Out of memory: hand over nothing more, but wait for what the workers
-			 * hold, which must not be freed under them. */
-			if (p->halted || b->n_msgs == 0 || p->drain_tries <= 0 || r != IDEM_OK)
+			 * hold, which must not be freed under them. (A halted partition waiting
+			 * for its retry has nothing in hand.) */
+			if (b->n_msgs == 0 || p->drain_tries <= 0 || r != IDEM_OK)
 				continue;
 			if (tries > 1 && p->retry_at_ms != 0 && now < p->retry_at_ms) {
 				if (p->retry_at_ms - now < wait)
@@ -328,7 +348,7 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
 
-		if (p->leaving && !p->busy && !p->halted && p->batch.n_msgs > 0)
+		if (p->leaving && !p->busy && p->batch.n_msgs > 0)
 			idem_log_warn("batch",
 			              "giving up on batch topic=%s partition=%" PRId32
 			              " offsets=%" PRId64 "..%" PRId64 "; it will be redelivered",
@@ -356,6 +376,7 @@ static void on_assign(void *opaque, const rd_kafka_topic_partition_list_t *list)
 			idem_log_info("kafka", "assigned topic=%s partition=%" PRId32, tp->topic,
 			              tp->partition);
 	}
+	ready_changed(d);
 }
 
 /*
@@ -385,6 +406,7 @@ static void on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
 		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
 		              list->elems[i].partition);
 	}
+	ready_changed(d);
 }
 
 idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_daemon **ret_d,
@@ -408,6 +430,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		r = idem_error_nomem(err);
 		goto out_free;
 	}
+	idem_metrics_connected_probe(d->metrics, pool_connected, d->pool);
 	if (cfg->metrics_listen != NULL &&
 	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
 		goto out_free;
@@ -504,9 +527,9 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		/* A message of a partition this instance no longer owns: its new owner gets it. */
 		return IDEM_OK;
 	}
-	/* The partition waits for a retry or is halted: it is paused, and what still arrives
+	/* The partition waits for a retry (halted or not): it is paused, and what still arrives
 	 * is fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
-	if (p->halted || p->retry_at_ms != 0 || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
+	if (p->retry_at_ms != 0 || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
 		return IDEM_OK;
 	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
 		return idem_error_nomem(err);
@@ -561,13 +584,13 @@ static void flush_due(idem_daemon *d, bool all)
 				continue;
 			if (p->halted || b->n_msgs == 0) {
 				/* Nothing in hand to retry: fetch again from where it stopped (a
-				 * poison message may go through now). */
+				 * poison message may go through now; the partition stays halted
+				 * until a batch commits past it). */
 				idem_log_info("batch",
 				              "retrying %s partition topic=%s partition=%" PRId32
 				              " from offset=%" PRId64,
 				              p->halted ? "halted" : "paused", p->topic,
 				              p->partition, p->fetch_next);
-				p->halted = false;
 				p->retry_at_ms = 0;
 				resume_part(d, p, p->fetch_next, true);
 				continue;
@@ -578,6 +601,28 @@ static void flush_due(idem_daemon *d, bool all)
 		}
 		dispatch(d, p);
 	}
+}
+
+size_t idem_daemon_retry_now(idem_daemon *d)
+{
+	int64_t now = now_ms();
+	size_t n = 0;
+
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p = d->parts.v[i];
+
+		/* flush_due() takes it on the next turn, as if its time had come. */
+		if (!p->busy && !p->leaving && p->retry_at_ms > now) {
+			p->retry_at_ms = now;
+			n++;
+		}
+	}
+	if (n > 0)
+		idem_log_info(
+		        "batch",
+		        "retrying %zu halted or paused partition(s) now instead of at their scheduled time",
+		        n);
+	return n;
 }
 
 static int poll_timeout(const idem_daemon *d)
@@ -622,7 +667,7 @@ static void log_stats(idem_daemon *d)
 	              idem_parts_halted(&d->parts));
 }
 
-/* About once a second: per-partition lag and progress, readiness. */
+/* About once a second: per-partition lag and progress, the pool's gauges. */
 static void publish(idem_daemon *d)
 {
 	rd_kafka_topic_partition_list_t *list;
@@ -655,8 +700,6 @@ static void publish(idem_daemon *d)
 		busy += d->parts.v[i]->busy;
 	}
 	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
-	idem_metrics_ready(d->metrics, idem_pool_connected(d->pool), d->parts.n > 0,
-	                   idem_parts_halted(&d->parts) > 0);
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)

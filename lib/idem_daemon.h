@@ -56,10 +56,20 @@ IDEM_NODISCARD idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop
  * partition's batch, commit the batches that are full or due. A batch that fails for a transient
  * reason or a broken handler pauses its partition and is retried the same, after an exponential
  * backoff with jitter (retry.initial_ms..retry.max_ms), while other partitions go on; a halted
- * partition (routes[].on_poison: halt) is retried every retry.max_ms from its poison message.
+ * partition (routes[].on_poison: halt) is retried every retry.max_ms from its poison message
+ * (and at once after idem_daemon_retry_now()).
  * @returns IDEM_OK, or a fatal error (out of memory).
  */
 IDEM_NODISCARD idem_status idem_daemon_tick(idem_daemon *d, idem_error *err);
+
+/*
+ * @brief Retry at once every partition that waits for a retry: halted at a poison message
+ * (routes[].on_poison: halt) or paused after a failed batch (a broken handler, a transient
+ * error), instead of at its scheduled time (up to retry.max_ms away). For SIGHUP: an operator
+ * has fixed the cause. A retry that fails again is scheduled as any other.
+ * @returns how many partitions will be retried.
+ */
+size_t idem_daemon_retry_now(idem_daemon *d);
 
 /*
  * @brief Drain: commit the open batches (bounded retries), commit offsets synchronously, close

@@ -42,6 +42,7 @@ struct flush_ctx {
 	size_t *dups; /* indices of messages that ran into an existing claim, sorted by key */
 	size_t n_dups;
 	size_t cap_idx;
+	bool results_sent;     /* round trip 3: sent its results statement */
 	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
 	bool set_sent;         /* set mode: sent its route's statement (round trip 2) */
 	struct {
@@ -162,10 +163,31 @@ void idem_flush_free(idem_flush *pg)
 
 idem_status idem_flush_reconnect(idem_flush *pg, idem_error *err)
 {
+	idem_status r;
+
 	if (pg->conn != NULL)
 		PQfinish(pg->conn);
 	pg->conn = NULL;
-	return setup(pg, err);
+	r = setup(pg, err);
+	/* Connected but not set up (a handler that no longer prepares): the next attempt must
+	 * start over, not run on statements that do not exist. */
+	if (r != IDEM_OK && pg->conn != NULL) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+	}
+	return r;
+}
+
+bool idem_flush_check(idem_flush *pg)
+{
+	/* Reading is what makes libpq notice that the server closed the connection. */
+	if (idem_flush_connected(pg) && !PQconsumeInput(pg->conn)) {
+		PQfinish(pg->conn);
+		pg->conn = NULL;
+	}
+	if (!idem_flush_connected(pg) && idem_flush_reconnect(pg, NULL) != IDEM_OK)
+		return false;
+	return idem_flush_connected(pg);
 }
 
 bool idem_flush_connected(const idem_flush *pg)
@@ -293,7 +315,14 @@ static void count(const struct idem_batch *b, struct idem_flush_stats *st)
 			break;
 		case IDEM_MSG_BAD:
 		case IDEM_MSG_QUARANTINED:
-			st->quarantined++;
+			/* Counted once, when it first went there: seen again at the same
+			 * position, it is Kafka delivering it again. */
+			if (m->quarantined_before) {
+				st->duplicates++;
+				st->dup_redelivery++;
+			} else {
+				st->quarantined++;
+			}
 			break;
 		case IDEM_MSG_PENDING:
 			break;
@@ -324,21 +353,23 @@ static void handler_reason(const idem_flush *pg, const PGresult *res, char *buf,
 }
 
 /*
- * Send one batch's closing statements in pipeline mode: results (if any), one quarantine insert
- * per bad message. @ret_n counts the statements sent.
+ * Send one batch's closing statements that precede the progress, in pipeline mode: results (if
+ * any), one quarantine insert per bad message. @ret_n counts the statements sent, @ret_q the
+ * quarantine inserts among them.
  */
-static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int *ret_n,
+static idem_status send_closing(idem_flush *pg, struct flush_ctx *ctx, int *ret_n, int *ret_q,
                                 idem_error *err)
 {
 	const struct idem_batch *b = ctx->b;
 	struct idem_bind *bd = &pg->bind;
 	const char *v[3];
 	bool any;
-	int n = 0;
+	int n = 0, q = 0;
 
 	/* Only results there are: no claim row is rewritten for nothing. */
 	if (idem_bind_results(bd, b, &any, v) != IDEM_OK)
 		return idem_error_nomem(err);
+	ctx->results_sent = any;
 	if (any) {
 		if (!idem_sql_send(pg->conn, IDEM_SQL_RESULTS, v, NULL, NULL))
 			return idem_pg_error(err, pg->conn, NULL, "send results");
@@ -352,9 +383,10 @@ static idem_status send_closing(idem_flush *pg, const struct flush_ctx *ctx, int
 		/* libpq copies parameters at send time, so the buffers may be reused. */
 		if (!idem_sql_send(pg->conn, IDEM_SQL_QUARANTINE, bd->vals, bd->lens, bd->fmts))
 			return idem_pg_error(err, pg->conn, NULL, "send quarantine");
-		n++;
+		q++;
 	}
-	*ret_n = n;
+	*ret_n = n + q;
+	*ret_q = q;
 	return IDEM_OK;
 }
 
@@ -472,54 +504,93 @@ static idem_status exec_stmt(idem_flush *pg, enum idem_sql_id id, const char *co
 }
 
 /*
- * Send the closing statements of the batches of ctx[0..n), one progress statement for all their
- * partitions, and COMMIT; @ret_n counts them.
+ * Read what send_closing() sent for @ctx: the results statement, then for each bad message
+ * whether idem.quarantine had its position already (IDEM_SQL_QUARANTINE returns whether its row
+ * is new): then it is a redelivery, counted as such by count().
  */
-static idem_status send_commit(idem_flush *pg, const struct flush_ctx *ctx, size_t n, int *ret_n,
-                               idem_error *err)
+static idem_status read_closing(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
 {
-	struct idem_bind_progress *pr = ctx == &pg->one ? pg->one_p : pg->many_p;
-	int n_sent = 0, n_one = 0;
-	const char *v[14];
+	struct idem_batch *b = ctx->b;
+	PGresult *res;
 	idem_status r;
 
-	for (size_t k = 0; k < n; k++) {
-		if ((r = send_closing(pg, &ctx[k], &n_one, err)) != IDEM_OK)
+	if (ctx->results_sent) {
+		if (next_result(pg->conn, &res) != PGRES_COMMAND_OK) {
+			r = idem_pg_error(err, pg->conn, res, "store results");
+			PQclear(res);
 			return r;
-		n_sent += n_one;
-		pr[k] = progress_row(&ctx[k]);
+		}
+		PQclear(res);
 	}
-	if (idem_bind_progress(&pg->bind, pr, n, v) != IDEM_OK)
-		return idem_error_nomem(err);
-	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS, v, NULL, NULL))
-		return idem_pg_error(err, pg->conn, NULL, "send progress");
-	if (!PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0))
-		return idem_pg_error(err, pg->conn, NULL, "send commit");
-	*ret_n = n_sent + 2;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+
+		if (m->state != IDEM_MSG_BAD)
+			continue;
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+			r = idem_pg_error(err, pg->conn, res, "quarantine");
+			PQclear(res);
+			return r;
+		}
+		m->quarantined_before = strcmp(PQgetvalue(res, 0, 0), "f") == 0;
+		if (m->quarantined_before)
+			m->dup = IDEM_DUP_REDELIVERY;
+		PQclear(res);
+	}
 	return IDEM_OK;
 }
 
 /*
- * Send the closing statements of the batches of ctx[0..n), COMMIT and sync, read their results;
- * the pipeline is left on success.
+ * Round trip 3 for the batches of ctx[0..n): results and quarantine, then each batch's counters
+ * (finish_stats()), one progress statement for all their partitions, COMMIT and sync; the
+ * pipeline is left on success. A transaction that quarantines reads the quarantine inserts'
+ * answers before it counts (one round trip more, only then): a message whose position was in
+ * idem.quarantine already is a redelivery, not a new quarantine.
  */
-static idem_status close_batch(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
-                               idem_error *err)
+static idem_status close_batch(idem_flush *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
 {
+	struct idem_bind_progress *pr = ctx == &pg->one ? pg->one_p : pg->many_p;
+	int n_sent = 0, n_quar = 0, n_one, q_one;
+	const char *v[14];
 	PGresult *res;
-	int n_close = 0;
 	idem_status r;
 
-	if ((r = send_commit(pg, ctx, n, &n_close, err)) != IDEM_OK) {
-		pipeline_abort(pg, false);
-		return r;
+	for (size_t k = 0; k < n; k++) {
+		if ((r = send_closing(pg, &ctx[k], &n_one, &q_one, err)) != IDEM_OK)
+			goto out_abort;
+		n_sent += n_one;
+		n_quar += q_one;
 	}
+	if (n_quar > 0) {
+		if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0) {
+			r = idem_pg_error(err, pg->conn, NULL, "batch send");
+			goto out_abort;
+		}
+		for (size_t k = 0; k < n; k++) {
+			if ((r = read_closing(pg, &ctx[k], err)) != IDEM_OK)
+				goto out_abort;
+		}
+		n_sent = 0;
+	}
+	for (size_t k = 0; k < n; k++) {
+		finish_stats(&ctx[k]);
+		pr[k] = progress_row(&ctx[k]);
+	}
+	if (idem_bind_progress(&pg->bind, pr, n, v) != IDEM_OK) {
+		r = idem_error_nomem(err);
+		goto out_abort;
+	}
+	if (!idem_sql_send(pg->conn, IDEM_SQL_PROGRESS, v, NULL, NULL) ||
+	    !PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)) {
+		r = idem_pg_error(err, pg->conn, NULL, "send commit");
+		goto out_abort;
+	}
+	n_sent += 2;
 	if (!PQpipelineSync(pg->conn)) {
 		r = idem_pg_error(err, pg->conn, NULL, "sync");
-		pipeline_abort(pg, false);
-		return r;
+		goto out_abort;
 	}
-	for (int k = 0; k < n_close; k++) {
+	for (int k = 0; k < n_sent; k++) {
 		ExecStatusType s = next_result(pg->conn, &res);
 
 		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
@@ -538,6 +609,10 @@ static idem_status close_batch(idem_flush *pg, const struct flush_ctx *ctx, size
 	PQclear(res);
 	PQexitPipelineMode(pg->conn);
 	return IDEM_OK;
+
+out_abort:
+	pipeline_abort(pg, false);
+	return r;
 }
 
 static void handler_name(const idem_flush *pg, const struct idem_batch *b, char *buf, size_t len)
@@ -973,8 +1048,6 @@ static enum fast_outcome fast_path(idem_flush *pg, struct flush_ctx *ctx, size_t
 	}
 
 	/* Round trip 3: results, quarantine, progress, COMMIT. */
-	for (size_t k = 0; k < n; k++)
-		finish_stats(&ctx[k]);
 	if (close_batch(pg, ctx, n, err) != IDEM_OK)
 		return FAST_ERROR;
 	return FAST_DONE;
@@ -1198,13 +1271,14 @@ static idem_status slow_path(idem_flush *pg, struct flush_ctx *ctx, idem_error *
 	}
 	if ((r = slow_classify(pg, ctx, err)) != IDEM_OK)
 		goto out_rollback;
-	finish_stats(ctx);
-	ctx->st.slow_path = true;
 	if (!PQenterPipelineMode(pg->conn)) {
 		r = idem_pg_error(err, pg->conn, NULL, "enter pipeline mode");
 		goto out_rollback;
 	}
-	return close_batch(pg, ctx, 1, err);
+	if ((r = close_batch(pg, ctx, 1, err)) != IDEM_OK)
+		return r;
+	ctx->st.slow_path = true;
+	return IDEM_OK;
 
 out_rollback:
 	if (PQstatus(pg->conn) == CONNECTION_OK) {
@@ -1232,6 +1306,7 @@ static void reset_states(struct flush_ctx *ctx)
 		m->result.null = true;
 		m->dup = IDEM_DUP_NONE;
 		m->mismatch = false;
+		m->quarantined_before = false;
 		m->claim.found = false;
 	}
 }

@@ -22,7 +22,8 @@ struct idem_flush_stats {
 	uint64_t consumed;
 	uint64_t applied;
 	uint64_t duplicates;
-	uint64_t quarantined;
+	uint64_t quarantined;    /* newly written to idem.quarantine (a message already there
+	                            at the same position, seen again, is a redelivery duplicate) */
 	uint64_t dup_redelivery; /* duplicates by kind; they add up to duplicates */
 	uint64_t dup_replay;
 	uint64_t dup_upstream;
@@ -42,9 +43,20 @@ IDEM_NODISCARD idem_status idem_flush_new(const struct idem_cfg *cfg, idem_flush
                                           idem_error *err);
 void idem_flush_free(idem_flush *pg);
 
-/* @brief Drop the connection and open a new one (re-preparing everything). */
+/*
+ * @brief Drop the connection and open a new one (re-preparing everything). On failure there is
+ * no connection: one that opened but could not be set up is not kept half-prepared.
+ */
 IDEM_NODISCARD idem_status idem_flush_reconnect(idem_flush *pg, idem_error *err);
 bool idem_flush_connected(const idem_flush *pg);
+
+/*
+ * @brief For an idle session: notice a connection the server closed meanwhile (a terminated
+ * backend, a server shutting down: libpq sees it only when it reads), and reconnect one that is
+ * gone. Never blocks on the server except to connect.
+ * @returns idem_flush_connected() afterwards.
+ */
+bool idem_flush_check(idem_flush *pg);
 
 /*
  * @brief Process batch @b in one transaction: claim, run handlers, store results, classify

@@ -58,7 +58,9 @@ struct idem_metrics {
 	double stage_sum[IDEM_METRICS_STAGES];
 	struct part_gauge *parts;
 	size_t n_parts, cap_parts;
-	bool connected, assigned, halted;
+	bool assigned, halted;
+	idem_metrics_probe_fn connected_fn; /* asked at each request */
+	const void *connected_arg;
 	size_t workers, in_flight, held;
 	double oldest_claim_age;
 };
@@ -214,12 +216,21 @@ void idem_metrics_partition_remove(idem_metrics *m, const char *topic, int32_t p
 	pthread_mutex_unlock(&m->lock);
 }
 
-void idem_metrics_ready(idem_metrics *m, bool connected, bool assigned, bool halted)
+void idem_metrics_connected_probe(idem_metrics *m, idem_metrics_probe_fn fn, const void *arg)
 {
 	if (m == NULL)
 		return;
 	pthread_mutex_lock(&m->lock);
-	m->connected = connected;
+	m->connected_fn = fn;
+	m->connected_arg = arg;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
 	m->assigned = assigned;
 	m->halted = halted;
 	pthread_mutex_unlock(&m->lock);
@@ -245,17 +256,26 @@ void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds)
 	pthread_mutex_unlock(&m->lock);
 }
 
+/* Ready, or why not (@why may be NULL), under m->lock. */
+static bool ready_locked(const idem_metrics *m, char *why, size_t len)
+{
+	bool connected = m->connected_fn != NULL && m->connected_fn(m->connected_arg);
+
+	if (why != NULL)
+		snprintf(why, len, "%s",
+		         !connected     ? "not connected to postgres"
+		         : !m->assigned ? "no partition assigned"
+		         : m->halted    ? "a partition is halted"
+		                        : "ready");
+	return connected && m->assigned && !m->halted;
+}
+
 bool idem_metrics_is_ready(idem_metrics *m, char *why, size_t len)
 {
 	bool ok;
 
 	pthread_mutex_lock(&m->lock);
-	ok = m->connected && m->assigned && !m->halted;
-	snprintf(why, len, "%s",
-	         !m->connected  ? "not connected to postgres"
-	         : !m->assigned ? "no partition assigned"
-	         : m->halted    ? "a partition is halted"
-	                        : "ready");
+	ok = ready_locked(m, why, len);
 	pthread_mutex_unlock(&m->lock);
 	return ok;
 }
@@ -343,7 +363,7 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 		  "Messages whose business key was newly claimed and whose handler ran.",
 		  offsetof(struct idem_metrics, applied) },
 		{ "idemd_messages_quarantined_total",
-		  "Messages written to idem.quarantine instead of being applied.",
+		  "Messages written to idem.quarantine instead of being applied (one already there, delivered again, is a redelivery duplicate).",
 		  offsetof(struct idem_metrics, quarantined) },
 		{ "idemd_batches_total", "Batches committed.",
 		  offsetof(struct idem_metrics, batches) },
@@ -424,8 +444,8 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            m->workers, m->in_flight, m->held) ||
 	    idem_buf_printf(
 	            o,
-	            "# HELP idemd_ready Whether idemd is connected, assigned partitions and not halted.\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
-	            m->connected && m->assigned && !m->halted) ||
+	            "# HELP idemd_ready Whether idemd is connected to Postgres, assigned partitions and none is halted (what /readyz answers).\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
+	            ready_locked(m, NULL, 0)) ||
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_build_info idemd build information.\n# TYPE idemd_build_info gauge\nidemd_build_info{version=\"%s\"} 1\n",

@@ -59,7 +59,17 @@ void idem_metrics_retry(idem_metrics *m, const char *cls);
 void idem_metrics_partition(idem_metrics *m, const char *topic, int32_t partition, int64_t db_next,
                             int64_t lag);
 void idem_metrics_partition_remove(idem_metrics *m, const char *topic, int32_t partition);
-void idem_metrics_ready(idem_metrics *m, bool connected, bool assigned, bool halted);
+/*
+ * Readiness is exact at every request: ready when connected to Postgres, assigned partitions and
+ * none halted, and only then. The consumer thread says whether partitions are assigned and
+ * whether one is halted each time that changes (not on a timer, which would lag a rebalance or
+ * a halt); whether Postgres is connected is asked of @fn(@arg) at each request, on the
+ * listener's thread: it must be thread-safe and outlive the listener. Without a probe, not
+ * connected.
+ */
+typedef bool (*idem_metrics_probe_fn)(const void *arg);
+void idem_metrics_connected_probe(idem_metrics *m, idem_metrics_probe_fn fn, const void *arg);
+void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted);
 /* The worker pool: its size, batches being committed, partitions paused for backpressure. */
 void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held);
 /* Age in seconds of the oldest claim kept (retention), < 0 if unknown. */

@@ -53,7 +53,8 @@ struct idem_part {
 	bool busy;
 	bool held;           /* paused because @batch is full while @inflight commits */
 	bool leaving;        /* being revoked or shut down: drained, not fetched again */
-	bool halted;         /* processing stopped (on_poison: halt or fatal handler error) */
+	bool halted;         /* stopped at a poison message (on_poison: halt), from the batch that
+	                        halted to the first that commits past it, its retries included */
 	int drain_tries;     /* attempts left while draining */
 	int failures;        /* consecutive failed commits of the current batch */
 	int64_t retry_at_ms; /* monotonic time of the next attempt; 0: none pending */

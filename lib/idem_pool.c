@@ -8,6 +8,7 @@
  */
 #include "idem_pool.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,15 @@
 /* Most batches one transaction carries, and most messages (in batch.max_messages units). */
 #define GROUP_MAX_BATCHES 32
 #define GROUP_MAX_FULL    2
+/* How often an idle worker checks its connection (idem_flush_check()). */
+#define IDLE_CHECK_MS 1000
 
 struct worker {
 	idem_pool *pool;
 	idem_flush *pg;
 	pthread_t thread;
 	bool started;
-	int connected; /* idem_flush_connected() after the last commit (atomic) */
+	int connected; /* idem_flush_connected() after the last commit or idle check (atomic) */
 };
 
 struct idem_pool {
@@ -107,7 +110,8 @@ struct idem_part *idem_pool_collect(idem_pool *pool)
 	return p;
 }
 
-void idem_pool_wait(idem_pool *pool, int ms)
+/* The time @ms from now, for pthread_cond_timedwait(). */
+static struct timespec deadline_in(int ms)
 {
 	struct timespec ts;
 
@@ -118,6 +122,13 @@ void idem_pool_wait(idem_pool *pool, int ms)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
+	return ts;
+}
+
+void idem_pool_wait(idem_pool *pool, int ms)
+{
+	struct timespec ts = deadline_in(ms);
+
 	pthread_mutex_lock(&pool->mu);
 	if (pool->done == NULL)
 		pthread_cond_timedwait(&pool->done_cv, &pool->mu, &ts);
@@ -177,11 +188,24 @@ static void *worker_main(void *arg)
 	memset(errs, 0, sizeof(errs));
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
+		struct timespec idle_until = deadline_in(IDLE_CHECK_MS);
 		int64_t begin_us, end_us;
 		size_t n;
 
-		while (pool->ready == NULL && !pool->quit)
-			pthread_cond_wait(&pool->work_cv, &pool->mu);
+		/* Idle, the connection is checked every IDLE_CHECK_MS, so that readiness
+		 * (idem_pool_connected()) says how it is now rather than as of the last commit: a
+		 * connection dropped after a failed batch is reopened without waiting for work,
+		 * and one the server closed meanwhile is noticed. */
+		while (pool->ready == NULL && !pool->quit) {
+			if (pthread_cond_timedwait(&pool->work_cv, &pool->mu, &idle_until) !=
+			            ETIMEDOUT ||
+			    pool->ready != NULL || pool->quit)
+				continue;
+			pthread_mutex_unlock(&pool->mu);
+			__atomic_store_n(&w->connected, idem_flush_check(w->pg), __ATOMIC_RELAXED);
+			pthread_mutex_lock(&pool->mu);
+			idle_until = deadline_in(IDLE_CHECK_MS);
+		}
 		if (pool->ready == NULL)
 			break;
 		n = take_group(pool, group);

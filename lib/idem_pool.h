@@ -60,7 +60,11 @@ struct idem_part *idem_pool_collect(idem_pool *pool);
 /* @brief Wait up to @ms for a worker to finish something (returns at once if one has). */
 void idem_pool_wait(idem_pool *pool, int ms);
 
-/* @brief Is every worker's connection up (as of its last commit)? */
+/*
+ * @brief Is every worker's connection up? As of each worker's last commit, or of its last check
+ * while idle (every second: a connection the server closed is noticed, a lost one reopened), so
+ * an idle pool's answer is at most about a second old. Thread-safe.
+ */
 bool idem_pool_connected(const idem_pool *pool);
 
 /*

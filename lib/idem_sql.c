@@ -69,7 +69,13 @@ static const char sql_progress[] =
         " halted_offset = excluded.halted_offset, halt_reason = excluded.halt_reason,"
         " updated_at = now()";
 
-/* Idempotent per offset: a message quarantined again (a replay) reopens its row. */
+/*
+ * Idempotent per offset: a message quarantined again (a redelivery, a replay) reopens its row.
+ * It returns whether the row is new: a row this statement inserted has no xmax, one it updated
+ * has the updating transaction's (the usual test of INSERT ... ON CONFLICT DO UPDATE). Decided
+ * by the insert itself, so two transactions quarantining the same offset at once count it once:
+ * the second waits for the first and updates its row.
+ */
 static const char sql_quarantine[] =
         "INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\", business_key,"
         " msg_key, msg_value, header_names, header_values, msg_timestamp, reason, sqlstate,"
@@ -80,7 +86,8 @@ static const char sql_quarantine[] =
         " attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
         " sqlstate = excluded.sqlstate,"
         " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
-        " last_failed_at = now(), resolved_at = NULL, resolution = NULL";
+        " last_failed_at = now(), resolved_at = NULL, resolution = NULL"
+        " RETURNING xmax = 0";
 
 static const char sql_schema_version[] =
         "SELECT coalesce(max(version), 0) FROM idem.schema_migrations";

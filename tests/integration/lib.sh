@@ -295,6 +295,14 @@ idem_pg_stop() {
 		idem_fail "pg_ctl stop failed"
 }
 
+# idem_pg_start_again: start Postgres again after idem_pg_stop; returns once it accepts
+# connections.
+idem_pg_start_again() {
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_PGDATA" -l "$IDEM_PG_LOG" -w -t 60 -s \
+		start >/dev/null || idem_fail "postgres did not start again (log: $IDEM_PG_LOG)"
+	idem__pg_wait_ready
+}
+
 # idem_pg_restart_immediate: crash-stop Postgres (no checkpoint; clients lose their
 # connections) and start it again; returns once it accepts connections after recovery.
 idem_pg_restart_immediate() {

@@ -103,22 +103,40 @@ static void test_partitions(void **state)
 	idem_metrics_free(m);
 }
 
+static bool probe(const void *arg)
+{
+	return *(const bool *)arg;
+}
+
 static void test_ready(void **state)
 {
 	idem_metrics *m = idem_metrics_new();
+	bool connected = false;
 	char why[64];
 
 	(void)state;
 	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
 	assert_string_equal(why, "not connected to postgres");
-	idem_metrics_ready(m, true, false, false);
+	idem_metrics_ready(m, true, false);
+	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
+	assert_string_equal(why, "not connected to postgres");
+	/* Asked at each request: a connection lost or regained shows at once. */
+	idem_metrics_connected_probe(m, probe, &connected);
+	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
+	assert_string_equal(why, "not connected to postgres");
+	connected = true;
+	idem_metrics_ready(m, false, false);
 	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
 	assert_string_equal(why, "no partition assigned");
-	idem_metrics_ready(m, true, true, true);
+	idem_metrics_ready(m, true, true);
 	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
 	assert_string_equal(why, "a partition is halted");
-	idem_metrics_ready(m, true, true, false);
+	idem_metrics_ready(m, true, false);
 	assert_true(idem_metrics_is_ready(m, why, sizeof(why)));
+	assert_string_equal(why, "ready");
+	connected = false;
+	assert_false(idem_metrics_is_ready(m, why, sizeof(why)));
+	assert_string_equal(why, "not connected to postgres");
 	idem_metrics_free(m);
 }
 
