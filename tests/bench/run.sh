@@ -4,6 +4,7 @@
 #
 #   tests/bench/run.sh [--messages N] [--runs R] [--partitions P] [--dup-ratio D]
 #                      [--batch B] [--workers W] [--max-wait-ms MS] [--latency-max-wait-ms MS]
+#                      [--latency-fetch-wait-ms MS]
 #                      [--history H] [--naive-max M] [--naive-seconds S]
 #                      [--latency-seconds S] [--latency-rate R] [--kafka-prop NAME=VALUE]...
 #                      [--pg-setting NAME=VALUE]... [--modes row,set] [--profile] [--statements]
@@ -11,7 +12,9 @@
 #
 # Defaults: 1,000,000 messages, 3 runs, 16 partitions, 10% duplicates, batch 500, workers as
 # idemd sizes them by default (one per CPU, at most 8; A uses as many connections), max wait
-# 20 ms (5 ms in the latency run), no claims history (a fresh install), naive consumer timed on
+# 20 ms (5 ms in the latency run), fetch.wait.max.ms 10 (1 in the latency runs K and L: the
+# embedded Kafka holds an empty fetch for all of it, where a real broker answers as soon as data
+# arrives), no claims history (a fresh install), naive consumer timed on
 # 20,000 messages or 20 s, latency run 20 s, both handler modes. Quick mode: --messages 100000
 # --runs 1.
 #
@@ -50,6 +53,7 @@ workers=$(nproc)
 [ "$workers" -le 8 ] || workers=8
 max_wait_ms=20
 lat_max_wait_ms=5
+lat_fetch_wait_ms=1
 latency_rate=0
 history=0
 modes=row,set
@@ -78,6 +82,7 @@ while [ $# -gt 0 ]; do
 	--workers) workers=$2 && shift 2 ;;
 	--max-wait-ms) max_wait_ms=$2 && shift 2 ;;
 	--latency-max-wait-ms) lat_max_wait_ms=$2 && shift 2 ;;
+	--latency-fetch-wait-ms) lat_fetch_wait_ms=$2 && shift 2 ;;
 	--history) history=$2 && shift 2 ;;
 	--naive-max) naive_max=$2 && shift 2 ;;
 	--naive-seconds) naive_seconds=$2 && shift 2 ;;
@@ -98,7 +103,7 @@ done
 for v in messages runs partitions batch workers naive_max naive_seconds latency_seconds; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2 && exit 2; }
 done
-for v in max_wait_ms lat_max_wait_ms history latency_rate; do
+for v in max_wait_ms lat_max_wait_ms lat_fetch_wait_ms history latency_rate; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "run.sh: --${v//_/-} must be a non-negative integer" >&2 && exit 2; }
 done
 case $modes in
@@ -171,8 +176,9 @@ for ((r = 1; r <= runs; r++)); do
 done
 idem_kafka_start "${topics[@]}"
 
-# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MAX_WAIT_MS MODE: the tests' config
-# writer with route 'bench', handler.mode MODE, --batch, --workers, fetch.wait.max.ms 10 then
+# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MAX_WAIT_MS MODE [FETCH_WAIT_MS]: the
+# tests' config writer with route 'bench', handler.mode MODE, --batch, --workers,
+# fetch.wait.max.ms FETCH_WAIT_MS (10) then
 # --kafka-prop (a later NAME=VALUE replaces an earlier one), and idemd's own retry defaults.
 bench_config() {
 	local p props=()
@@ -181,7 +187,7 @@ bench_config() {
 	done
 	idem_write_config "$1" "$2" "$3" --topic "$4" --route-name bench --sql "$5" --params "$6" \
 		--mode "$8" --max "$batch" --wait "$7" --workers "$workers" \
-		--kafka-prop fetch.wait.max.ms=10 "${props[@]}" --no-retry --log-level info
+		--kafka-prop fetch.wait.max.ms="${9:-10}" "${props[@]}" --no-retry --log-level info
 }
 
 # handler_sql MODE: the payments handler of that mode (sql/examples/payments_MODE.sql).
@@ -343,7 +349,7 @@ phase_k() {
 	local r=$1 ph=$2 topic=$3 rate=$4 count=$5 pid line
 	idem_log "run $r: $ph Kafka-only latency at $rate msg/s"
 	: >"$IDEM_TMP/$topic.log"
-	local p props=()
+	local p props=(--kafka-prop fetch.wait.max.ms="$lat_fetch_wait_ms")
 	for p in "${kafka_props[@]}"; do
 		props+=(--kafka-prop "$p")
 	done
@@ -411,7 +417,8 @@ phase_l() {
 	phase_k "$r" "$kph" "k$topic" "$rate" "$count"
 	idem_log "run $r: $ph latency (handler.mode $mode) at $rate msg/s for ${latency_seconds}s"
 	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" lat "$topic" "$sql" \
-		'[business_key, "json:/account", "json:/amount", timestamp]' "$lat_max_wait_ms" "$mode"
+		'[business_key, "json:/account", "json:/amount", timestamp]' "$lat_max_wait_ms" "$mode" \
+		"$lat_fetch_wait_ms"
 	# /metrics gives where the time goes, stage by stage (idemd_stage_seconds).
 	port=$((20000 + RANDOM % 20000))
 	printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$IDEM_TMP/$name.yaml"
@@ -647,7 +654,7 @@ report() {
 			done
 		fi
 		echo "(kafka_*: the same production consumed by bench_klat, which only reads: the share of Kafka"
-		echo " itself, producer linger.ms=5 and the embedded Kafka's fetch wait included. The per-second"
+		echo " itself, producer linger.ms=5 and the embedded Kafka's fetch wait (${lat_fetch_wait_ms} ms) included. The per-second"
 		echo " p99 of each run is in the raw lines: a steady rise means idemd fell behind the rate.)"
 	fi
 	echo
