@@ -19,7 +19,9 @@ write_cfg() {
 		--sql 'SELECT apply_and_emit($1, $2, $3::bigint)' --mode row \
 		--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=100 "$@"
 }
+port=$((20000 + RANDOM % 20000))
 write_cfg --outbox keep=1h
+printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
 idem_setup_db "$cfg"
 idem_psql >/dev/null <<'SQL'
 CREATE FUNCTION apply_and_emit(p_id text, p_account text, p_amount bigint)
@@ -57,6 +59,18 @@ idem_wait_done g-outbox 120
 drained() { [ "$(idem_psql -c 'SELECT count(*) FROM idem.outbox WHERE published_at IS NULL')" = 0 ]; }
 emptied() { [ "$(idem_psql -c 'SELECT count(*) FROM idem.outbox')" = 0 ]; }
 idem_wait_until 60 "outbox drained" drained
+
+# The relay's metrics: everything published by this relay, nothing pending.
+metric() { curl -fsS "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+published_all() { [ "$(metric idemd_outbox_published_total)" = "$IDEM_UNIQUE" ]; }
+idem_wait_until 30 "idemd_outbox_published_total reaches $IDEM_UNIQUE" published_all
+pending_zero() { [ "$(metric idemd_outbox_pending)" = 0 ]; }
+idem_wait_until 30 "idemd_outbox_pending back to 0" pending_zero
+idem_assert_eq "idemd_outbox_errors_total" 0 "$(metric idemd_outbox_errors_total)"
+if command -v promtool >/dev/null; then
+	curl -fsS "http://127.0.0.1:$port/metrics" | promtool check metrics ||
+		idem_fail "promtool refuses /metrics"
+fi
 
 idem_assert_eq "ledger rows" "$IDEM_UNIQUE" "$(idem_psql -c 'SELECT count(*) FROM ledger')"
 idem_assert_eq "blocked payment quarantined" 1 \
