@@ -130,6 +130,8 @@ struct idem_relay {
 	size_t outstanding; /* reports still expected this round */
 	char first_error[256];
 	unsigned int seed;
+	int64_t read_us, wait_us, mark_us; /* the last round's time: lock and read, produce and
+	                                      wait for the reports, mark and commit */
 };
 
 static bool relay_stopping(idem_relay *rl)
@@ -273,7 +275,8 @@ static bool relay_wait_reports(idem_relay *rl)
 	while (rl->outstanding > 0) {
 		if (relay_stopping(rl) || idem_mono_us() / 1000 > deadline)
 			return false;
-		rd_kafka_poll(rl->rk, 50);
+		/* flush, not poll: it also sends at once what still waits for linger.ms. */
+		rd_kafka_flush(rl->rk, 50);
 	}
 	return true;
 }
@@ -314,12 +317,14 @@ static idem_status relay_round(idem_relay *rl, PGconn *conn, size_t *ret_rows,
 	size_t published = 0, failed = 0;
 	PGresult *res;
 	idem_status r;
+	int64_t t0;
 	int nrows;
 
 	*ret_rows = 0;
 	*ret_published = 0;
 	*ret_failed = 0;
 	*ret_locked = false;
+	t0 = idem_mono_us();
 	if ((r = idem_pg_exec(conn, "BEGIN", "outbox begin", err)) != IDEM_OK)
 		return r;
 	if ((r = idem_sql_exec(conn, IDEM_SQL_OUTBOX_LOCK, NULL, "outbox lock", &res, err)) !=
@@ -349,6 +354,7 @@ static idem_status relay_round(idem_relay *rl, PGconn *conn, size_t *ret_rows,
 	rl->n = 0;
 	rl->outstanding = 0;
 	rl->first_error[0] = '\0';
+	rl->read_us = idem_mono_us() - t0;
 	for (int first = 0, end; first < nrows; first = end) {
 		const char *id = PQgetvalue(res, first, 0);
 
@@ -369,6 +375,8 @@ static idem_status relay_round(idem_relay *rl, PGconn *conn, size_t *ret_rows,
 		                   "outbox round abandoned before every delivery report came in");
 		goto out_rollback;
 	}
+	rl->wait_us = idem_mono_us() - t0 - rl->read_us;
+	t0 = idem_mono_us();
 	if ((r = idem_pgarray_open(&ids)) != IDEM_OK)
 		goto out_rollback;
 	for (size_t i = 0; i < rl->n; i++) {
@@ -392,6 +400,7 @@ static idem_status relay_round(idem_relay *rl, PGconn *conn, size_t *ret_rows,
 		goto out_rollback;
 	if ((r = idem_pg_exec(conn, "COMMIT", "outbox commit", err)) != IDEM_OK)
 		goto out_done;
+	rl->mark_us = idem_mono_us() - t0;
 	*ret_published = published;
 	*ret_failed = failed;
 	if (failed > 0)
@@ -495,7 +504,10 @@ static void *relay_main(void *arg)
 		}
 		attempt = 0;
 		if (published > 0)
-			idem_log_debug("outbox", "published rows=%zu", published);
+			idem_log_debug("outbox",
+			               "published rows=%zu read_ms=%.1f wait_ms=%.1f mark_ms=%.1f",
+			               published, (double)rl->read_us / 1000,
+			               (double)rl->wait_us / 1000, (double)rl->mark_us / 1000);
 		now_ms = idem_mono_us() / 1000;
 		if (now_ms >= next_stats || rows == 0) {
 			relay_stats(rl, conn);
