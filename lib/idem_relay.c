@@ -461,6 +461,57 @@ static void relay_purge(idem_relay *rl, PGconn *conn)
 		              total, rl->cfg->outbox_keep_s);
 }
 
+/* The producer, whose delivery reports come to relay_dr_cb() with @rl. */
+static idem_status relay_producer_new(idem_relay *rl, idem_error *err)
+{
+	rd_kafka_conf_t *conf;
+	char errstr[512];
+	idem_status r;
+
+	if ((r = idem_relay_conf(rl->cfg, &conf, err)) != IDEM_OK)
+		return r;
+	rd_kafka_conf_set_dr_msg_cb(conf, relay_dr_cb);
+	rd_kafka_conf_set_opaque(conf, rl);
+	rl->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (rl->rk == NULL) {
+		rd_kafka_conf_destroy(conf);
+		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot create the outbox producer: %s",
+		                      errstr);
+	}
+	return IDEM_OK;
+}
+
+/* Drops what the producer still holds (rounds that were given up) and destroys it. */
+static void relay_producer_free(idem_relay *rl)
+{
+	rd_kafka_purge(rl->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_flush(rl->rk, 1000);
+	rd_kafka_destroy(rl->rk);
+	rl->rk = NULL;
+}
+
+/*
+ * An idempotent producer can hit a fatal error (the broker lost its producer state, a sequence
+ * gap it cannot repair); it then refuses everything. Replace it: the rows it did not deliver are
+ * still pending and go out through the new one.
+ */
+static void relay_check_fatal(idem_relay *rl)
+{
+	char errstr[512];
+	idem_error err;
+
+	if (rd_kafka_fatal_error(rl->rk, errstr, sizeof(errstr)) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	idem_log_warn("outbox", "producer failed for good (%s), replacing it", errstr);
+	rl->round++;
+	relay_producer_free(rl);
+	while (relay_producer_new(rl, &err) != IDEM_OK) {
+		idem_log_warn("outbox", "%s, retrying in %dms", err.msg, rl->cfg->retry_max_ms);
+		if (relay_sleep(rl, rl->cfg->retry_max_ms))
+			break;
+	}
+}
+
 static void *relay_main(void *arg)
 {
 	idem_relay *rl = arg;
@@ -498,6 +549,7 @@ static void *relay_main(void *arg)
 
 			if (failed == 0)
 				idem_metrics_outbox_published(rl->metrics, 0, 1);
+			relay_check_fatal(rl);
 			idem_log_warn("outbox", "%s, retrying in %dms", err.msg, ms);
 			relay_sleep(rl, ms);
 			continue;
@@ -532,8 +584,6 @@ idem_status idem_relay_start(const struct idem_cfg *cfg, idem_metrics *metrics, 
                              idem_error *err)
 {
 	idem_relay *rl = calloc(1, sizeof(*rl));
-	rd_kafka_conf_t *conf;
-	char errstr[512];
 	idem_status r;
 
 	if (rl == NULL)
@@ -541,17 +591,8 @@ idem_status idem_relay_start(const struct idem_cfg *cfg, idem_metrics *metrics, 
 	rl->cfg = cfg;
 	rl->metrics = metrics;
 	rl->seed = (unsigned int)idem_mono_us() ^ (unsigned int)(uintptr_t)rl;
-	if ((r = idem_relay_conf(cfg, &conf, err)) != IDEM_OK)
+	if ((r = relay_producer_new(rl, err)) != IDEM_OK)
 		goto out_free;
-	rd_kafka_conf_set_dr_msg_cb(conf, relay_dr_cb);
-	rd_kafka_conf_set_opaque(conf, rl);
-	rl->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-	if (rl->rk == NULL) {
-		rd_kafka_conf_destroy(conf);
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "cannot create the outbox producer: %s",
-		                   errstr);
-		goto out_free;
-	}
 	pthread_mutex_init(&rl->lock, NULL);
 	pthread_cond_init(&rl->cond, NULL);
 	if (pthread_create(&rl->thread, NULL, relay_main, rl) != 0) {
@@ -580,9 +621,8 @@ void idem_relay_stop(idem_relay *rl)
 	pthread_mutex_unlock(&rl->lock);
 	pthread_join(rl->thread, NULL);
 	/* Whatever is still queued belongs to a round that was rolled back: drop it. */
-	rd_kafka_purge(rl->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	rd_kafka_flush(rl->rk, 1000);
-	rd_kafka_destroy(rl->rk);
+	if (rl->rk != NULL)
+		relay_producer_free(rl);
 	pthread_cond_destroy(&rl->cond);
 	pthread_mutex_destroy(&rl->lock);
 	free(rl->ids);
