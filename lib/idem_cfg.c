@@ -264,6 +264,48 @@ static const struct cfg_key retention_keys[] = {
 };
 static const struct cfg_section retention_section = { retention_keys, RETENTION_N, NULL };
 
+enum {
+	OUTBOX_ENABLED,
+	OUTBOX_POLL_INTERVAL_MS,
+	OUTBOX_BATCH,
+	OUTBOX_KEEP,
+	OUTBOX_PURGE_INTERVAL,
+	OUTBOX_N
+};
+static const char *const cfg_bool_names[] = { "false", "true", NULL };
+static const struct cfg_key outbox_keys[] = {
+	[OUTBOX_ENABLED] = { .name = "enabled",
+	                     .type = CFG_ENUM,
+	                     .def = 0,
+	                     .off = offsetof(struct idem_cfg, outbox_enabled),
+	                     .names = cfg_bool_names },
+	[OUTBOX_POLL_INTERVAL_MS] = { .name = "poll_interval_ms",
+	                              .type = CFG_INT,
+	                              .def = 100,
+	                              .min = 1,
+	                              .max = 60000,
+	                              .off = offsetof(struct idem_cfg, outbox_poll_interval_ms) },
+	[OUTBOX_BATCH] = { .name = "batch",
+	                   .type = CFG_INT,
+	                   .def = 1000,
+	                   .min = 1,
+	                   .max = 100000,
+	                   .off = offsetof(struct idem_cfg, outbox_batch) },
+	[OUTBOX_KEEP] = { .name = "keep",
+	                  .type = CFG_DURATION,
+	                  .def = 7 * 86400,
+	                  .min = 1,
+	                  .max = 100LL * 365 * 86400,
+	                  .off = offsetof(struct idem_cfg, outbox_keep_s) },
+	[OUTBOX_PURGE_INTERVAL] = { .name = "purge_interval",
+	                            .type = CFG_DURATION,
+	                            .def = 60,
+	                            .min = 1,
+	                            .max = 7 * 86400,
+	                            .off = offsetof(struct idem_cfg, outbox_purge_interval_s) },
+};
+static const struct cfg_section outbox_section = { outbox_keys, OUTBOX_N, NULL };
+
 enum { LOG_LEVEL, LOG_N };
 static const struct cfg_key log_keys[] = {
 	[LOG_LEVEL] = { .name = "level",
@@ -282,6 +324,7 @@ enum {
 	TOP_LIMITS,
 	TOP_RETRY,
 	TOP_RETENTION,
+	TOP_OUTBOX,
 	TOP_METRICS,
 	TOP_LOG,
 	TOP_N
@@ -307,6 +350,7 @@ static const struct cfg_key top_keys[] = {
 	[TOP_LIMITS] = { .name = "limits", .type = CFG_SECTION, .sub = &limits_section },
 	[TOP_RETRY] = { .name = "retry", .type = CFG_SECTION, .sub = &retry_section },
 	[TOP_RETENTION] = { .name = "retention", .type = CFG_SECTION, .sub = &retention_section },
+	[TOP_OUTBOX] = { .name = "outbox", .type = CFG_SECTION, .sub = &outbox_section },
 	[TOP_METRICS] = { .name = "metrics", .type = CFG_SECTION, .sub = &metrics_section },
 	[TOP_LOG] = { .name = "log", .type = CFG_SECTION, .sub = &log_section },
 };
@@ -316,7 +360,8 @@ _Static_assert(KAFKA_N <= CFG_MAX_KEYS && PG_N <= CFG_MAX_KEYS && HANDLER_N <= C
                        ROUTE_N <= CFG_MAX_KEYS && BATCH_N <= CFG_MAX_KEYS &&
                        LIMITS_N <= CFG_MAX_KEYS && RETRY_N <= CFG_MAX_KEYS &&
                        LOG_N <= CFG_MAX_KEYS && TOP_N <= CFG_MAX_KEYS &&
-                       METRICS_N <= CFG_MAX_KEYS && RETENTION_N <= CFG_MAX_KEYS,
+                       METRICS_N <= CFG_MAX_KEYS && RETENTION_N <= CFG_MAX_KEYS &&
+                       OUTBOX_N <= CFG_MAX_KEYS,
                "CFG_MAX_KEYS is too small");
 
 /*

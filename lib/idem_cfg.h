@@ -99,6 +99,15 @@ struct idem_cfg {
 	int64_t retention_interval_s; /* retention.interval, default 10m */
 	int retention_batch;          /* retention.batch, default 1000 rows per transaction */
 
+	/* outbox: (ARCHITECTURE.md "The outbox") */
+	int outbox_enabled;          /* outbox.enabled, default false: run the relay thread */
+	int outbox_poll_interval_ms; /* outbox.poll_interval_ms, default 100, 1..60000: how often
+	                                an idle relay looks for pending rows */
+	int outbox_batch;            /* outbox.batch, default 1000, 1..100000: rows per round */
+	int64_t outbox_keep_s;       /* outbox.keep, default 7d, 1s..100 years: how long published
+	                                rows stay */
+	int64_t outbox_purge_interval_s; /* outbox.purge_interval, default 60s, 1s..7d */
+
 	/* metrics: */
 	char *metrics_listen; /* metrics.listen ("127.0.0.1:9187"); NULL: no HTTP listener */
 

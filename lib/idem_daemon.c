@@ -23,6 +23,7 @@
 #include "idem_metrics.h"
 #include "idem_part.h"
 #include "idem_pool.h"
+#include "idem_relay.h"
 #include "idem_retention.h"
 
 struct idem_daemon {
@@ -41,6 +42,7 @@ struct idem_daemon {
 	unsigned int seed;         /* for backoff jitter */
 	idem_metrics *metrics;     /* always there; served over HTTP if metrics.listen is set */
 	idem_retention *retention; /* the purge thread */
+	idem_relay *relay;         /* the outbox relay thread, if outbox.enabled */
 };
 
 static int64_t now_ms(void)
@@ -445,6 +447,9 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	                              cfg->retention_batch, d->metrics, d->rk, &d->retention,
 	                              err)) != IDEM_OK)
 		goto out_free;
+	if (cfg->outbox_enabled &&
+	    (r = idem_relay_start(cfg, d->metrics, &d->relay, err)) != IDEM_OK)
+		goto out_free;
 	*ret_d = d;
 	return IDEM_OK;
 
@@ -457,6 +462,7 @@ void idem_daemon_free(idem_daemon *d)
 {
 	if (d == NULL)
 		return;
+	idem_relay_stop(d->relay);
 	idem_retention_stop(d->retention);
 	/* The workers are done before the consumer whose queue they wake goes. */
 	idem_pool_stop(d->pool);

@@ -63,6 +63,10 @@ struct idem_metrics {
 	const void *connected_arg;
 	size_t workers, in_flight, held;
 	double oldest_claim_age;
+	bool outbox; /* the relay runs: its metrics are shown */
+	int64_t outbox_pending;
+	double outbox_oldest;
+	uint64_t outbox_published, outbox_errors;
 };
 
 idem_metrics *idem_metrics_new(void)
@@ -256,6 +260,28 @@ void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds)
 	pthread_mutex_unlock(&m->lock);
 }
 
+void idem_metrics_outbox_pending(idem_metrics *m, int64_t pending, double oldest_seconds)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->outbox = true;
+	m->outbox_pending = pending;
+	m->outbox_oldest = oldest_seconds;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_outbox_published(idem_metrics *m, uint64_t published, uint64_t errors)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->outbox = true;
+	m->outbox_published += published;
+	m->outbox_errors += errors;
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* Ready, or why not (@why may be NULL), under m->lock. */
 static bool ready_locked(const idem_metrics *m, char *why, size_t len)
 {
@@ -435,6 +461,18 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            o,
 	            "# HELP idemd_oldest_claim_age_seconds Age of the oldest claim kept in idem.processed_messages.\n# TYPE idemd_oldest_claim_age_seconds gauge\nidemd_oldest_claim_age_seconds %.3f\n",
 	            m->oldest_claim_age))
+		return IDEM_ERR_NOMEM;
+	if (m->outbox &&
+	    idem_buf_printf(
+	            o,
+	            "# HELP idemd_outbox_pending Rows of idem.outbox not yet published.\n# TYPE idemd_outbox_pending gauge\nidemd_outbox_pending %" PRId64
+	            "\n"
+	            "# HELP idemd_outbox_oldest_pending_seconds Age of the oldest row of idem.outbox not yet published (0 when none).\n# TYPE idemd_outbox_oldest_pending_seconds gauge\nidemd_outbox_oldest_pending_seconds %.3f\n"
+	            "# HELP idemd_outbox_published_total Outbox rows this relay published and marked.\n# TYPE idemd_outbox_published_total counter\nidemd_outbox_published_total %" PRIu64
+	            "\n"
+	            "# HELP idemd_outbox_errors_total Outbox rows the broker refused or did not acknowledge in time, and relay rounds that failed in Postgres.\n# TYPE idemd_outbox_errors_total counter\nidemd_outbox_errors_total %" PRIu64
+	            "\n",
+	            m->outbox_pending, m->outbox_oldest, m->outbox_published, m->outbox_errors))
 		return IDEM_ERR_NOMEM;
 	if (idem_buf_printf(
 	            o,

@@ -74,6 +74,10 @@ void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted);
 void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held);
 /* Age in seconds of the oldest claim kept (retention), < 0 if unknown. */
 void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds);
+/* The outbox relay: rows pending and the age of the oldest in seconds (0 when none). */
+void idem_metrics_outbox_pending(idem_metrics *m, int64_t pending, double oldest_seconds);
+/* The outbox relay published @published rows; @errors rows or rounds failed. */
+void idem_metrics_outbox_published(idem_metrics *m, uint64_t published, uint64_t errors);
 
 /* @brief Render /metrics into @out (appended). */
 IDEM_NODISCARD idem_status idem_metrics_render(idem_metrics *m, struct idem_buf *out);

@@ -95,6 +95,36 @@ static const char sql_schema_version[] =
 static const char sql_schema_record[] =
         "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)";
 
+/*
+ * One relay publishes at a time (ARCHITECTURE.md "The outbox"): the lock lives as long as the
+ * transaction that reads, publishes and marks a chunk. The two-key form, so that it can never be
+ * the migration's lock ("idem" in ASCII, then "obox").
+ */
+static const char sql_outbox_lock[] = "SELECT pg_try_advisory_xact_lock(1768187245, 1868722040)";
+
+/*
+ * The oldest pending rows in id order, one result row per header (a message without headers
+ * gives one row with a NULL name): id, topic, key, value, header name, header value. Read in
+ * binary, so bytes need no decoding.
+ */
+static const char sql_outbox_pending[] =
+        "SELECT o.id, o.topic, o.key, o.value, h.name, h.value"
+        " FROM (SELECT * FROM idem.outbox WHERE published_at IS NULL ORDER BY id"
+        " LIMIT $1::int) AS o"
+        " LEFT JOIN LATERAL unnest(o.header_names, o.header_values) WITH ORDINALITY"
+        " AS h(name, value, n) ON true ORDER BY o.id, h.n";
+
+static const char sql_outbox_mark[] = "UPDATE idem.outbox SET published_at = now()"
+                                      " WHERE id = ANY($1::bigint[]) AND published_at IS NULL";
+
+static const char sql_outbox_purge[] =
+        "DELETE FROM idem.outbox WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem.outbox"
+        " WHERE published_at < now() - make_interval(secs => $1::bigint) LIMIT $2::int))";
+
+static const char sql_outbox_stats[] =
+        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)"
+        " FROM idem.outbox WHERE published_at IS NULL";
+
 static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIM] = { "idem_claim", 6, sql_claim },
 	[IDEM_SQL_CLAIM_MANY] = { "idem_claim_many", 6, sql_claim_many },
@@ -105,6 +135,11 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },
+	[IDEM_SQL_OUTBOX_LOCK] = { "idem_outbox_lock", 0, sql_outbox_lock },
+	[IDEM_SQL_OUTBOX_PENDING] = { "idem_outbox_pending", 1, sql_outbox_pending },
+	[IDEM_SQL_OUTBOX_MARK] = { "idem_outbox_mark", 1, sql_outbox_mark },
+	[IDEM_SQL_OUTBOX_PURGE] = { "idem_outbox_purge", 2, sql_outbox_purge },
+	[IDEM_SQL_OUTBOX_STATS] = { "idem_outbox_stats", 0, sql_outbox_stats },
 };
 
 const struct idem_sql_stmt *idem_sql(enum idem_sql_id id)

@@ -30,6 +30,13 @@ enum idem_sql_id {
 	/* The schema (idem_migrate.c). */
 	IDEM_SQL_SCHEMA_VERSION = IDEM_SQL_N_BATCH, /* the version migrated to, 0 if none */
 	IDEM_SQL_SCHEMA_RECORD,                     /* record a migration: version, name */
+
+	/* The outbox relay (idem_relay.c). */
+	IDEM_SQL_OUTBOX_LOCK,    /* one relay at a time: true if this transaction got the lock */
+	IDEM_SQL_OUTBOX_PENDING, /* the oldest pending rows: limit -> one row per header */
+	IDEM_SQL_OUTBOX_MARK,    /* mark rows published: ids[] */
+	IDEM_SQL_OUTBOX_PURGE,   /* delete published rows: keep seconds, limit */
+	IDEM_SQL_OUTBOX_STATS,   /* pending rows and the age of the oldest in seconds */
 	IDEM_SQL_N,
 };
 

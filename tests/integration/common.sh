@@ -43,6 +43,7 @@ idem__kv_set() {
 #   --route NAME=VALUE       another key of the route (e.g. on_poison=halt)
 #   --postgres NAME=VALUE    another postgres key (e.g. lock_timeout_ms=300)
 #   --limits NAME=VALUE      a limits key (the section is written only if one is given)
+#   --outbox NAME=VALUE      an outbox key (the section is written only if one is given)
 # Every option taking a value may be repeated where that makes sense (the last --max wins).
 idem_write_config() {
 	local file=$1 group=$2 consumer=$3
@@ -51,7 +52,7 @@ idem_write_config() {
 	local params='[business_key, "json:/account", "json:/amount"]' max=500 wait=20 workers=
 	local level=${IDEM_LOG_LEVEL:-info} with_retry=1 q="'" name
 	local -A kafka=() retry=()
-	local kafka_order=() retry_order=() route=() pg=() limits=()
+	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=()
 	for name in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=50 \
 		queued.min.messages=1000000; do
 		idem__kv_set kafka kafka_order "$name"
@@ -62,7 +63,7 @@ idem_write_config() {
 		case $1 in
 		--no-retry) with_retry=0; shift; continue ;;
 		--topic | --route-name | --key | --sql | --mode | --params | --max | --wait | --workers | \
-			--log-level | --kafka-prop | --retry | --route | --postgres | --limits)
+			--log-level | --kafka-prop | --retry | --route | --postgres | --limits | --outbox)
 			[ $# -ge 2 ] || idem_fail "idem_write_config: $1 needs a value" ;;
 		*) idem_fail "idem_write_config: unknown option '$1'" ;;
 		esac
@@ -82,6 +83,7 @@ idem_write_config() {
 		--route) route+=("$2") ;;
 		--postgres) pg+=("$2") ;;
 		--limits) limits+=("$2") ;;
+		--outbox) outbox+=("$2") ;;
 		esac
 		shift 2
 	done
@@ -118,6 +120,12 @@ idem_write_config() {
 		if [ ${#limits[@]} -gt 0 ]; then
 			echo "limits:"
 			for name in "${limits[@]}"; do
+				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
+			done
+		fi
+		if [ ${#outbox[@]} -gt 0 ]; then
+			echo "outbox:"
+			for name in "${outbox[@]}"; do
 				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
 			done
 		fi

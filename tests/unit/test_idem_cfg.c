@@ -172,6 +172,19 @@ static void test_full(void **state)
 	idem_cfg_free(cfg);
 }
 
+static void test_outbox(void **state)
+{
+	struct idem_cfg *cfg = load_ok("ok_outbox.yaml");
+
+	(void)state;
+	assert_int_equal(cfg->outbox_enabled, 1);
+	assert_int_equal(cfg->outbox_poll_interval_ms, 50);
+	assert_int_equal(cfg->outbox_batch, 200);
+	assert_int_equal(cfg->outbox_keep_s, 3600);
+	assert_int_equal(cfg->outbox_purge_interval_s, 30);
+	idem_cfg_free(cfg);
+}
+
 static void test_minimal_defaults(void **state)
 {
 	struct idem_cfg *cfg = load_ok("minimal.yaml");
@@ -211,6 +224,11 @@ static void test_minimal_defaults(void **state)
 	assert_int_equal(cfg->retention_keep_s, 30 * 86400);
 	assert_int_equal(cfg->retention_interval_s, 600);
 	assert_int_equal(cfg->retention_batch, 1000);
+	assert_int_equal(cfg->outbox_enabled, 0);
+	assert_int_equal(cfg->outbox_poll_interval_ms, 100);
+	assert_int_equal(cfg->outbox_batch, 1000);
+	assert_int_equal(cfg->outbox_keep_s, 7 * 86400);
+	assert_int_equal(cfg->outbox_purge_interval_s, 60);
 	assert_null(cfg->metrics_listen);
 	assert_int_equal(cfg->log_level, IDEM_LOG_INFO);
 	idem_cfg_free(cfg);
@@ -750,6 +768,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_full),
 		cmocka_unit_test(test_minimal_defaults),
+		cmocka_unit_test(test_outbox),
 		cmocka_unit_test(test_default_topics_in_route_order),
 		cmocka_unit_test(test_route_for),
 		cmocka_unit_test(test_shipped_example),

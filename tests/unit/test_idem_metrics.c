@@ -155,6 +155,28 @@ static void test_listen_errors(void **state)
 	idem_metrics_free(m);
 }
 
+static void test_outbox(void **state)
+{
+	idem_metrics *m = idem_metrics_new();
+	char *t;
+
+	(void)state;
+	t = render(m);
+	assert_null(strstr(t, "idemd_outbox"));
+	free(t);
+	idem_metrics_outbox_pending(m, 7, 2.5);
+	idem_metrics_outbox_published(m, 1000, 0);
+	idem_metrics_outbox_published(m, 10, 2);
+	t = render(m);
+	has_line(t, "idemd_outbox_pending 7");
+	has_line(t, "idemd_outbox_oldest_pending_seconds 2.500");
+	has_line(t, "idemd_outbox_published_total 1010");
+	has_line(t, "idemd_outbox_errors_total 2");
+	has_line(t, "# TYPE idemd_outbox_published_total counter");
+	free(t);
+	idem_metrics_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -162,6 +184,7 @@ int main(void)
 		cmocka_unit_test(test_partitions),
 		cmocka_unit_test(test_ready),
 		cmocka_unit_test(test_listen_errors),
+		cmocka_unit_test(test_outbox),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
