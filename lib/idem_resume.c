@@ -52,17 +52,20 @@ int64_t idem_resume_start(int64_t committed, int64_t db)
 	return committed > db ? committed : db;
 }
 
+/*
+ * A connection for one assignment, closed after it: rebalances are rare, and an idle connection
+ * kept for them would only take a slot (and go stale). Its own application name keeps it apart
+ * from the workers' in pg_stat_activity.
+ */
 static idem_status connect_db(idem_resume *rs, idem_error *err)
 {
 	char set[64];
 	idem_status r;
 
-	if (rs->conn != NULL && PQstatus(rs->conn) == CONNECTION_OK)
-		return IDEM_OK;
 	PQfinish(rs->conn);
 	rs->conn = NULL;
-	if ((r = idem_pg_conn_open_timeout(rs->cfg, "idemd", CONNECT_TIMEOUT_S, &rs->conn, err)) !=
-	    IDEM_OK)
+	if ((r = idem_pg_conn_open_timeout(rs->cfg, "idemd-resume", CONNECT_TIMEOUT_S, &rs->conn,
+	                                   err)) != IDEM_OK)
 		return r;
 	snprintf(set, sizeof(set), "SET statement_timeout = %d", STATEMENT_TIMEOUT_MS);
 	return idem_pg_exec(rs->conn, set, "set statement_timeout", err);
@@ -142,8 +145,6 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 		        "starting them from Kafka's committed offsets (what was applied since "
 		        "is read again and skipped)",
 		        err.msg);
-		PQfinish(rs->conn);
-		rs->conn = NULL;
 		goto out;
 	}
 	for (int i = 0; i < list->cnt; i++) {
@@ -186,5 +187,7 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 	}
 	rd_kafka_topic_partition_list_destroy(committed);
 out:
+	PQfinish(rs->conn);
+	rs->conn = NULL;
 	free(db);
 }

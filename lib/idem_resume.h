@@ -16,8 +16,8 @@
  * the group coordinator not answering) only logs and leaves the partition to start where
  * librdkafka would have started it.
  *
- * Owns one Postgres connection of its own, opened on first use and again after a failure.
- * Threading: the consumer thread only (the rebalance callback).
+ * Opens a Postgres connection of its own for each assignment (application name idemd-resume)
+ * and closes it before returning. Threading: the consumer thread only (the rebalance callback).
  */
 #ifndef IDEM_RESUME_H
 #define IDEM_RESUME_H
