@@ -1,5 +1,6 @@
 /*
- * idemctl_replay.c - idemctl replay: plan a replay of a range and reset the group's offsets.
+ * idemctl_replay.c - idemctl replay: plan a replay of a range, reset the group's offsets and
+ * lower the database position (idem.partition_progress.next_offset) to its start.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -17,7 +18,8 @@ void idemctl_replay_usage(FILE *f)
 	fprintf(f,
 	        "  replay --topic T [--partition P] (--to-offset O | --to-time TIME)\n"
 	        "         [--dry-run] [--force] [--json]\n"
-	        "                      reset the stopped group's offsets so the range is read again;\n"
+	        "                      reset the stopped group's offsets and the database position\n"
+	        "                      so the range is read again;\n"
 	        "                      --dry-run only counts what would apply and what is already\n"
 	        "                      claimed; refuses a range older than the retention horizon\n"
 	        "                      unless --force\n");
@@ -232,6 +234,18 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 	}
 	if (idem_inspect_reset(cfg, &rep, 30000, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: replay: %s\n", err.msg);
+		rc = IDEM_EXIT_FAILURE;
+		goto out_done;
+	}
+	/* idemd starts a partition at max(committed offset, the database's next_offset): the
+	 * database position goes back too, once Kafka's has (which makes sure that no idemd of
+	 * the group runs). */
+	if (idem_inspect_replay_mark(cfg, conn, &rep, &err) != IDEM_OK) {
+		fprintf(stderr,
+		        "idemctl: replay: the group's offsets were reset, but not the database position "
+		        "(%s): idemd would resume where the database stopped, without replaying; run "
+		        "the same replay again before starting idemd\n",
+		        err.msg);
 		rc = IDEM_EXIT_FAILURE;
 		goto out_done;
 	}

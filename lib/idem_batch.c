@@ -98,6 +98,18 @@ void idem_batch_truncate(struct idem_batch *b, size_t n)
 enum idem_dup_kind idem_batch_dup_kind(int32_t partition, int64_t offset,
                                        const struct idem_batch_claim *claim, int64_t progress_next)
 {
+	return idem_batch_dup_kind_replay(partition, offset, claim, progress_next, -1);
+}
+
+enum idem_dup_kind idem_batch_dup_kind_replay(int32_t partition, int64_t offset,
+                                              const struct idem_batch_claim *claim,
+                                              int64_t progress_next, int64_t replay_to)
+{
+	/* idemd resumes from the database (issue 11), so Kafka hands over a message it already
+	 * committed only when an operator replays it (or, rarely, when the database position
+	 * could not be read at assignment, or a zombie owner overlaps the new one). */
+	if (replay_to >= 0 && offset < replay_to)
+		return IDEM_DUP_REPLAY;
 	if (claim != NULL && claim->found && claim->same_topic && claim->partition == partition &&
 	    claim->offset == offset)
 		return IDEM_DUP_REDELIVERY;
@@ -436,7 +448,7 @@ static void short_hash(const struct idem_batch *b, struct idem_span h, char *buf
 		snprintf(buf, len, "%.12s", idem_batch_ptr(b, h));
 }
 
-idem_status idem_batch_classify(struct idem_batch *b, int64_t progress_next)
+idem_status idem_batch_classify(struct idem_batch *b, int64_t progress_next, int64_t replay_to)
 {
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		struct idem_batch_msg *m = &b->msgs[i];
@@ -465,7 +477,8 @@ idem_status idem_batch_classify(struct idem_batch *b, int64_t progress_next)
 		} else {
 			continue;
 		}
-		m->dup = idem_batch_dup_kind(b->partition, m->offset, c, progress_next);
+		m->dup = idem_batch_dup_kind_replay(b->partition, m->offset, c, progress_next,
+		                                    replay_to);
 		m->mismatch = idem_batch_payload_differs(b, i, c);
 		if (!m->mismatch || b->route->on_payload_mismatch != IDEM_CFG_MISMATCH_QUARANTINE)
 			continue;

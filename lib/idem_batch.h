@@ -137,10 +137,21 @@ IDEM_NODISCARD idem_status idem_batch_collapse(struct idem_batch *b);
 /*
  * @brief Classify a duplicate at @offset of the batch's partition, given the claim it ran into
  * (@claim, NULL or not found when unknown) and the partition's recorded progress before this
- * batch (@progress_next, -1 when none).
+ * batch (@progress_next, -1 when none): idem_batch_dup_kind_replay() with no replay pending.
  */
 enum idem_dup_kind idem_batch_dup_kind(int32_t partition, int64_t offset,
                                        const struct idem_batch_claim *claim, int64_t progress_next);
+
+/*
+ * @brief The same, with the end of the range a replay (`idemctl replay`) is reading again
+ * (@replay_to, idem.partition_progress.replay_to, -1 when none): a duplicate below it is a
+ * replay whoever made its claim, as the operator asked for the range to be read again.
+ * Otherwise a duplicate of this very message's claim is a redelivery, one below the recorded
+ * progress a replay, anything else upstream.
+ */
+enum idem_dup_kind idem_batch_dup_kind_replay(int32_t partition, int64_t offset,
+                                              const struct idem_batch_claim *claim,
+                                              int64_t progress_next, int64_t replay_to);
 
 /*
  * @brief Classify every duplicate of @b once its claims are known (redelivery, replay,
@@ -148,9 +159,12 @@ enum idem_dup_kind idem_batch_dup_kind(int32_t partition, int64_t offset,
  * winner was APPLIED) and compare its payload with its claim's. With routes[].on_payload_mismatch:
  * quarantine, a mismatching duplicate becomes BAD, with its reason.
  * @param progress_next the partition's recorded progress before this batch, -1 when none.
+ * @param replay_to the end of the range a replay reads again, -1 when none
+ * (idem_batch_dup_kind_replay()).
  * @returns IDEM_OK or IDEM_ERR_NOMEM.
  */
-IDEM_NODISCARD idem_status idem_batch_classify(struct idem_batch *b, int64_t progress_next);
+IDEM_NODISCARD idem_status idem_batch_classify(struct idem_batch *b, int64_t progress_next,
+                                               int64_t replay_to);
 
 /* @brief Name of a duplicate kind ("redelivery", "replay", "upstream", "none"). */
 const char *idem_batch_dup_str(enum idem_dup_kind k);

@@ -238,6 +238,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
 		hooks->assign(hooks->opaque, list);
 		assign(rk, list, incremental);
+		if (hooks->assigned != NULL)
+			hooks->assigned(hooks->opaque, list);
 	} else if (e == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
 		hooks->revoke(hooks->opaque, list);
 		unassign(rk, list, incremental);

@@ -38,8 +38,13 @@ IDEM_NODISCARD idem_status idem_consumer_new(const struct idem_cfg *cfg, const c
 
 /* Called back from within a poll when the group hands partitions over or takes them away. */
 struct idem_consumer_hooks {
-	/* Before the partitions of @list are assigned (their fetching starts after it returns). */
-	void (*assign)(void *opaque, const rd_kafka_topic_partition_list_t *list);
+	/* Before the partitions of @list are assigned (their fetching starts after it returns):
+	 * may set each element's .offset, where its fetching starts (librdkafka honours it, for
+	 * eager and incremental assignment alike); left RD_KAFKA_OFFSET_INVALID, the partition
+	 * starts at the group's committed offset. */
+	void (*assign)(void *opaque, rd_kafka_topic_partition_list_t *list);
+	/* Once they are assigned (offsets may be stored for them from then on); may be NULL. */
+	void (*assigned)(void *opaque, const rd_kafka_topic_partition_list_t *list);
 	/* Before the partitions of @list are unassigned: the last chance to finish them. */
 	void (*revoke)(void *opaque, const rd_kafka_topic_partition_list_t *list);
 	void *opaque;

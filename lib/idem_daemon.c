@@ -14,6 +14,7 @@
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -24,6 +25,7 @@
 #include "idem_part.h"
 #include "idem_pool.h"
 #include "idem_relay.h"
+#include "idem_resume.h"
 #include "idem_retention.h"
 
 struct idem_daemon {
@@ -43,6 +45,7 @@ struct idem_daemon {
 	idem_metrics *metrics;     /* always there; served over HTTP if metrics.listen is set */
 	idem_retention *retention; /* the purge thread */
 	idem_relay *relay;         /* the outbox relay thread, if outbox.enabled */
+	idem_resume *resume;       /* where assigned partitions start (its own connection) */
 };
 
 static int64_t now_ms(void)
@@ -360,23 +363,79 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 	return r;
 }
 
-/* The group hands partitions over (idem_consumer assigns them after this). */
-static void on_assign(void *opaque, const rd_kafka_topic_partition_list_t *list)
+static void fmt_offset(char *buf, size_t len, int64_t offset)
+{
+	if (offset >= 0)
+		snprintf(buf, len, "%" PRId64, offset);
+	else
+		snprintf(buf, len, "-");
+}
+
+/*
+ * The group hands partitions over (idem_consumer assigns them after this): each one starts at
+ * max(Kafka's committed offset, the database's next_offset), so that what the database already
+ * applied is not read again (idem_resume; ARCHITECTURE.md "Data flow"). This holds for eager
+ * and incremental (cooperative) assignment alike: librdkafka starts each partition of @list at
+ * its .offset.
+ */
+static void on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
+{
+	idem_daemon *d = opaque;
+	struct idem_resume_pos *pos = calloc(list->cnt > 0 ? (size_t)list->cnt : 1, sizeof(*pos));
+
+	/* Out of memory: every partition starts at its committed offset, which is safe. */
+	if (pos != NULL)
+		idem_resume_positions(d->resume, d->rk, list, pos);
+	for (int i = 0; i < list->cnt; i++) {
+		rd_kafka_topic_partition_t *tp = &list->elems[i];
+		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);
+		char start[24], db[24], committed[24];
+		idem_status r;
+
+		/* Still held (not expected: a partition is revoked before it is assigned again):
+		 * its bookkeeping goes on, and so does its fetching. */
+		if (p != NULL)
+			tp->offset = RD_KAFKA_OFFSET_INVALID;
+		r = idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, &p);
+		if (r != IDEM_OK) {
+			idem_log_error("kafka",
+			               "cannot take partition topic=%s partition=%" PRId32 ": %s",
+			               tp->topic, tp->partition, idem_status_str(r));
+			continue;
+		}
+		if (tp->offset >= 0)
+			p->fetch_next = tp->offset;
+		fmt_offset(start, sizeof(start), tp->offset);
+		fmt_offset(db, sizeof(db), pos != NULL ? pos[i].db : -1);
+		fmt_offset(committed, sizeof(committed), pos != NULL ? pos[i].committed : -1);
+		idem_log_info("kafka",
+		              "assigned topic=%s partition=%" PRId32
+		              " start=%s (database next_offset=%s, kafka committed=%s%s)",
+		              tp->topic, tp->partition, start, db, committed,
+		              tp->offset >= 0 ? ""
+		                              : "; librdkafka starts it at the committed offset");
+	}
+	free(pos);
+}
+
+/*
+ * The partitions of @list are assigned: where one starts from the database's position, hand
+ * that to Kafka too (the offset rule holds: everything below it is applied), so the committed
+ * offset catches up even if no message follows, for lag tools and for a start without the
+ * database.
+ */
+static void on_assigned(void *opaque, const rd_kafka_topic_partition_list_t *list)
 {
 	idem_daemon *d = opaque;
 
 	for (int i = 0; i < list->cnt; i++) {
-		const rd_kafka_topic_partition_t *tp = &list->elems[i];
-		idem_status r =
-		        idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, NULL);
+		struct idem_part *p;
 
-		if (r != IDEM_OK)
-			idem_log_error("kafka",
-			               "cannot take partition topic=%s partition=%" PRId32 ": %s",
-			               tp->topic, tp->partition, idem_status_str(r));
-		else
-			idem_log_info("kafka", "assigned topic=%s partition=%" PRId32, tp->topic,
-			              tp->partition);
+		if (list->elems[i].offset < 0)
+			continue;
+		p = idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		if (p != NULL)
+			store_offset(d, p, list->elems[i].offset);
 	}
 	ready_changed(d);
 }
@@ -436,7 +495,12 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	if (cfg->metrics_listen != NULL &&
 	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
 		goto out_free;
-	d->hooks = (struct idem_consumer_hooks){ on_assign, on_revoke, d };
+	d->resume = idem_resume_new(cfg);
+	if (d->resume == NULL) {
+		r = idem_error_nomem(err);
+		goto out_free;
+	}
+	d->hooks = (struct idem_consumer_hooks){ on_assign, on_assigned, on_revoke, d };
 	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
 		goto out_free;
 	if ((r = idem_pool_start(d->pool, d->rk, err)) != IDEM_OK)
@@ -469,6 +533,7 @@ void idem_daemon_free(idem_daemon *d)
 	if (d->rk != NULL)
 		rd_kafka_destroy(d->rk);
 	idem_metrics_free(d->metrics);
+	idem_resume_free(d->resume);
 	idem_pool_free(d->pool);
 	idem_parts_done(&d->parts);
 	free(d->hdrs);

@@ -44,6 +44,7 @@ struct flush_ctx {
 	size_t cap_idx;
 	bool results_sent;     /* round trip 3: sent its results statement */
 	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
+	int64_t replay_to;     /* the end of the range a replay reads again, or -1 */
 	bool set_sent;         /* set mode: sent its route's statement (round trip 2) */
 	struct {
 		bool on;
@@ -256,13 +257,21 @@ static const struct idem_batch *const *batch_list(idem_flush *pg, const struct f
 	return l;
 }
 
-/* The partitions' recorded progress (IDEM_SQL_PROGRESS_GET: one row per batch, in order). */
+/*
+ * The partitions' recorded progress and pending replay (IDEM_SQL_PROGRESS_GET: one row per
+ * batch, in order).
+ */
 static void read_progress(struct flush_ctx *ctx, size_t n, const PGresult *res)
 {
 	for (size_t k = 0; k < n; k++) {
 		ctx[k].progress_next = -1;
-		if ((int)k < PQntuples(res) && !PQgetisnull(res, (int)k, 0))
+		ctx[k].replay_to = -1;
+		if ((int)k >= PQntuples(res))
+			continue;
+		if (!PQgetisnull(res, (int)k, 0))
 			ctx[k].progress_next = strtoll(PQgetvalue(res, (int)k, 0), NULL, 10);
+		if (PQnfields(res) > 1 && !PQgetisnull(res, (int)k, 1))
+			ctx[k].replay_to = strtoll(PQgetvalue(res, (int)k, 1), NULL, 10);
 	}
 }
 
@@ -1043,7 +1052,8 @@ static enum fast_outcome fast_path(idem_flush *pg, struct flush_ctx *ctx, size_t
 	    (o = handler_rt(pg, ctx, n, err)) != FAST_DONE)
 		return o;
 	for (size_t k = 0; k < n; k++) {
-		if (idem_batch_classify(ctx[k].b, ctx[k].progress_next) != IDEM_OK)
+		if (idem_batch_classify(ctx[k].b, ctx[k].progress_next, ctx[k].replay_to) !=
+		    IDEM_OK)
 			return fast_nomem(pg, NULL, err);
 	}
 
@@ -1224,7 +1234,7 @@ static idem_status slow_classify(idem_flush *pg, struct flush_ctx *ctx, idem_err
 
 	if ((r = fetch_claims(pg, ctx, err)) != IDEM_OK)
 		return r;
-	if (idem_batch_classify(ctx->b, ctx->progress_next) != IDEM_OK)
+	if (idem_batch_classify(ctx->b, ctx->progress_next, ctx->replay_to) != IDEM_OK)
 		return idem_error_nomem(err);
 	return IDEM_OK;
 }
@@ -1295,6 +1305,7 @@ static void reset_states(struct flush_ctx *ctx)
 
 	ctx->halt.on = false;
 	ctx->progress_next = -1;
+	ctx->replay_to = -1;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		struct idem_batch_msg *m = &b->msgs[i];
 

@@ -11,6 +11,7 @@
 
 #include "idem_consumer.h"
 #include "idem_pg.h"
+#include "idem_sql.h"
 
 #define KAFKA_TIMEOUT_MS 10000
 
@@ -191,7 +192,7 @@ const char *idem_verify_state_str(enum idem_verify_state s)
 	case IDEM_VERIFY_OK:
 		return "ok";
 	case IDEM_VERIFY_DB_AHEAD:
-		return "database ahead (harmless: the redelivered messages will be skipped)";
+		return "database ahead (harmless: idemd resumes from the database position)";
 	case IDEM_VERIFY_KAFKA_AHEAD:
 		return "KAFKA AHEAD OF DATABASE: messages were skipped without being applied (loss alarm)";
 	case IDEM_VERIFY_NO_COMMIT:
@@ -259,6 +260,42 @@ static idem_status count_claimed(PGconn *conn, const char *consumer, char **keys
 		PQclear(res);
 	}
 	idem_buf_done(&a);
+	return r;
+}
+
+/* The partition's database position (plan->db_next) and the end of a pending replay. */
+static idem_status db_position(PGconn *conn, const char *consumer, struct idem_replay_plan *plan,
+                               int64_t *ret_replay_to, idem_error *err)
+{
+	struct idem_buf arr[3] = { { 0 } };
+	const char *one[3] = { consumer, plan->topic, NULL }, *vals[3];
+	char part[16];
+	PGresult *res = NULL;
+	idem_status r = IDEM_OK;
+
+	snprintf(part, sizeof(part), "%" PRId32, plan->partition);
+	one[2] = part;
+	plan->db_next = -1;
+	*ret_replay_to = -1;
+	for (size_t k = 0; k < 3 && r == IDEM_OK; k++) {
+		if (idem_pgarray_open(&arr[k]) != IDEM_OK ||
+		    idem_pgarray_add(&arr[k], one[k], strlen(one[k]), false) != IDEM_OK ||
+		    idem_pgarray_close(&arr[k]) != IDEM_OK)
+			r = idem_error_nomem(err);
+		vals[k] = arr[k].data;
+	}
+	if (r == IDEM_OK)
+		r = idem_sql_exec(conn, IDEM_SQL_PROGRESS_GET, vals, "read idem.partition_progress",
+		                  &res, err);
+	if (r == IDEM_OK && PQntuples(res) == 1) {
+		if (!PQgetisnull(res, 0, 0))
+			plan->db_next = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		if (!PQgetisnull(res, 0, 1))
+			*ret_replay_to = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	}
+	PQclear(res);
+	for (size_t k = 0; k < 3; k++)
+		idem_buf_done(&arr[k]);
 	return r;
 }
 
@@ -441,7 +478,7 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 	}
 	for (int i = 0; i < list->cnt; i++) {
 		struct idem_replay_plan *plan = &rep.plans[rep.n_plans];
-		int64_t low = 0, high = 0;
+		int64_t low = 0, high = 0, replay_to = -1;
 
 		plan->topic = strdup(topic);
 		if (plan->topic == NULL) {
@@ -464,8 +501,16 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 			plan->from = low;
 			plan->clamped = true;
 		}
-		plan->to = plan->committed >= 0 ? plan->committed : high;
-		if (plan->to > high)
+		/* idemd starts at max(committed, next_offset) (idem_resume), and a replay still
+		 * pending reads on to its end: the range read again ends at the highest of them. */
+		if ((r = db_position(conn, route->consumer, plan, &replay_to, err)) != IDEM_OK)
+			goto out_fail;
+		plan->to = plan->committed;
+		if (plan->db_next > plan->to)
+			plan->to = plan->db_next;
+		if (replay_to > plan->to)
+			plan->to = replay_to;
+		if (plan->to < 0 || plan->to > high)
 			plan->to = high;
 		if (plan->from < plan->to &&
 		    (r = plan_partition(rk, conn, cfg, route, plan, err)) != IDEM_OK)
@@ -571,5 +616,37 @@ idem_status idem_inspect_reset(const struct idem_cfg *cfg, const struct idem_rep
 	rd_kafka_topic_partition_list_destroy(offs);
 out_destroy:
 	rd_kafka_destroy(rk);
+	return r;
+}
+
+idem_status idem_inspect_replay_mark(const struct idem_cfg *cfg, PGconn *conn,
+                                     const struct idem_replay_report *plan, idem_error *err)
+{
+	PGresult *res;
+	idem_status r;
+
+	if (plan->n_plans == 0)
+		return IDEM_OK;
+	if ((r = idem_pg_exec(conn, "BEGIN", "begin", err)) != IDEM_OK)
+		return r;
+	for (size_t i = 0; i < plan->n_plans; i++) {
+		const struct idem_replay_plan *p = &plan->plans[i];
+		const struct idem_route *route = idem_cfg_route_for(cfg, p->topic);
+		char part[16], from[24];
+		const char *vals[4] = { route != NULL ? route->consumer : "", p->topic, part,
+			                from };
+
+		snprintf(part, sizeof(part), "%" PRId32, p->partition);
+		snprintf(from, sizeof(from), "%" PRId64, p->from);
+		if ((r = idem_sql_exec(conn, IDEM_SQL_REPLAY_MARK, vals,
+		                       "lower idem.partition_progress.next_offset", NULL, err)) !=
+		    IDEM_OK)
+			goto out_rollback;
+	}
+	return idem_pg_exec(conn, "COMMIT", "commit", err);
+
+out_rollback:
+	res = PQexec(conn, "ROLLBACK");
+	PQclear(res);
 	return r;
 }

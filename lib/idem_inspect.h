@@ -57,8 +57,11 @@ struct idem_replay_plan {
 	char *topic; /* owned */
 	int32_t partition;
 	int64_t from; /* requested start, clamped to the log start */
-	int64_t to;   /* exclusive end: the committed offset (or high watermark) */
+	int64_t to;   /* exclusive end: where idemd would start without the replay, max(committed
+	                 offset, database position, end of a replay pending), or the high watermark
+	                 when none is known, at most the high watermark */
 	int64_t committed;
+	int64_t db_next;         /* idem.partition_progress.next_offset, -1 if none */
 	int64_t messages;        /* messages read in [from, to) */
 	int64_t already_claimed; /* would be no-ops */
 	int64_t would_apply;     /* keys not claimed yet (first occurrence in the range) */
@@ -77,8 +80,8 @@ struct idem_replay_report {
 
 /*
  * @brief Plan a replay of @topic (all partitions, or only @partition when >= 0) from offset
- * @from: read the messages between @from and the committed offset, build their business keys
- * with the topic's route and count which are already claimed.
+ * @from: read the messages between @from and where idemd stands (plan->to), build their
+ * business keys with the topic's route and count which are already claimed.
  */
 IDEM_NODISCARD idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
                                                     PGconn *conn, const char *topic,
@@ -95,5 +98,16 @@ void idem_replay_report_done(struct idem_replay_report *r);
 IDEM_NODISCARD idem_status idem_inspect_reset(const struct idem_cfg *cfg,
                                               const struct idem_replay_report *plan, int timeout_ms,
                                               idem_error *err);
+
+/*
+ * @brief Make the planned replay happen in the database too, in one transaction: idemd starts
+ * a partition at max(committed offset, idem.partition_progress.next_offset), so each planned
+ * partition's next_offset goes back to its plan->from, and replay_to records the end of the
+ * range read again, whose duplicates are then counted as replays (IDEM_SQL_REPLAY_MARK).
+ * Called after idem_inspect_reset() succeeded (which makes sure the group is stopped).
+ */
+IDEM_NODISCARD idem_status idem_inspect_replay_mark(const struct idem_cfg *cfg, PGconn *conn,
+                                                    const struct idem_replay_report *plan,
+                                                    idem_error *err);
 
 #endif

@@ -103,19 +103,36 @@ static void wipe(char *p, size_t n)
 idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name, PGconn **ret_conn,
                               idem_error *err)
 {
-	const char *kw[4] = { "dbname", "fallback_application_name", NULL, NULL };
-	const char *vals[4] = { cfg->conninfo, app_name, NULL, NULL };
-	char password[1024];
+	return idem_pg_conn_open_timeout(cfg, app_name, 0, ret_conn, err);
+}
+
+idem_status idem_pg_conn_open_timeout(const struct idem_cfg *cfg, const char *app_name,
+                                      int connect_timeout_s, PGconn **ret_conn, idem_error *err)
+{
+	/* Parameters before dbname (the conninfo, expanded) are defaults it may override;
+	 * those after it override it. */
+	const char *kw[5] = { NULL }, *vals[5] = { NULL };
+	char password[1024], timeout[16];
 	bool have_pw;
 	PGconn *conn;
 	idem_status r;
+	int n = 0;
 
 	r = read_password(cfg, password, sizeof(password), &have_pw, err);
 	if (r != IDEM_OK)
 		return r;
+	if (connect_timeout_s > 0) {
+		snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s);
+		kw[n] = "connect_timeout";
+		vals[n++] = timeout;
+	}
+	kw[n] = "dbname";
+	vals[n++] = cfg->conninfo;
+	kw[n] = "fallback_application_name";
+	vals[n++] = app_name;
 	if (have_pw) {
-		kw[2] = "password";
-		vals[2] = password;
+		kw[n] = "password";
+		vals[n++] = password;
 	}
 	conn = PQconnectdbParams(kw, vals, 1);
 	wipe(password, sizeof(password));

@@ -46,6 +46,14 @@ bool idem_pg_needs_operator(const idem_error *err);
 IDEM_NODISCARD idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name,
                                              PGconn **ret_conn, idem_error *err);
 
+/*
+ * @brief The same, giving up on connecting after @connect_timeout_s seconds (libpq's
+ * connect_timeout; 0: libpq's default, none) unless cfg->conninfo sets connect_timeout itself.
+ */
+IDEM_NODISCARD idem_status idem_pg_conn_open_timeout(const struct idem_cfg *cfg,
+                                                     const char *app_name, int connect_timeout_s,
+                                                     PGconn **ret_conn, idem_error *err);
+
 /* @brief Set @err from a failed result (or from the connection when @res is NULL). */
 idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, const char *what);
 

@@ -33,10 +33,12 @@ static const char sql_results[] = "UPDATE idem.processed_messages AS p SET resul
 
 /*
  * The recorded progress of several partitions at once: one row per element of the arrays, in
- * their order (n), next_offset NULL for a partition that has none yet.
+ * their order (n), next_offset NULL for a partition that has none yet, and replay_to (NULL
+ * unless a replay is pending). Read by the batch transaction (classification) and, on the
+ * consumer thread, when partitions are assigned (where each one starts: idem_resume).
  */
 static const char sql_progress_get[] =
-        "SELECT pp.next_offset FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY"
+        "SELECT pp.next_offset, pp.replay_to FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY"
         " AS u(c, t, p, n) LEFT JOIN idem.partition_progress pp"
         " ON pp.consumer = u.c AND pp.topic = u.t AND pp.partition = u.p ORDER BY u.n";
 
@@ -47,7 +49,9 @@ static const char sql_claims_get[] =
 
 /*
  * Advance several partitions' progress and counters at once, one row per element (distinct
- * partitions, sorted, so that the rows are locked in one order).
+ * partitions, sorted, so that the rows are locked in one order). next_offset never moves back
+ * here (only `idemctl replay` lowers it); a pending replay ends (replay_to NULL) once
+ * next_offset reaches its end.
  */
 static const char sql_progress[] =
         "INSERT INTO idem.partition_progress AS p"
@@ -59,6 +63,8 @@ static const char sql_progress[] =
         " $12::bigint[], $13::bigint[], $14::text[])"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = greatest(p.next_offset, excluded.next_offset),"
+        " replay_to = CASE WHEN greatest(p.next_offset, excluded.next_offset) >= p.replay_to"
+        " THEN NULL ELSE p.replay_to END,"
         " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
         " duplicates = p.duplicates + excluded.duplicates,"
         " quarantined = p.quarantined + excluded.quarantined,"
@@ -88,6 +94,19 @@ static const char sql_quarantine[] =
         " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
         " last_failed_at = now(), resolved_at = NULL, resolution = NULL"
         " RETURNING xmax = 0";
+
+/*
+ * `idemctl replay` (idem_inspect_replay_mark()): make the next start read the partition again
+ * from $4. next_offset goes back to $4 (idemd starts at max(Kafka's committed offset,
+ * next_offset)); replay_to keeps the highest offset reached so far, the end of the range read
+ * again, for the classification of its duplicates (sql/0004_replay_resume.sql). A partition
+ * already at or below $4 is left as it is.
+ */
+static const char sql_replay_mark[] =
+        "UPDATE idem.partition_progress SET"
+        " replay_to = greatest(next_offset, coalesce(replay_to, next_offset)),"
+        " next_offset = $4, updated_at = now()"
+        " WHERE consumer = $1 AND topic = $2 AND partition = $3 AND next_offset > $4";
 
 static const char sql_schema_version[] =
         "SELECT coalesce(max(version), 0) FROM idem.schema_migrations";
@@ -133,6 +152,7 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get, true },
 	[IDEM_SQL_PROGRESS] = { "idem_progress", 14, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
+	[IDEM_SQL_REPLAY_MARK] = { "idem_replay_mark", 4, sql_replay_mark },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },
 	[IDEM_SQL_OUTBOX_LOCK] = { "idem_outbox_lock", 0, sql_outbox_lock },

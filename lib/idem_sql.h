@@ -21,15 +21,20 @@ enum idem_sql_id {
 	IDEM_SQL_CLAIM_MANY,   /* claim several partitions' keys: consumers[], keys[], topics[],
 	                          partitions[], offsets[], hashes[] -> key, topic, partition */
 	IDEM_SQL_RESULTS,      /* store handler results: consumer, keys[], results[] */
-	IDEM_SQL_PROGRESS_GET, /* partitions' next_offset: consumers[], topics[], partitions[] */
+	IDEM_SQL_PROGRESS_GET, /* partitions' next_offset, replay_to: consumers[], topics[],
+	                          partitions[] (also read at assignment: idem_resume) */
 	IDEM_SQL_CLAIMS_GET,   /* where keys were claimed: consumer, keys[] */
 	IDEM_SQL_PROGRESS,     /* advance partitions' progress and counters (14 arrays) */
 	IDEM_SQL_QUARANTINE,   /* quarantine one message (13 parameters) */
 	IDEM_SQL_N_BATCH,      /* the number of the above */
 
+	/* idemctl replay (idem_inspect.c). */
+	IDEM_SQL_REPLAY_MARK = IDEM_SQL_N_BATCH, /* lower a partition's next_offset for a replay:
+	                                            consumer, topic, partition, from */
+
 	/* The schema (idem_migrate.c). */
-	IDEM_SQL_SCHEMA_VERSION = IDEM_SQL_N_BATCH, /* the version migrated to, 0 if none */
-	IDEM_SQL_SCHEMA_RECORD,                     /* record a migration: version, name */
+	IDEM_SQL_SCHEMA_VERSION, /* the version migrated to, 0 if none */
+	IDEM_SQL_SCHEMA_RECORD,  /* record a migration: version, name */
 
 	/* The outbox relay (idem_relay.c). */
 	IDEM_SQL_OUTBOX_LOCK,    /* one relay at a time: true if this transaction got the lock */

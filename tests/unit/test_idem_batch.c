@@ -255,6 +255,14 @@ static void test_dup_kind(void **state)
 	c.partition = 3;
 	c.same_topic = false;
 	assert_int_equal(idem_batch_dup_kind(3, 10, &c, -1), IDEM_DUP_UPSTREAM);
+	/* Inside a range an operator replays (below replay_to): a replay, even of its own claim;
+	 * at or above it, as without a replay. */
+	c.same_topic = true;
+	assert_int_equal(idem_batch_dup_kind_replay(3, 10, &c, 0, 11), IDEM_DUP_REPLAY);
+	assert_int_equal(idem_batch_dup_kind_replay(3, 10, NULL, -1, 11), IDEM_DUP_REPLAY);
+	assert_int_equal(idem_batch_dup_kind_replay(3, 10, &c, 0, 10), IDEM_DUP_REDELIVERY);
+	assert_int_equal(idem_batch_dup_kind_replay(3, 10, NULL, 5, 10), IDEM_DUP_UPSTREAM);
+	assert_int_equal(idem_batch_dup_kind_replay(3, 10, &c, 100, -1), IDEM_DUP_REDELIVERY);
 	assert_string_equal(idem_batch_dup_str(IDEM_DUP_REDELIVERY), "redelivery");
 	assert_string_equal(idem_batch_dup_str(IDEM_DUP_REPLAY), "replay");
 	assert_string_equal(idem_batch_dup_str(IDEM_DUP_UPSTREAM), "upstream");

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "idem_part.h"
+#include "idem_resume.h"
 
 static struct idem_cfg cfg;
 static struct idem_route routes[2];
@@ -238,6 +239,19 @@ static void test_take_back_refetches_after_it(void **state)
 	idem_parts_done(&ps);
 }
 
+/* Where an assigned partition starts: max(committed, database), the database only if known. */
+static void test_resume_start(void **state)
+{
+	(void)state;
+	assert_int_equal(idem_resume_start(100, 250), 250); /* a crash: Kafka behind */
+	assert_int_equal(idem_resume_start(250, 250), 250);
+	assert_int_equal(idem_resume_start(300, 250), 300); /* skipped with Kafka's tools */
+	assert_int_equal(idem_resume_start(RD_KAFKA_OFFSET_INVALID, 250), 250); /* none yet */
+	assert_int_equal(idem_resume_start(0, 0), 0);                           /* a replay */
+	assert_int_equal(idem_resume_start(100, -1), RD_KAFKA_OFFSET_INVALID);  /* no row */
+	assert_int_equal(idem_resume_start(RD_KAFKA_OFFSET_INVALID, -1), RD_KAFKA_OFFSET_INVALID);
+}
+
 static void test_halted_count(void **state)
 {
 	struct idem_parts ps;
@@ -266,6 +280,7 @@ int main(void)
 		cmocka_unit_test(test_hand_over_keeps_delivery_state),
 		cmocka_unit_test(test_take_back_refetches_after_it),
 		cmocka_unit_test(test_halted_count),
+		cmocka_unit_test(test_resume_start),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Replay after resume (issue 11): idemd starts a partition at max(Kafka's committed offset, the
+# database's next_offset), so a deliberate replay must move both.
+#  1. Two instances (incremental rebalances: cooperative-sticky) apply a topic, with Kafka's
+#     offsets committed rarely (auto.commit.interval.ms=60000); once everything is applied one
+#     is SIGKILLed: the other takes its partitions from where the database stopped (ahead of
+#     Kafka's committed offsets), reads nothing again, and hands those positions to Kafka.
+#  2. idemctl replay --dry-run and a replay refused at the retention horizon change nothing,
+#     in Kafka or in the database.
+#  3. idemctl replay --to-offset 0, restart (SIGKILLed once partway, started again): the whole
+#     range is read again exactly once, zero new effects, every duplicate a replay, and the
+#     replay is over (replay_to cleared) at the end.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:4
+coop=(--kafka-prop partition.assignment.strategy=cooperative-sticky)
+idem_write_config "$IDEM_TMP/lazy.yaml" g-rr payments "${coop[@]}" \
+	--kafka-prop auto.commit.interval.ms=60000
+# Small batches, one worker: the replay takes long enough to be killed partway.
+idem_write_config "$IDEM_TMP/slow.yaml" g-rr payments "${coop[@]}" --max 20 --workers 1
+idem_setup_db "$IDEM_TMP/lazy.yaml"
+ctl() { "$IDEM_BIN/idemctl" -c "$IDEM_TMP/lazy.yaml" "$@"; }
+
+sum() { idem_psql -c "SELECT coalesce(sum($1), 0) FROM idem.partition_progress WHERE consumer = 'payments'"; }
+positions() { idem_psql -c "SELECT string_agg(partition || ':' || next_offset || ':' || coalesce(replay_to::text, '-'), ' ' ORDER BY partition) FROM idem.partition_progress"; }
+committed() { "$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group g-rr --topic payments | sed -n 's/^total committed=\([0-9]*\) .*/\1/p'; }
+applied_all() { [ "$(sum next_offset)" = "$IDEM_PRODUCED" ]; }
+owns() { grep -q "assigned topic=payments" "$IDEM_TMP/idemd-$1.log" 2>/dev/null; }
+
+# ---- 1. resume from the database ----
+idemd_start a "$IDEM_TMP/lazy.yaml"
+idem_wait_until 60 "a gets partitions" owns a
+idemd_start b "$IDEM_TMP/lazy.yaml"
+idem_wait_until 60 "b gets partitions" owns b
+# Produced once both have their partitions: no revoke commits Kafka's offsets meanwhile.
+idem_produce 8000 0.2 17
+idem_wait_until 120 "every message applied in the database" applied_all
+idem_log "applied; Kafka's committed offsets total $(committed) of $IDEM_PRODUCED"
+idemd_kill9 a
+took_over() { [ "$(grep -c "assigned topic=payments" "$IDEM_TMP/idemd-b.log")" -ge 4 ]; }
+idem_wait_until 60 "b takes over a's partitions" took_over
+# b stored the database's positions as it took the partitions: stopping commits them.
+idemd_stop b
+idem_assert_eq "Kafka's committed offsets caught up with the database" "$IDEM_PRODUCED" "$(committed)"
+idem_check_exactly_once payments
+idem_check_accounting payments
+idem_assert_eq "consumed (nothing read twice)" "$IDEM_PRODUCED" "$(sum consumed)"
+grep -h " start=" "$IDEM_TMP"/idemd-b.log >&2
+ahead=$(sed -n 's/.* start=\([0-9]*\) (database next_offset=\([0-9]*\), kafka committed=\([0-9-]*\)).*/\1 \3/p' "$IDEM_TMP/idemd-b.log" |
+	awk '$2 == "-" || $1 > $2 { n++ } END { print n + 0 }')
+idem_log "partitions b started from the database, ahead of Kafka's committed offset: $ahead"
+[ "$ahead" -gt 0 ] || idem_fail "b took over no partition ahead of Kafka's committed offset"
+ledger=$(idem_psql -c "SELECT count(*), sum(amount), max(id) FROM ledger")
+claims=$(idem_psql -c "SELECT md5(string_agg(business_key || ':' || processed_at, ',' ORDER BY business_key)) FROM idem.processed_messages")
+pos=$(positions)
+
+# ---- 2. what must change nothing ----
+ctl replay --topic payments --to-offset 0 --dry-run | tee "$IDEM_TMP/dry.txt"
+grep -q "^total: messages=$IDEM_PRODUCED would_apply=0 " "$IDEM_TMP/dry.txt" ||
+	idem_fail "the dry run should count $IDEM_PRODUCED messages and nothing to apply"
+idem_assert_eq "database position after the dry run" "$pos" "$(positions)"
+idem_assert_eq "Kafka's offsets after the dry run" "$IDEM_PRODUCED" "$(committed)"
+idem_psql -c "INSERT INTO idem.retention_horizon (consumer, purged_before) VALUES ('payments', now() + interval '1 hour')"
+rc=0
+ctl replay --topic payments --to-offset 0 >/dev/null 2>"$IDEM_TMP/refused.txt" || rc=$?
+idem_assert_eq "replay past the horizon" 1 "$rc"
+grep -q "retention horizon" "$IDEM_TMP/refused.txt" || idem_fail "the refusal does not say why"
+idem_assert_eq "database position after the refusal" "$pos" "$(positions)"
+idem_assert_eq "Kafka's offsets after the refusal" "$IDEM_PRODUCED" "$(committed)"
+idem_psql -c "DELETE FROM idem.retention_horizon"
+
+# ---- 3. the replay ----
+consumed1=$(sum consumed)
+kinds1=$(idem_psql -c "SELECT sum(dup_redelivery) || ' ' || sum(dup_replay) || ' ' || sum(dup_upstream) FROM idem.partition_progress")
+read -r red1 rep1 up1 <<<"$kinds1"
+ctl replay --topic payments --to-offset 0 | tee "$IDEM_TMP/replay.txt"
+grep -q "^total: messages=$IDEM_PRODUCED would_apply=0 " "$IDEM_TMP/replay.txt" ||
+	idem_fail "the replay plan should count $IDEM_PRODUCED messages and nothing to apply"
+idem_assert_eq "Kafka's offsets after the replay" 0 "$(committed)"
+idem_assert_eq "database positions after the replay (partition:next_offset:replay_to)" \
+	"$(sed -E 's/([0-9]+):([0-9]+):-/\1:0:\2/g' <<<"$pos")" "$(positions)"
+replayed() { [ "$(sum consumed)" -gt $((consumed1 + IDEM_PRODUCED / 4)) ]; }
+idemd_start c "$IDEM_TMP/slow.yaml"
+idem_wait_until 120 "a quarter of the replay applied" replayed
+idemd_kill9 c
+idem_log "c SIGKILLed after $(($(sum consumed) - consumed1)) of $IDEM_PRODUCED replayed messages; positions $(positions)"
+idemd_start d "$IDEM_TMP/slow.yaml"
+idem_wait_done g-rr 180
+idemd_stop d
+
+idem_assert_eq "ledger after the replay" "$ledger" "$(idem_psql -c "SELECT count(*), sum(amount), max(id) FROM ledger")"
+idem_assert_eq "claims after the replay" "$claims" \
+	"$(idem_psql -c "SELECT md5(string_agg(business_key || ':' || processed_at, ',' ORDER BY business_key)) FROM idem.processed_messages")"
+idem_check_exactly_once payments
+idem_check_accounting payments
+# Each message of the range read again exactly once (none skipped after the kill, none twice),
+# every one of them a duplicate of the kind replay.
+idem_assert_eq "consumed by the replay" "$IDEM_PRODUCED" "$(($(sum consumed) - consumed1))"
+idem_assert_eq "duplicates by kind after the replay (redelivery replay upstream)" \
+	"$red1 $((rep1 + IDEM_PRODUCED)) $up1" \
+	"$(idem_psql -c "SELECT sum(dup_redelivery) || ' ' || sum(dup_replay) || ' ' || sum(dup_upstream) FROM idem.partition_progress")"
+idem_assert_eq "positions once the replay is over" "$pos" "$(positions)"
+echo "ok: resumed from the database ($ahead partition(s) ahead of Kafka), replayed $IDEM_PRODUCED messages (killed once partway), 0 new effects; $(idem_counts_full payments)"
