@@ -5,11 +5,11 @@
  *              [--kafka-prop NAME=VALUE]...
  *
  * A consumer in group G with idemd's fetch settings (the properties run.sh gives idemd in the
- * latency run, passed as --kafka-prop, a later one replacing an earlier one) that does nothing but note, for each of
- * the first N messages, the wall-clock time it was handed over minus the message's Kafka
- * timestamp (set by the producer). Run it while idem-kafkatool produces at the latency run's
- * rate: what remains of the end-to-end latency target after Kafka (producer linger, broker,
- * fetch) has taken its share.
+ * latency run, passed as --kafka-prop, a later one replacing an earlier one) that does nothing but
+ * note, for each of the first N messages, the wall-clock time it was handed over minus the
+ * message's Kafka timestamp (set by the producer). Run it while idem-kafkatool produces at the
+ * latency run's rate: what remains of the end-to-end latency target after Kafka (producer linger,
+ * broker, fetch) has taken its share.
  *
  * Says "bench_klat: assigned N partitions" on stderr once the group is joined (produce only
  * then), and at the end prints one line: klat messages=N p50_ms=X p99_ms=Y max_ms=Z
