@@ -405,6 +405,9 @@ static void on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		}
 		if (tp->offset >= 0)
 			p->fetch_next = tp->offset;
+		idem_metrics_partition_assigned(d->metrics, tp->topic, tp->partition,
+		                                pos != NULL ? pos[i].committed : -1,
+		                                pos != NULL ? pos[i].db : -1);
 		fmt_offset(start, sizeof(start), tp->offset);
 		fmt_offset(db, sizeof(db), pos != NULL ? pos[i].db : -1);
 		fmt_offset(committed, sizeof(committed), pos != NULL ? pos[i].committed : -1);
@@ -764,6 +767,7 @@ static void publish(idem_daemon *d)
 		if (high >= 0 && done >= 0)
 			lag = high > done ? high - done : 0;
 		idem_metrics_partition(d->metrics, p->topic, p->partition, p->db_next, lag);
+		idem_metrics_partition_halted(d->metrics, p->topic, p->partition, p->halted);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
 	for (size_t i = 0; i < d->parts.n; i++) {

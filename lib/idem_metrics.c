@@ -44,6 +44,8 @@ struct part_gauge {
 	int32_t partition;
 	int64_t db_next;
 	int64_t lag;
+	int64_t kafka_ahead; /* at assignment: Kafka's committed offset beyond the database's */
+	bool halted;
 };
 
 struct idem_metrics {
@@ -172,6 +174,31 @@ static struct part_gauge *find_part(idem_metrics *m, const char *topic, int32_t 
 	return NULL;
 }
 
+/* @topic/@partition's gauges, added when missing (NULL when out of memory), under m->lock. */
+static struct part_gauge *get_part(idem_metrics *m, const char *topic, int32_t partition)
+{
+	struct part_gauge *g = find_part(m, topic, partition);
+	char *t;
+
+	if (g != NULL)
+		return g;
+	if (m->n_parts == m->cap_parts) {
+		size_t nc = m->cap_parts ? m->cap_parts * 2 : 16;
+		struct part_gauge *np = realloc(m->parts, nc * sizeof(*np));
+
+		if (np == NULL)
+			return NULL;
+		m->parts = np;
+		m->cap_parts = nc;
+	}
+	t = strdup(topic);
+	if (t == NULL)
+		return NULL;
+	g = &m->parts[m->n_parts++];
+	*g = (struct part_gauge){ .topic = t, .partition = partition, .db_next = -1, .lag = -1 };
+	return g;
+}
+
 void idem_metrics_partition(idem_metrics *m, const char *topic, int32_t partition, int64_t db_next,
                             int64_t lag)
 {
@@ -180,28 +207,40 @@ void idem_metrics_partition(idem_metrics *m, const char *topic, int32_t partitio
 	if (m == NULL)
 		return;
 	pthread_mutex_lock(&m->lock);
-	g = find_part(m, topic, partition);
-	if (g == NULL && m->n_parts == m->cap_parts) {
-		size_t nc = m->cap_parts ? m->cap_parts * 2 : 16;
-		struct part_gauge *np = realloc(m->parts, nc * sizeof(*np));
-
-		if (np == NULL)
-			goto out;
-		m->parts = np;
-		m->cap_parts = nc;
+	g = get_part(m, topic, partition);
+	if (g != NULL) {
+		g->db_next = db_next;
+		g->lag = lag;
 	}
-	if (g == NULL) {
-		char *t = strdup(topic);
+	pthread_mutex_unlock(&m->lock);
+}
 
-		if (t == NULL)
-			goto out;
-		g = &m->parts[m->n_parts++];
-		g->topic = t;
-		g->partition = partition;
-	}
-	g->db_next = db_next;
-	g->lag = lag;
-out:
+void idem_metrics_partition_halted(idem_metrics *m, const char *topic, int32_t partition,
+                                   bool halted)
+{
+	struct part_gauge *g;
+
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	g = get_part(m, topic, partition);
+	if (g != NULL)
+		g->halted = halted;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_partition_assigned(idem_metrics *m, const char *topic, int32_t partition,
+                                     int64_t committed, int64_t db_next)
+{
+	struct part_gauge *g;
+	int64_t db = db_next < 0 ? 0 : db_next;
+
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	g = get_part(m, topic, partition);
+	if (g != NULL)
+		g->kafka_ahead = committed > db ? committed - db : 0;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -454,6 +493,28 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 		    label(o, m->parts[i].topic) ||
 		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
 		                    m->parts[i].partition, m->parts[i].db_next))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_buf_append_str(
+	            o,
+	            "# HELP idemd_partition_halted Whether the partition is halted at a poison message (routes[].on_poison: halt).\n# TYPE idemd_partition_halted gauge\n"))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < m->n_parts; i++) {
+		if (idem_buf_append_str(o, "idemd_partition_halted{topic=\"") ||
+		    label(o, m->parts[i].topic) ||
+		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %d\n", m->parts[i].partition,
+		                    m->parts[i].halted))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_buf_append_str(
+	            o,
+	            "# HELP idemd_partition_kafka_ahead_messages When the partition was assigned: how far the group's committed offset in Kafka was beyond the database's next offset (what idemctl verify calls a loss alarm; 0 when not).\n# TYPE idemd_partition_kafka_ahead_messages gauge\n"))
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; i < m->n_parts; i++) {
+		if (idem_buf_append_str(o, "idemd_partition_kafka_ahead_messages{topic=\"") ||
+		    label(o, m->parts[i].topic) ||
+		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
+		                    m->parts[i].partition, m->parts[i].kafka_ahead))
 			return IDEM_ERR_NOMEM;
 	}
 	if (m->oldest_claim_age >= 0 &&

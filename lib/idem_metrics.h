@@ -59,6 +59,18 @@ void idem_metrics_retry(idem_metrics *m, const char *cls);
 void idem_metrics_partition(idem_metrics *m, const char *topic, int32_t partition, int64_t db_next,
                             int64_t lag);
 void idem_metrics_partition_remove(idem_metrics *m, const char *topic, int32_t partition);
+/* Whether @topic/@partition is halted at a poison message: idemd_partition_halted. */
+void idem_metrics_partition_halted(idem_metrics *m, const char *topic, int32_t partition,
+                                   bool halted);
+/*
+ * @topic/@partition was assigned with the group's @committed offset in Kafka and the database's
+ * @db_next (-1: none): idemd_partition_kafka_ahead_messages is how far Kafka was ahead, the
+ * comparison idemctl verify makes (no next_offset counts as 0; no committed offset is never
+ * ahead). idemd starts the partition at the larger of the two, so what lies between was never
+ * applied. Kept until the partition is revoked.
+ */
+void idem_metrics_partition_assigned(idem_metrics *m, const char *topic, int32_t partition,
+                                     int64_t committed, int64_t db_next);
 /*
  * Readiness is exact at every request: ready when connected to Postgres, assigned partitions and
  * none halted, and only then. The consumer thread says whether partitions are assigned and

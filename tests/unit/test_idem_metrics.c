@@ -94,7 +94,47 @@ static void test_partitions(void **state)
 	t = render(m);
 	has_line(t, "idemd_partition_lag_messages{topic=\"payments\",partition=\"0\"} 0");
 	has_line(t, "idemd_partition_database_progress{topic=\"payments\",partition=\"0\"} 120");
-	assert_null(strstr(t, "partition=\"1\""));
+	assert_null(strstr(t, "idemd_partition_lag_messages{topic=\"payments\",partition=\"1\"}"));
+	assert_null(
+	        strstr(t, "idemd_partition_database_progress{topic=\"payments\",partition=\"1\"}"));
+	has_line(t, "idemd_partition_halted{topic=\"payments\",partition=\"1\"} 0");
+	free(t);
+	idem_metrics_partition_remove(m, "payments", 0);
+	t = render(m);
+	assert_null(strstr(t, "partition=\"0\""));
+	free(t);
+	idem_metrics_free(m);
+}
+
+/* The halt gauge, and Kafka ahead of the database at assignment (idemctl verify's loss alarm). */
+static void test_partition_halted_and_kafka_ahead(void **state)
+{
+	idem_metrics *m = idem_metrics_new();
+	char *t;
+
+	(void)state;
+	idem_metrics_partition_assigned(m, "payments", 0, 150, 100); /* Kafka ahead by 50 */
+	idem_metrics_partition_assigned(m, "payments", 1, 80, 100);  /* database ahead */
+	idem_metrics_partition_assigned(m, "payments", 2, -1, 100);  /* no commit */
+	idem_metrics_partition_assigned(m, "payments", 3, 7, -1);    /* no progress row: 0 */
+	idem_metrics_partition_halted(m, "payments", 1, true);
+	t = render(m);
+	has_line(t, "idemd_partition_kafka_ahead_messages{topic=\"payments\",partition=\"0\"} 50");
+	has_line(t, "idemd_partition_kafka_ahead_messages{topic=\"payments\",partition=\"1\"} 0");
+	has_line(t, "idemd_partition_kafka_ahead_messages{topic=\"payments\",partition=\"2\"} 0");
+	has_line(t, "idemd_partition_kafka_ahead_messages{topic=\"payments\",partition=\"3\"} 7");
+	has_line(t, "idemd_partition_halted{topic=\"payments\",partition=\"0\"} 0");
+	has_line(t, "idemd_partition_halted{topic=\"payments\",partition=\"1\"} 1");
+	/* Assigned, nothing published yet: no lag nor progress. */
+	assert_null(strstr(t, "idemd_partition_lag_messages{"));
+	assert_null(strstr(t, "idemd_partition_database_progress{"));
+	free(t);
+	/* The publication keeps the assignment's figure; a revocation drops it. */
+	idem_metrics_partition(m, "payments", 0, 160, 0);
+	idem_metrics_partition_halted(m, "payments", 1, false);
+	t = render(m);
+	has_line(t, "idemd_partition_kafka_ahead_messages{topic=\"payments\",partition=\"0\"} 50");
+	has_line(t, "idemd_partition_halted{topic=\"payments\",partition=\"1\"} 0");
 	free(t);
 	idem_metrics_partition_remove(m, "payments", 0);
 	t = render(m);
@@ -182,6 +222,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counters_and_histograms),
 		cmocka_unit_test(test_partitions),
+		cmocka_unit_test(test_partition_halted_and_kafka_ahead),
 		cmocka_unit_test(test_ready),
 		cmocka_unit_test(test_listen_errors),
 		cmocka_unit_test(test_outbox),
