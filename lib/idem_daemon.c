@@ -15,6 +15,7 @@
  */
 #include "idem_daemon.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <stdlib.h>
@@ -711,7 +712,7 @@ static void publish(idem_daemon *d)
 {
 	rd_kafka_topic_partition_list_t *list;
 	int64_t now = now_ms();
-	size_t held = 0, busy = 0;
+	size_t held = 0, busy = 0, bytes = 0;
 
 	if (now - d->last_publish_ms < 1000)
 		return;
@@ -737,7 +738,11 @@ static void publish(idem_daemon *d)
 	for (size_t i = 0; i < d->parts.n; i++) {
 		held += d->parts.v[i]->held;
 		busy += d->parts.v[i]->busy;
+		bytes += idem_part_bytes(d->parts.v[i]);
 	}
+	/* The running count is kept at every add and release; this is what it must equal. */
+	assert(bytes == d->bytes_held);
+	(void)bytes;
 	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
 	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held);
 }
