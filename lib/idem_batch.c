@@ -85,6 +85,16 @@ void idem_batch_reset(struct idem_batch *b)
 	b->opened_us = 0;
 	b->first_lag_ms = -1;
 	b->claim_timeouts = 0;
+	b->bytes = 0;
+	/* A batch of large messages must not keep its memory once they are committed: the bytes
+	 * held (batch.max_bytes_total) are then what the process holds. */
+	if (b->arena.cap > IDEM_BATCH_KEEP_BYTES) {
+		idem_buf_done(&b->arena);
+		/* The JSON parser keeps a buffer as large as the longest string it read. */
+		idem_jsondoc_done(&b->doc);
+	}
+	if (b->scratch.cap > IDEM_BATCH_KEEP_BYTES)
+		idem_buf_done(&b->scratch);
 	idem_buf_reset(&b->arena);
 }
 
@@ -293,7 +303,7 @@ idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
                            const struct idem_cfg *cfg, int64_t now_ms)
 {
 	struct idem_batch_msg *msg;
-	size_t i;
+	size_t i, before = b->arena.len;
 	idem_status r;
 
 	if (GROW(b->msgs, b->cap_msgs, b->n_msgs + 1) != IDEM_OK ||
@@ -324,7 +334,11 @@ idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
 	}
 	b->n_hdrs += m->n_headers;
 	b->n_msgs++;
-	return decode(b, i, m, cfg);
+	r = decode(b, i, m, cfg);
+	/* The parsed value is needed no more, and may be as large as the message. */
+	idem_jsondoc_reset(&b->doc);
+	b->bytes += b->arena.len - before;
+	return r;
 }
 
 /* qsort has no context argument in C11: the batch being sorted is passed through this. */

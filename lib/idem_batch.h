@@ -3,8 +3,10 @@
  *
  * Messages are copied into one arena per batch at add time (librdkafka's message is released
  * at once, and the arena is reused from batch to batch, so the hot path does not allocate per
- * message once warmed up). Business key and handler parameters are extracted at add time; a
- * message whose key cannot be extracted is kept with its reason, for quarantine.
+ * message once warmed up; an arena that grew beyond IDEM_BATCH_KEEP_BYTES for large messages is
+ * freed when the batch is reset, so that memory follows the bytes held). Business key and
+ * handler parameters are extracted at add time; a message whose key cannot be extracted is kept
+ * with its reason, for quarantine.
  */
 #ifndef IDEM_BATCH_H
 #define IDEM_BATCH_H
@@ -95,6 +97,9 @@ struct idem_batch {
 	size_t *order; /* after collapse: indices of unique PENDING keys, sorted by key bytes */
 	size_t n_order, cap_order;
 	struct idem_buf arena;
+	size_t bytes; /* arena bytes taken by idem_batch_add() (messages, keys, parameters,
+	                 hashes): what counts against batch.max_bytes and batch.max_bytes_total;
+	                 kept by idem_batch_truncate(), zeroed by idem_batch_reset() */
 
 	/* scratch, reused */
 	struct idem_jsondoc doc;
@@ -106,11 +111,17 @@ struct idem_batch {
 	int claim_timeouts; /* attempts whose claim ran into lock_timeout/statement_timeout */
 };
 
+/* Arena and scratch memory a reset batch keeps for the next one; larger buffers are freed. */
+#define IDEM_BATCH_KEEP_BYTES ((size_t)256 * 1024)
+
 /* @brief Initialise an empty batch for @topic/@partition served by @route. */
 IDEM_NODISCARD idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
                                            const char *topic, int32_t partition);
 void idem_batch_done(struct idem_batch *b);
-/* @brief Forget every message (and the claim timeouts counted for them), keep the memory. */
+/*
+ * @brief Forget every message (and the claim timeouts counted for them); keep the memory, up to
+ * IDEM_BATCH_KEEP_BYTES of arena and of scratch (larger ones are freed).
+ */
 void idem_batch_reset(struct idem_batch *b);
 
 /*
@@ -120,9 +131,9 @@ void idem_batch_reset(struct idem_batch *b);
 void idem_batch_truncate(struct idem_batch *b, size_t n);
 
 /*
- * @brief Copy @m into the batch and decode it (business key, parameters, payload hash).
- * A message that cannot be decoded is added as IDEM_MSG_BAD with its reason; only memory
- * exhaustion fails.
+ * @brief Copy @m into the batch and decode it (business key, parameters, payload hash), adding
+ * the arena bytes it takes to b->bytes. A message that cannot be decoded is added as
+ * IDEM_MSG_BAD with its reason; only memory exhaustion fails.
  */
 IDEM_NODISCARD idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
                                           const struct idem_cfg *cfg, int64_t now_ms);

@@ -35,7 +35,8 @@ struct cfg_load {
 
 static cfg_check_value_fn cfg_check_conninfo, cfg_check_topic;
 static cfg_check_pair_fn cfg_check_property;
-static cfg_check_section_fn cfg_check_top, cfg_check_postgres, cfg_check_retry, cfg_check_handler;
+static cfg_check_section_fn cfg_check_top, cfg_check_postgres, cfg_check_batch, cfg_check_retry,
+        cfg_check_handler;
 
 enum { KAFKA_BROKERS, KAFKA_GROUP_ID, KAFKA_TOPICS, KAFKA_PROPERTIES, KAFKA_N };
 static const struct cfg_key kafka_keys[] = {
@@ -170,7 +171,14 @@ static const struct cfg_key route_keys[] = {
 };
 static const struct cfg_section route_section = { route_keys, ROUTE_N, NULL };
 
-enum { BATCH_MAX_MESSAGES, BATCH_MAX_WAIT_MS, BATCH_WORKERS, BATCH_N };
+enum {
+	BATCH_MAX_MESSAGES,
+	BATCH_MAX_BYTES,
+	BATCH_MAX_BYTES_TOTAL,
+	BATCH_MAX_WAIT_MS,
+	BATCH_WORKERS,
+	BATCH_N
+};
 static const struct cfg_key batch_keys[] = {
 	[BATCH_MAX_MESSAGES] = { .name = "max_messages",
 	                         .type = CFG_INT,
@@ -178,6 +186,18 @@ static const struct cfg_key batch_keys[] = {
 	                         .min = 1,
 	                         .max = 100000,
 	                         .off = offsetof(struct idem_cfg, batch_max_messages) },
+	[BATCH_MAX_BYTES] = { .name = "max_bytes",
+	                      .type = CFG_SIZE,
+	                      .def = 16777216,
+	                      .min = 1024,
+	                      .max = 1073741824,
+	                      .off = offsetof(struct idem_cfg, batch_max_bytes) },
+	[BATCH_MAX_BYTES_TOTAL] = { .name = "max_bytes_total",
+	                            .type = CFG_SIZE,
+	                            .def = 268435456,
+	                            .min = 1024,
+	                            .max = 68719476736,
+	                            .off = offsetof(struct idem_cfg, batch_max_bytes_total) },
 	[BATCH_MAX_WAIT_MS] = { .name = "max_wait_ms",
 	                        .type = CFG_INT,
 	                        .def = 20,
@@ -191,7 +211,7 @@ static const struct cfg_key batch_keys[] = {
 	                    .max = 64,
 	                    .off = offsetof(struct idem_cfg, batch_workers) },
 };
-static const struct cfg_section batch_section = { batch_keys, BATCH_N, NULL };
+static const struct cfg_section batch_section = { batch_keys, BATCH_N, cfg_check_batch };
 
 enum { LIMITS_MAX_KEY_BYTES, LIMITS_MAX_MESSAGE_BYTES, LIMITS_N };
 static const struct cfg_key limits_keys[] = {
@@ -477,6 +497,26 @@ static void cfg_check_postgres(struct cfg_ctx *ctx, const struct cfg_slot *slots
 		idem__cfg_error(
 		        ctx, slots[PG_PASSWORD_FILE].key,
 		        "'postgres.password_env' and 'postgres.password_file' are mutually exclusive; set one of them");
+}
+
+/* One full batch must fit in the budget of all batches. */
+static void cfg_check_batch(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
+{
+	struct idem_cfg *cfg = target;
+
+	if (!slots[BATCH_MAX_BYTES].ok || !slots[BATCH_MAX_BYTES_TOTAL].ok ||
+	    cfg->batch_max_bytes_total >= cfg->batch_max_bytes)
+		return;
+	if (slots[BATCH_MAX_BYTES_TOTAL].value != NULL)
+		idem__cfg_error(
+		        ctx, slots[BATCH_MAX_BYTES_TOTAL].value,
+		        "'batch.max_bytes_total' must be at least 'batch.max_bytes' (%zu), got '%zu'",
+		        cfg->batch_max_bytes, cfg->batch_max_bytes_total);
+	else
+		idem__cfg_error(
+		        ctx, slots[BATCH_MAX_BYTES].value,
+		        "'batch.max_bytes' must be at most 'batch.max_bytes_total' (%zu), got '%zu'",
+		        cfg->batch_max_bytes_total, cfg->batch_max_bytes);
 }
 
 static void cfg_check_retry(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)

@@ -80,9 +80,14 @@ struct idem_cfg {
 
 	/* batch: */
 	int batch_max_messages; /* batch.max_messages, default 500, 1..100000 */
-	int batch_max_wait_ms;  /* batch.max_wait_ms, default 20, 0..60000 */
-	int batch_workers;      /* batch.workers, 0..64, default 0: one per CPU, at most 8 (see
-	                           idem_cfg_workers()) */
+	size_t batch_max_bytes; /* batch.max_bytes: a batch closes once its messages hold this many
+	                           bytes, default 16 MiB, 1 KiB..1 GiB */
+	size_t batch_max_bytes_total; /* batch.max_bytes_total: bytes held in all batches before
+	                                 partitions pause, default 256 MiB, 1 KiB..64 GiB; at least
+	                                 batch_max_bytes */
+	int batch_max_wait_ms;        /* batch.max_wait_ms, default 20, 0..60000 */
+	int batch_workers; /* batch.workers, 0..64, default 0: one per CPU, at most 8 (see
+	                      idem_cfg_workers()) */
 
 	/* limits: */
 	size_t max_key_bytes; /* limits.max_key_bytes, default 512, 1..2048 (a btree entry must fit

@@ -5,13 +5,17 @@
  * the worker pool (idem_pool), where each worker commits them on its own Postgres connection.
  * Under load batches fill while the workers are busy. Each partition has at most one batch in
  * flight, so its batches commit in offset order; the next one fills meanwhile, and when it is
- * full too the partition is paused until the one in flight is done (backpressure; memory stays
- * bounded by two batches per partition plus librdkafka's prefetch). Everything Kafka-side
- * (idem_consumer) happens on the consumer thread: a worker only commits and reports back, and
- * the consumer thread stores the offset after that commit. See ARCHITECTURE.md, "Data flow".
+ * full too the partition is paused until the one in flight is done (backpressure). A batch is
+ * full at batch.max_messages or batch.max_bytes; once the bytes held in all batches reach
+ * batch.max_bytes_total, a partition with a batch in flight is paused the same way and one
+ * without dispatches what it has, so memory stays bounded in bytes ("Memory bound").
+ * Everything Kafka-side (idem_consumer) happens on the consumer thread: a worker only commits
+ * and reports back, and the consumer thread stores the offset after that commit. See
+ * ARCHITECTURE.md, "Data flow".
  */
 #include "idem_daemon.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -36,6 +40,7 @@ struct idem_daemon {
 	idem_pool *pool;
 
 	struct idem_parts parts;
+	size_t bytes_held; /* idem_part_bytes() of every partition: batch.max_bytes_total's count */
 	struct idem_header *hdrs; /* scratch for one message's headers */
 	size_t cap_hdrs;
 	struct idem_daemon_stats stats;
@@ -155,6 +160,26 @@ static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 	d->stats.payload_mismatches += st->payload_mismatches;
 }
 
+/* Forget @b's messages, and the bytes they held. */
+static void release(idem_daemon *d, struct idem_batch *b)
+{
+	d->bytes_held -= b->bytes;
+	idem_batch_reset(b);
+}
+
+/* Is @b full (batch.max_messages or batch.max_bytes)? */
+static bool batch_full(const idem_daemon *d, const struct idem_batch *b)
+{
+	return b->n_msgs >= (size_t)d->cfg->batch_max_messages ||
+	       b->bytes >= d->cfg->batch_max_bytes;
+}
+
+/* Have all batches together reached batch.max_bytes_total? */
+static bool over_budget(const idem_daemon *d)
+{
+	return d->bytes_held >= d->cfg->batch_max_bytes_total;
+}
+
 /* Hand @p's batch to the workers. */
 static void dispatch(idem_daemon *d, struct idem_part *p)
 {
@@ -208,7 +233,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 		        "batch committed after %d failed attempt(s) topic=%s partition=%" PRId32,
 		        p->failures, b->topic, b->partition);
 	store_offset(d, p, st->next_offset);
-	idem_batch_reset(b);
+	release(d, b);
 	p->failures = 0;
 	p->retry_at_ms = 0;
 	p->held = false;
@@ -220,7 +245,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	if (st->halted) {
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
-		idem_batch_reset(&p->batch);
+		release(d, &p->batch);
 		p->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
 		p->fetch_next = st->next_offset;
 		if (!was_retry && !was_held)
@@ -234,8 +259,9 @@ static void committed(idem_daemon *d, struct idem_part *p)
 		        d->cfg->retry_max_ms);
 		return;
 	}
-	/* A batch that filled up meanwhile goes at once. */
-	if (p->batch.n_msgs >= (size_t)d->cfg->batch_max_messages)
+	/* A batch that filled up meanwhile goes at once, and so does any while the bytes held are
+	 * over budget: in flight is the only way they are ever released. */
+	if (p->batch.n_msgs > 0 && (batch_full(d, &p->batch) || over_budget(d)))
 		dispatch(d, p);
 	if (p->leaving)
 		return;
@@ -255,10 +281,12 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	enum idem_pg_class cls = idem_pg_classify(e->sqlstate);
 	struct idem_batch *b = &p->batch;
 	bool was_paused = p->retry_at_ms != 0 || p->held;
+	size_t bytes = idem_part_bytes(p);
 	int64_t first, last;
 	int wait;
 
 	idem_part_take_back(p);
+	d->bytes_held -= bytes - idem_part_bytes(p);
 	first = p->job.first;
 	last = p->job.last;
 	p->held = false;
@@ -464,6 +492,11 @@ static void on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
 		idem_log_error("kafka", "out of memory while finishing revoked partitions");
 	idem_consumer_commit(d->rk, "revoke");
 	for (int i = 0; i < list->cnt; i++) {
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+
+		if (p != NULL)
+			d->bytes_held -= idem_part_bytes(p);
 		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
 		idem_metrics_partition_remove(d->metrics, list->elems[i].topic,
 		                              list->elems[i].partition);
@@ -593,7 +626,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	struct idem_msgview m;
 	struct idem_part *p;
 	rd_kafka_timestamp_type_t tstype;
-	size_t n_hdrs = 0;
+	size_t n_hdrs = 0, bytes;
 	idem_status r;
 
 	p = idem_parts_find(&d->parts, topic, rkm->partition);
@@ -619,7 +652,10 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	m.value_len = rkm->len;
 	m.headers = d->hdrs;
 	m.n_headers = n_hdrs;
-	if ((r = idem_batch_add(&p->batch, &m, d->cfg, now_ms())) != IDEM_OK)
+	bytes = p->batch.bytes;
+	r = idem_batch_add(&p->batch, &m, d->cfg, now_ms());
+	d->bytes_held += p->batch.bytes - bytes;
+	if (r != IDEM_OK)
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
 	p->fetch_next = rkm->offset + 1;
@@ -627,14 +663,18 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		p->batch.opened_us = idem_mono_us();
 		p->batch.first_lag_ms = m.timestamp_ms >= 0 ? idem_wall_ms() - m.timestamp_ms : -1;
 	}
-	if (p->batch.n_msgs < (size_t)d->cfg->batch_max_messages)
+	if (!batch_full(d, &p->batch) && !over_budget(d))
 		return IDEM_OK;
+	/* Over budget, a partition with nothing in flight dispatches what it has (one message
+	 * at least, however large: never stuck), one with a batch in flight pauses instead of
+	 * growing. Every paused partition has a batch in flight, which releases its bytes and
+	 * resumes it (committed()), so waiting for the budget cannot deadlock. */
 	if (!p->busy) {
 		dispatch(d, p);
 	} else if (!p->held) {
-		/* Full while the one before it commits: pause the partition until then. What
-		 * librdkafka still hands over is kept (it stops at the pause), so nothing is
-		 * dropped and the partition resumes where it stopped. */
+		/* Full (or over budget) while the one before it commits: pause the partition until
+		 * then. What librdkafka still hands over is kept (it stops at the pause), so
+		 * nothing is dropped and the partition resumes where it stopped. */
 		p->held = true;
 		pause_part(d, p);
 	}
@@ -746,7 +786,7 @@ static void publish(idem_daemon *d)
 {
 	rd_kafka_topic_partition_list_t *list;
 	int64_t now = now_ms();
-	size_t held = 0, busy = 0;
+	size_t held = 0, busy = 0, bytes = 0;
 
 	if (now - d->last_publish_ms < 1000)
 		return;
@@ -773,8 +813,13 @@ static void publish(idem_daemon *d)
 	for (size_t i = 0; i < d->parts.n; i++) {
 		held += d->parts.v[i]->held;
 		busy += d->parts.v[i]->busy;
+		bytes += idem_part_bytes(d->parts.v[i]);
 	}
+	/* The running count is kept at every add and release; this is what it must equal. */
+	assert(bytes == d->bytes_held);
+	(void)bytes;
 	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
+	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held);
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)

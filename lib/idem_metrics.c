@@ -64,6 +64,7 @@ struct idem_metrics {
 	idem_metrics_probe_fn connected_fn; /* asked at each request */
 	const void *connected_arg;
 	size_t workers, in_flight, held;
+	size_t bytes_budget, bytes_held;
 	double oldest_claim_age;
 	bool outbox; /* the relay runs: its metrics are shown */
 	int64_t outbox_pending;
@@ -287,6 +288,16 @@ void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, siz
 	m->workers = workers;
 	m->in_flight = in_flight;
 	m->held = held;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->bytes_budget = budget;
+	m->bytes_held = held;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -541,6 +552,11 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            "# HELP idemd_batches_in_flight Batches handed to the workers and not yet committed.\n# TYPE idemd_batches_in_flight gauge\nidemd_batches_in_flight %zu\n"
 	            "# HELP idemd_partitions_held Partitions paused because their next batch is full while one commits.\n# TYPE idemd_partitions_held gauge\nidemd_partitions_held %zu\n",
 	            m->workers, m->in_flight, m->held) ||
+	    idem_buf_printf(
+	            o,
+	            "# HELP idemd_batch_bytes_budget Bytes all batches may hold before partitions pause (batch.max_bytes_total).\n# TYPE idemd_batch_bytes_budget gauge\nidemd_batch_bytes_budget %zu\n"
+	            "# HELP idemd_batch_bytes_held Bytes of messages held in batches, filling or in flight.\n# TYPE idemd_batch_bytes_held gauge\nidemd_batch_bytes_held %zu\n",
+	            m->bytes_budget, m->bytes_held) ||
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_ready Whether idemd is connected to Postgres, assigned partitions and none is halted (what /readyz answers).\n# TYPE idemd_ready gauge\nidemd_ready %d\n",

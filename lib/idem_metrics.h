@@ -84,6 +84,9 @@ void idem_metrics_connected_probe(idem_metrics *m, idem_metrics_probe_fn fn, con
 void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted);
 /* The worker pool: its size, batches being committed, partitions paused for backpressure. */
 void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held);
+/* Bytes held in batches (idem_part_bytes() of every partition) and their budget,
+ * batch.max_bytes_total. */
+void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held);
 /* Age in seconds of the oldest claim kept (retention), < 0 if unknown. */
 void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds);
 /* The outbox relay: rows pending and the age of the oldest in seconds (0 when none). */

@@ -100,6 +100,11 @@ void idem_parts_revoke(struct idem_parts *ps, const char *topic, int32_t partiti
 	}
 }
 
+size_t idem_part_bytes(const struct idem_part *p)
+{
+	return p->batch.bytes + p->inflight.bytes;
+}
+
 size_t idem_parts_halted(const struct idem_parts *ps)
 {
 	size_t n = 0;

@@ -51,7 +51,8 @@ struct idem_part {
 	struct idem_batch inflight;
 	struct idem_part_job job;
 	bool busy;
-	bool held;           /* paused because @batch is full while @inflight commits */
+	bool held;           /* paused because @batch is full, or batch.max_bytes_total is reached,
+	                        while @inflight commits */
 	bool leaving;        /* being revoked or shut down: drained, not fetched again */
 	bool halted;         /* stopped at a poison message (on_poison: halt), from the batch that
 	                        halted to the first that commits past it, its retries included */
@@ -86,6 +87,12 @@ IDEM_NODISCARD idem_status idem_parts_assign(struct idem_parts *ps, const struct
 
 /* @brief Forget a partition and its uncommitted batch (they will be redelivered). */
 void idem_parts_revoke(struct idem_parts *ps, const char *topic, int32_t partition);
+
+/*
+ * @brief Bytes @p holds in its two batches (idem_batch.bytes), what counts against
+ * batch.max_bytes_total. Safe while busy: a worker never changes a batch's byte count.
+ */
+size_t idem_part_bytes(const struct idem_part *p);
 
 /* @brief How many assigned partitions are halted. */
 size_t idem_parts_halted(const struct idem_parts *ps);

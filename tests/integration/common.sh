@@ -33,6 +33,7 @@ idem__kv_set() {
 #   --params YAML_LIST [[business_key, "json:/account", "json:/amount"]]
 #   --max N [500] (batch.max_messages)      --wait MS [20] (batch.max_wait_ms)
 #   --workers N (batch.workers; idemd's default unless given)
+#   --batch NAME=VALUE       another batch key (e.g. max_bytes=1048576)
 #   --log-level L [$IDEM_LOG_LEVEL or info]
 #   --kafka-prop NAME=VALUE  a librdkafka property; replaces a default of the same name
 #                            [session.timeout.ms=6000 heartbeat.interval.ms=500
@@ -52,7 +53,7 @@ idem_write_config() {
 	local params='[business_key, "json:/account", "json:/amount"]' max=500 wait=20 workers=
 	local level=${IDEM_LOG_LEVEL:-info} with_retry=1 q="'" name
 	local -A kafka=() retry=()
-	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=()
+	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=() batch=()
 	for name in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=50 \
 		queued.min.messages=1000000; do
 		idem__kv_set kafka kafka_order "$name"
@@ -63,7 +64,7 @@ idem_write_config() {
 		case $1 in
 		--no-retry) with_retry=0; shift; continue ;;
 		--topic | --route-name | --key | --sql | --mode | --params | --max | --wait | --workers | \
-			--log-level | --kafka-prop | --retry | --route | --postgres | --limits | --outbox)
+			--log-level | --kafka-prop | --retry | --route | --postgres | --limits | --outbox | --batch)
 			[ $# -ge 2 ] || idem_fail "idem_write_config: $1 needs a value" ;;
 		*) idem_fail "idem_write_config: unknown option '$1'" ;;
 		esac
@@ -84,6 +85,7 @@ idem_write_config() {
 		--postgres) pg+=("$2") ;;
 		--limits) limits+=("$2") ;;
 		--outbox) outbox+=("$2") ;;
+		--batch) batch+=("$2") ;;
 		esac
 		shift 2
 	done
@@ -111,6 +113,9 @@ idem_write_config() {
 		done
 		printf 'batch:\n  max_messages: %s\n  max_wait_ms: %s\n' "$max" "$wait"
 		[ -z "$workers" ] || printf '  workers: %s\n' "$workers"
+		for name in "${batch[@]}"; do
+			printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
+		done
 		if [ "$with_retry" = 1 ]; then
 			echo "retry:"
 			for name in "${retry_order[@]}"; do

@@ -48,6 +48,8 @@ idem_assert_eq "batch count" "$(metric idemd_batches_total "$IDEM_TMP/after.prom
 	"$(metric idemd_batch_size_messages_count "$IDEM_TMP/after.prom")"
 idem_assert_eq "pool gauges: workers, in flight, held" "3 0 0" \
 	"$(metric idemd_workers "$IDEM_TMP/after.prom") $(metric idemd_batches_in_flight "$IDEM_TMP/after.prom") $(metric idemd_partitions_held "$IDEM_TMP/after.prom")"
+idem_assert_eq "batch bytes: budget (batch.max_bytes_total's default), held once idle" "268435456 0" \
+	"$(metric idemd_batch_bytes_budget "$IDEM_TMP/after.prom") $(metric idemd_batch_bytes_held "$IDEM_TMP/after.prom")"
 idem_assert_eq "worker connections" 3 \
 	"$(idem_psql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idemd'")"
 idem_assert_eq "lag gauges all zero" "0 4" "$(awk '/^idemd_partition_lag_messages\{/ {s += $2; n++} END {print s + 0, n + 0}' "$IDEM_TMP/after.prom")"

@@ -200,6 +200,44 @@ static void test_reset_reuses_memory(void **state)
 	assert_string_equal(bkey(b, 0), "again");
 }
 
+/* b->bytes counts what each add takes in the arena; a reset forgets it, and frees an arena that
+ * grew for large messages (memory follows the bytes held), but keeps a small one. */
+static void test_bytes_counted_and_large_arena_freed(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	static char big[1000];
+	size_t before;
+
+	fx->cfg.max_message_bytes = sizeof(big);
+	memset(big, 'x', sizeof(big));
+	assert_int_equal(b->bytes, 0);
+	add(fx, 1, "a", "v", 1);
+	assert_int_equal(b->bytes, b->arena.len);
+	before = b->bytes;
+	add(fx, 2, "b", big, sizeof(big));
+	/* Key, value, business key, hash: each with its NUL. */
+	assert_true(b->bytes - before >= sizeof(big) + 64);
+	assert_int_equal(b->bytes, b->arena.len);
+	/* A message over limits.max_message_bytes is kept (for quarantine) and counted too. */
+	fx->cfg.max_message_bytes = 1024;
+	before = b->bytes;
+	for (int i = 0; i < 300; i++)
+		add(fx, 3 + i, "c", big, sizeof(big));
+	assert_true(b->bytes - before >= 300 * sizeof(big));
+	assert_true(b->arena.cap > IDEM_BATCH_KEEP_BYTES);
+	idem_batch_reset(b);
+	assert_int_equal(b->bytes, 0);
+	assert_null(b->arena.data);
+	assert_int_equal(b->arena.cap, 0);
+	/* Still usable, and a small arena is kept from batch to batch. */
+	add(fx, 400, "d", "v", 1);
+	assert_string_equal(bkey(b, 0), "d");
+	assert_true(b->arena.cap <= IDEM_BATCH_KEEP_BYTES);
+	idem_batch_reset(b);
+	assert_non_null(b->arena.data);
+}
+
 static void test_invalid_utf8_parameter(void **state)
 {
 	struct fixture *fx = *state;
@@ -346,6 +384,8 @@ int main(void)
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_params_and_hash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reset_reuses_memory, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bytes_counted_and_large_arena_freed, setup,
+		                                teardown),
 		cmocka_unit_test_setup_teardown(test_invalid_utf8_parameter, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_set_reason_keeps_own_sqlstate, setup,
 		                                teardown),

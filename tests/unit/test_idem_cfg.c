@@ -156,6 +156,8 @@ static void test_full(void **state)
 	assert_int_equal(r->on_payload_mismatch, IDEM_CFG_MISMATCH_IGNORE);
 
 	assert_int_equal(cfg->batch_max_messages, 1000);
+	assert_int_equal(cfg->batch_max_bytes, 4096);
+	assert_int_equal(cfg->batch_max_bytes_total, 4096);
 	assert_int_equal(cfg->batch_max_wait_ms, 0);
 	assert_int_equal(cfg->batch_workers, 3);
 	assert_int_equal(idem_cfg_workers(cfg), 3);
@@ -213,6 +215,8 @@ static void test_minimal_defaults(void **state)
 	assert_int_equal(r->params[0].kind, IDEM_FIELD_VALUE);
 	assert_false(r->needs_json);
 	assert_int_equal(cfg->batch_max_messages, 500);
+	assert_int_equal(cfg->batch_max_bytes, 16777216);
+	assert_int_equal(cfg->batch_max_bytes_total, 268435456);
 	assert_int_equal(cfg->batch_max_wait_ms, 20);
 	assert_int_equal(cfg->batch_workers, 0); /* one per CPU, 1..8 */
 	assert_in_range(idem_cfg_workers(cfg), 1, 8);

@@ -207,6 +207,46 @@ static void test_hand_over_keeps_delivery_state(void **state)
 	idem_parts_done(&ps);
 }
 
+/* Bytes held follow the messages through hand-over, take-back and reset (batch.max_bytes_total). */
+static void test_bytes_follow_the_batches(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+	size_t one, three;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
+	assert_int_equal(idem_part_bytes(p), 0);
+	add(p, 10);
+	one = idem_part_bytes(p);
+	/* The value and what decoding it wrote (here: why it has no key). */
+	assert_true(one > 1);
+	add(p, 11);
+	add(p, 12);
+	three = idem_part_bytes(p);
+	assert_int_equal(three, 3 * one);
+	idem_part_hand_over(p, 0);
+	assert_int_equal(p->inflight.bytes, three);
+	assert_int_equal(p->batch.bytes, 0);
+	add(p, 13); /* arrived while the batch was in flight: both count */
+	assert_int_equal(idem_part_bytes(p), three + one);
+	/* What the flush writes into the batch in flight (reasons, results) is not counted. */
+	assert_int_equal(idem_batch_set_reason(&p->inflight, 0, "some reason", NULL), IDEM_OK);
+	assert_int_equal(idem_part_bytes(p), three + one);
+	/* Taken back: what arrived after it is dropped, its bytes with it. */
+	p->busy = false;
+	idem_part_take_back(p);
+	assert_int_equal(idem_part_bytes(p), three);
+	/* Truncated (on_poison: halt) it still holds them until it is reset. */
+	idem_part_hand_over(p, 0);
+	idem_batch_truncate(&p->inflight, 1);
+	assert_int_equal(idem_part_bytes(p), three);
+	idem_batch_reset(&p->inflight);
+	assert_int_equal(idem_part_bytes(p), 0);
+	idem_parts_done(&ps);
+}
+
 static void test_take_back_refetches_after_it(void **state)
 {
 	struct idem_parts ps;
@@ -278,6 +318,7 @@ int main(void)
 		cmocka_unit_test(test_many_partitions),
 		cmocka_unit_test(test_fresh_delivery_state),
 		cmocka_unit_test(test_hand_over_keeps_delivery_state),
+		cmocka_unit_test(test_bytes_follow_the_batches),
 		cmocka_unit_test(test_take_back_refetches_after_it),
 		cmocka_unit_test(test_halted_count),
 		cmocka_unit_test(test_resume_start),
