@@ -15,13 +15,13 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 idem_tmp_init
 idem_pg_start
-idem_kafka_start --brokers 1 payments:1 payments-dlt:1
+idem_kafka_start --brokers 1 payments:1 payments-dlt:1 payments-replies:1
 cfg=$IDEM_TMP/idemd.yaml
 # No offset reaches Kafka before the SIGKILL (its first automatic commit would be in 10 min).
 write_cfg() {
 	idem_write_config "$cfg" g-dlt payments --key '${header:tenant}${json:/payment_id}' \
 		--wait 200 --kafka-prop auto.commit.interval.ms=600000 --retry max_ms=200 \
-		--route dead_letter_topic=payments-dlt \
+		--route dead_letter_topic=payments-dlt --route 'reply={topic: payments-replies}' \
 		--outbox enabled=true --outbox poll_interval_ms=20 "$@"
 }
 idem_write_config "$cfg" g-x payments --route dead_letter_topic=payments-dlt
@@ -76,7 +76,10 @@ idem_wait_until 60 "first delivery committed" consumed_is "$produced"
 drained() { [ "$(idem_psql -c 'SELECT count(*) FROM idem.outbox WHERE published_at IS NULL')" = 0 ]; }
 idem_wait_until 60 "outbox drained" drained
 idem_assert_eq "quarantine rows" "$bad" "$(idem_psql -c 'SELECT count(*) FROM idem.quarantine')"
-idem_assert_eq "dead letters in the outbox" "$bad" "$(idem_psql -c 'SELECT count(*) FROM idem.outbox')"
+idem_assert_eq "dead letters in the outbox" "$bad" \
+	"$(idem_psql -c "SELECT count(*) FROM idem.outbox WHERE topic = 'payments-dlt'")"
+idem_assert_eq "replies in the outbox" "$good" \
+	"$(idem_psql -c "SELECT count(*) FROM idem.outbox WHERE topic = 'payments-replies'")"
 idemd_kill9 a
 
 # Everything again: the database position goes back to the start, as after a crash that lost
@@ -89,8 +92,8 @@ idemd_stop b
 idem_assert_eq "counters: consumed applied quarantined redeliveries" \
 	"$((2 * produced)) $good $bad $produced" \
 	"$(idem_psql -c "SELECT consumed || ' ' || applied || ' ' || quarantined || ' ' || dup_redelivery FROM idem.partition_progress")"
-idem_assert_eq "dead letters in the outbox after the redelivery" "$bad" \
-	"$(idem_psql -c 'SELECT count(*) FROM idem.outbox')"
+idem_assert_eq "dead letters and replies in the outbox after the redelivery" "$bad $good" \
+	"$(idem_psql -c "SELECT count(*) FILTER (WHERE topic = 'payments-dlt') || ' ' || count(*) FILTER (WHERE topic = 'payments-replies') FROM idem.outbox")"
 
 # The dead-letter topic, compared byte for byte with the quarantine rows.
 "$IDEM_BIN/idem-kafkatool" consume --brokers "$IDEM_BROKERS" --topic payments-dlt \
@@ -158,7 +161,8 @@ idem_assert_eq "dead-letter topic holds an empty sqlstate for undecodable ones, 
 	"$(idem_psql -c "SELECT max(sqlstate) || ' ' || count(sqlstate) FROM idem.quarantine")"
 
 # `idemctl quarantine retry` still works from the table: the handler failure of 'chained' is
-# fixed (its amount made a number by the operator's function) and retried; it is applied.
+# fixed (a handler that takes a non-numeric amount as NULL) and retried; it is applied, and its
+# reply (the new handler's result, 1) written with it. No dead letter is written again.
 chained=$(idem_psql -c "SELECT id FROM idem.quarantine WHERE business_key = 't1-chained'")
 [ -n "$chained" ] || idem_fail "no quarantine row for t1-chained"
 idem_psql -c 'ALTER TABLE ledger ALTER COLUMN amount DROP NOT NULL' >/dev/null
@@ -167,6 +171,10 @@ write_cfg --sql "WITH l AS (INSERT INTO ledger (payment_id, account, amount) VAL
 	idem_fail "idemctl quarantine retry $chained failed"
 idem_assert_eq "retried message applied" 1 \
 	"$(idem_psql -c "SELECT count(*) FROM ledger WHERE payment_id = 't1-chained'")"
+idem_assert_eq "reply of the retried message" "1 1" \
+	"$(idem_psql -c "SELECT count(*) || ' ' || string_agg(convert_from(value, 'UTF8'), ',') FROM idem.outbox WHERE topic = 'payments-replies' AND key = convert_to('t1-chained', 'UTF8')")"
 idem_assert_eq "retried quarantine row resolved" t \
 	"$(idem_psql -c "SELECT resolved_at IS NOT NULL FROM idem.quarantine WHERE id = $chained")"
+idem_assert_eq "dead letters after the retry" "$bad" \
+	"$(idem_psql -c "SELECT count(*) FROM idem.outbox WHERE topic = 'payments-dlt'")"
 echo "ok: dead letters: $produced messages, $bad quarantined and on the dead-letter topic once each, with their bytes and headers, none again after a redelivery"
