@@ -684,16 +684,25 @@ out_free_refs:
 	free(refs);
 }
 
+/* Is @topic one of @route's own topics? */
+static bool cfg_route_reads(const struct idem_route *route, const char *topic)
+{
+	for (size_t j = 0; j < route->n_topics; j++) {
+		if (route->topics[j] != NULL && strcmp(route->topics[j], topic) == 0)
+			return true;
+	}
+	return false;
+}
+
 /*
  * Replies and dead letters are rows of idem.outbox, which only the relay publishes: a route
- * that asks for them needs outbox.enabled.
+ * that asks for them needs outbox.enabled. And they must not go back to the route's own topics:
+ * a dead letter would be quarantined again, and again.
  */
 static void cfg_check_route_outbox(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes)
 {
 	char label[32];
 
-	if (cfg->outbox_enabled)
-		return;
 	for (size_t i = 0; i < cfg->n_routes; i++) {
 		const struct idem_route *route = &cfg->routes[i];
 		yaml_node_t *node = idem__cfg_seq_get(ctx, routes, i);
@@ -701,10 +710,24 @@ static void cfg_check_route_outbox(struct cfg_ctx *ctx, struct idem_cfg *cfg, ya
 
 		if (route->reply_topic == NULL && route->dead_letter_topic == NULL)
 			continue;
-		idem__cfg_error(ctx, idem__cfg_map_get(ctx, node, what),
-		                "route '%s' has '%s' but outbox.enabled is false (replies and dead "
-		                "letters are published by the outbox relay)",
-		                cfg_route_label(ctx, cfg, i, label, sizeof(label)), what);
+		if (!cfg->outbox_enabled)
+			idem__cfg_error(
+			        ctx, idem__cfg_map_get(ctx, node, what),
+			        "route '%s' has '%s' but outbox.enabled is false (replies and "
+			        "dead letters are published by the outbox relay)",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)), what);
+		if (route->reply_topic != NULL && cfg_route_reads(route, route->reply_topic))
+			idem__cfg_error(ctx, idem__cfg_map_get(ctx, node, "reply"),
+			                "route '%s' replies to '%s', one of its own topics",
+			                cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+			                idem__cfg_qs(ctx, route->reply_topic));
+		if (route->dead_letter_topic != NULL &&
+		    cfg_route_reads(route, route->dead_letter_topic))
+			idem__cfg_error(
+			        ctx, idem__cfg_map_get(ctx, node, "dead_letter_topic"),
+			        "route '%s' has dead_letter_topic '%s', one of its own topics",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+			        idem__cfg_qs(ctx, route->dead_letter_topic));
 	}
 }
 
