@@ -7,8 +7,9 @@
  *      order;
  *   2. only if some keys were claimed already: where (topic/partition/offset, payload hash),
  *      to classify the duplicates; the handler once per newly claimed message, in offset order;
- *   3. store the handlers' results; quarantine what cannot be applied; advance
- *      idem.partition_progress with the batch's counters; COMMIT.
+ *   3. store the handlers' results; quarantine what cannot be applied; the replies and dead
+ *      letters the route asks for (idem.outbox rows); advance idem.partition_progress with the
+ *      batch's counters; COMMIT.
  * Slow path, only after a message-specific handler failure (or a handler timeout, or claims that
  * kept running into lock_timeout): the same work with a SAVEPOINT around each message's claim
  * and handler, so a failing message takes its claim with it and its neighbours still commit.
