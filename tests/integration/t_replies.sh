@@ -5,7 +5,8 @@
 #  - reply.duplicates: false: one reply per payment, none for its re-sends;
 #  - reply.duplicates: true: the first application and every re-send get a reply, all with the
 #    result stored with the first (the retrying producer gets the original answer), the re-sends'
-#    marked idem-repeat=true; redeliveries and replays get none.
+#    marked idem-repeat=true; redeliveries and replays get none;
+#  - the same in set mode, the results being the (business key, result) rows of the statement.
 # Counted on the reply topics with idem-kafkatool; each reply's value is its claim's result.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -14,7 +15,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 idem_tmp_init
 idem_pg_start
-idem_kafka_start payments:4 replies-once:2 replies-all:2
+idem_kafka_start payments:4 replies-once:2 replies-all:2 replies-set:2
 cfg=$IDEM_TMP/idemd.yaml
 write_cfg() { # GROUP CONSUMER REPLY
 	idem_write_config "$cfg" "$1" "$2" --max 50 --mode row \
@@ -104,6 +105,26 @@ idem_assert_eq "all: payments whose replies differ" 0 \
 # A repeat comes from a later message than the first reply's.
 idem_assert_eq "all: repeats not after their first" 0 \
 	"$(idem_psql -c "SELECT count(*) FROM allr r JOIN allr f ON f.bkey = r.bkey AND f.repeat = 'false' WHERE r.repeat = 'true' AND r.outbox_id < f.outbox_id")"
+
+# Set mode: results are the (business key, result) rows the set statement returns, and the
+# replies carry them; re-sends get the stored one again.
+idem_psql -c 'TRUNCATE ledger, accounts' >/dev/null
+set_sql='WITH p AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, account, amount)), l AS (INSERT INTO ledger (payment_id, account, amount) SELECT id, account, amount::bigint FROM p) SELECT id, '"'"'paid '"'"' || amount FROM p'
+idem_write_config "$cfg" g-set c-set --max 50 --mode set --sql "$set_sql" \
+	--route 'reply={topic: replies-set, duplicates: true}' \
+	--outbox enabled=true --outbox poll_interval_ms=20
+idemd_start s "$cfg"
+idem_wait_done g-set 120
+idem_wait_until 60 "outbox drained" drained
+idemd_stop s
+load_topic setr replies-set
+check_replies setr c-set
+set_up=$(idem_psql -c "SELECT sum(dup_upstream) FROM idem.partition_progress WHERE consumer = 'c-set'")
+idem_assert_eq "set: replies (first + repeats)" "$IDEM_UNIQUE + $set_up" \
+	"$(idem_psql -c "SELECT count(*) FILTER (WHERE repeat = 'false') || ' + ' || count(*) FILTER (WHERE repeat = 'true') FROM setr")"
+idem_assert_eq "set: replies without the set statement's result" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM setr WHERE value NOT LIKE 'paid %'")"
+write_cfg g-all c-all '{topic: replies-all, duplicates: true}'
 
 # A replay reads the payments again: duplicates of the replay kind get no reply.
 before=$(idem_psql -c 'SELECT count(*) FROM idem.outbox')
