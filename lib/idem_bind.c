@@ -28,6 +28,8 @@ void idem_bind_done(struct idem_bind *bd)
 	idem_buf_done(&bd->hnames);
 	idem_buf_done(&bd->hvals);
 	idem_buf_done(&bd->dkeys);
+	for (size_t c = 0; c < 4; c++)
+		idem_buf_done(&bd->reply[c]);
 	for (size_t k = 0; k < IDEM_ARRAY_SIZE(bd->prog); k++)
 		idem_buf_done(&bd->prog[k]);
 	for (size_t p = 0; p < bd->cap_set; p++)
@@ -361,7 +363,7 @@ idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *
 {
 	const struct idem_batch_msg *m = &b->msgs[i];
 
-	if (need_vals(bd, 13) != IDEM_OK || idem_pgarray_open(&bd->hnames) ||
+	if (need_vals(bd, 14) != IDEM_OK || idem_pgarray_open(&bd->hnames) ||
 	    idem_pgarray_open(&bd->hvals))
 		return IDEM_ERR_NOMEM;
 	for (size_t h = 0; h < m->n_hdrs; h++) {
@@ -385,8 +387,8 @@ idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *
 	snprintf(bd->off, sizeof(bd->off), "%" PRId64, m->offset);
 	snprintf(bd->ts, sizeof(bd->ts), "%" PRId64, m->timestamp_ms);
 	snprintf(bd->att, sizeof(bd->att), "%d", m->attempts > 0 ? m->attempts : 1);
-	memset(bd->fmts, 0, 13 * sizeof(*bd->fmts));
-	memset(bd->lens, 0, 13 * sizeof(*bd->lens));
+	memset(bd->fmts, 0, 14 * sizeof(*bd->fmts));
+	memset(bd->lens, 0, 14 * sizeof(*bd->lens));
 	bd->vals[0] = b->route->consumer;
 	bd->vals[1] = b->topic;
 	bd->vals[2] = bd->part;
@@ -404,6 +406,67 @@ idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *
 	bd->vals[10] = idem_batch_ptr(b, m->reason);
 	bd->vals[11] = m->sqlstate;
 	bd->vals[12] = bd->att;
+	bd->vals[13] = b->route->dead_letter_topic;
+	return IDEM_OK;
+}
+
+/*
+ * Does message @m of @b get a reply, and is it a repeat? Every APPLIED message gets one; with
+ * routes[].reply.duplicates an upstream duplicate (a re-send of a message applied before, here
+ * or in this very transaction) gets its original's result again. Redeliveries and replays do
+ * not: the reply of their claim went out with it.
+ */
+static bool reply_wanted(const struct idem_batch *b, const struct idem_batch_msg *m,
+                         bool *ret_repeat)
+{
+	*ret_repeat = false;
+	if (m->state == IDEM_MSG_APPLIED)
+		return true;
+	if (!b->route->reply_duplicates || m->dup != IDEM_DUP_UPSTREAM)
+		return false;
+	*ret_repeat = true;
+	return m->state == IDEM_MSG_DUPLICATE || m->state == IDEM_MSG_DUP_IN_BATCH;
+}
+
+idem_status idem_bind_replies(struct idem_bind *bd, const struct idem_batch *b, size_t *ret_n,
+                              const char **ret_vals)
+{
+	struct idem_buf *a = bd->reply;
+	size_t n = 0;
+
+	*ret_n = 0;
+	for (size_t c = 0; c < 4; c++) {
+		if (idem_pgarray_open(&a[c]))
+			return IDEM_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		const struct idem_batch_msg *m = &b->msgs[i];
+		bool repeat, by_msg_key = b->route->reply_key == IDEM_CFG_REPLY_MESSAGE_KEY;
+		struct idem_span k = by_msg_key ? m->key : m->bkey;
+		char off[24];
+
+		if (!reply_wanted(b, m, &repeat))
+			continue;
+		snprintf(off, sizeof(off), "%" PRId64, m->offset);
+		if (idem_pgarray_add(&a[0], idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    hex_elem(&a[1], idem_batch_ptr(b, k), k.len, k.null) ||
+		    idem_pgarray_add(&a[2], off, strlen(off), false) ||
+		    idem_pgarray_add(&a[3], repeat ? "t" : "f", 1, false))
+			return IDEM_ERR_NOMEM;
+		n++;
+	}
+	for (size_t c = 0; c < 4; c++) {
+		if (idem_pgarray_close(&a[c]))
+			return IDEM_ERR_NOMEM;
+	}
+	snprintf(bd->rpart, sizeof(bd->rpart), "%" PRId32, b->partition);
+	ret_vals[0] = b->route->reply_topic;
+	ret_vals[1] = b->route->consumer;
+	ret_vals[2] = b->topic;
+	ret_vals[3] = bd->rpart;
+	for (size_t c = 0; c < 4; c++)
+		ret_vals[4 + c] = a[c].data;
+	*ret_n = n;
 	return IDEM_OK;
 }
 

@@ -33,6 +33,8 @@ struct idem_bind {
 	struct idem_buf rkeys, rvals;        /* the results' */
 	struct idem_buf hnames, hvals;       /* a quarantined message's headers */
 	struct idem_buf dkeys;               /* keys of duplicates, to look up their claims */
+	struct idem_buf reply[4];            /* the replies' arrays */
+	char rpart[16];                      /* and their partition */
 	struct idem_buf prog[14];            /* the progress rows' columns */
 	struct idem_buf *set;                /* set mode: one text[] per handler parameter */
 	size_t cap_set;
@@ -111,10 +113,19 @@ IDEM_NODISCARD idem_status idem_bind_text_elem(struct idem_buf *a, const char *s
 
 /*
  * @brief Quarantine message @i of @b (IDEM_SQL_QUARANTINE) into bd->vals, bd->lens and
- * bd->fmts [0..13): key and value as binary bytea, headers as text[] names and bytea[] values.
+ * bd->fmts [0..13): key and value as binary bytea, headers as text[] names and bytea[] values;
+ * [13] is the route's dead_letter_topic, for IDEM_SQL_QUARANTINE_DLT.
  */
 IDEM_NODISCARD idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *b,
                                                 size_t i);
+
+/*
+ * @brief The replies (IDEM_SQL_REPLIES) of @b's messages, in offset order, into
+ * ret_vals[0..8): every APPLIED message, and with routes[].reply.duplicates every upstream
+ * duplicate (marked a repeat); *ret_n counts them (0: nothing to send). Needs route->reply_topic.
+ */
+IDEM_NODISCARD idem_status idem_bind_replies(struct idem_bind *bd, const struct idem_batch *b,
+                                             size_t *ret_n, const char **ret_vals);
 
 /* What a committed batch adds to its partition's row of idem.partition_progress. */
 struct idem_bind_progress {

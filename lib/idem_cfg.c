@@ -120,9 +120,32 @@ static const struct cfg_section handler_section = { handler_keys, HANDLER_N, cfg
 /* CFG_ENUM values are stored through an int. */
 _Static_assert(sizeof(enum idem_cfg_poison) == sizeof(int) &&
                        sizeof(enum idem_cfg_mismatch) == sizeof(int) &&
-                       sizeof(enum idem_cfg_mode) == sizeof(int),
+                       sizeof(enum idem_cfg_mode) == sizeof(int) &&
+                       sizeof(enum idem_cfg_reply_key) == sizeof(int),
                "CFG_ENUM targets must be int-sized");
 static const char *const cfg_poison_names[] = { "quarantine", "halt", NULL };
+static const char *const cfg_reply_key_names[] = { "business_key", "message_key", NULL };
+static const char *const cfg_bool_names[] = { "false", "true", NULL };
+
+enum { REPLY_TOPIC, REPLY_KEY, REPLY_DUPLICATES, REPLY_N };
+static const struct cfg_key reply_keys[] = {
+	[REPLY_TOPIC] = { .name = "topic",
+	                  .type = CFG_STRING,
+	                  .required = true,
+	                  .off = offsetof(struct idem_route, reply_topic),
+	                  .check = cfg_check_topic },
+	[REPLY_KEY] = { .name = "key",
+	                .type = CFG_ENUM,
+	                .def = IDEM_CFG_REPLY_BUSINESS_KEY,
+	                .off = offsetof(struct idem_route, reply_key),
+	                .names = cfg_reply_key_names },
+	[REPLY_DUPLICATES] = { .name = "duplicates",
+	                       .type = CFG_ENUM,
+	                       .def = 0,
+	                       .off = offsetof(struct idem_route, reply_duplicates),
+	                       .names = cfg_bool_names },
+};
+static const struct cfg_section reply_section = { reply_keys, REPLY_N, NULL };
 static const char *const cfg_mismatch_names[] = { "ignore", "log", "quarantine", NULL };
 
 enum {
@@ -133,6 +156,8 @@ enum {
 	ROUTE_HANDLER,
 	ROUTE_ON_POISON,
 	ROUTE_ON_PAYLOAD_MISMATCH,
+	ROUTE_REPLY,
+	ROUTE_DEAD_LETTER_TOPIC,
 	ROUTE_N
 };
 static const struct cfg_key route_keys[] = {
@@ -168,6 +193,11 @@ static const struct cfg_key route_keys[] = {
 	                                .def = IDEM_CFG_MISMATCH_LOG,
 	                                .off = offsetof(struct idem_route, on_payload_mismatch),
 	                                .names = cfg_mismatch_names },
+	[ROUTE_REPLY] = { .name = "reply", .type = CFG_SECTION, .sub = &reply_section },
+	[ROUTE_DEAD_LETTER_TOPIC] = { .name = "dead_letter_topic",
+	                              .type = CFG_STRING,
+	                              .off = offsetof(struct idem_route, dead_letter_topic),
+	                              .check = cfg_check_topic },
 };
 static const struct cfg_section route_section = { route_keys, ROUTE_N, NULL };
 
@@ -292,7 +322,6 @@ enum {
 	OUTBOX_PURGE_INTERVAL,
 	OUTBOX_N
 };
-static const char *const cfg_bool_names[] = { "false", "true", NULL };
 static const struct cfg_key outbox_keys[] = {
 	[OUTBOX_ENABLED] = { .name = "enabled",
 	                     .type = CFG_ENUM,
@@ -381,7 +410,7 @@ _Static_assert(KAFKA_N <= CFG_MAX_KEYS && PG_N <= CFG_MAX_KEYS && HANDLER_N <= C
                        LIMITS_N <= CFG_MAX_KEYS && RETRY_N <= CFG_MAX_KEYS &&
                        LOG_N <= CFG_MAX_KEYS && TOP_N <= CFG_MAX_KEYS &&
                        METRICS_N <= CFG_MAX_KEYS && RETENTION_N <= CFG_MAX_KEYS &&
-                       OUTBOX_N <= CFG_MAX_KEYS,
+                       OUTBOX_N <= CFG_MAX_KEYS && REPLY_N <= CFG_MAX_KEYS,
                "CFG_MAX_KEYS is too small");
 
 /*
@@ -695,6 +724,53 @@ out_free_refs:
 	free(refs);
 }
 
+/* Is @topic one of @route's own topics? */
+static bool cfg_route_reads(const struct idem_route *route, const char *topic)
+{
+	for (size_t j = 0; j < route->n_topics; j++) {
+		if (route->topics[j] != NULL && strcmp(route->topics[j], topic) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Replies and dead letters are rows of idem.outbox, which only the relay publishes: a route
+ * that asks for them needs outbox.enabled. And they must not go back to the route's own topics:
+ * a dead letter would be quarantined again, and again.
+ */
+static void cfg_check_route_outbox(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes)
+{
+	char label[32];
+
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		const struct idem_route *route = &cfg->routes[i];
+		yaml_node_t *node = idem__cfg_seq_get(ctx, routes, i);
+		const char *what = route->reply_topic != NULL ? "reply" : "dead_letter_topic";
+
+		if (route->reply_topic == NULL && route->dead_letter_topic == NULL)
+			continue;
+		if (!cfg->outbox_enabled)
+			idem__cfg_error(
+			        ctx, idem__cfg_map_get(ctx, node, what),
+			        "route '%s' has '%s' but outbox.enabled is false (replies and "
+			        "dead letters are published by the outbox relay)",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)), what);
+		if (route->reply_topic != NULL && cfg_route_reads(route, route->reply_topic))
+			idem__cfg_error(ctx, idem__cfg_map_get(ctx, node, "reply"),
+			                "route '%s' replies to '%s', one of its own topics",
+			                cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+			                idem__cfg_qs(ctx, route->reply_topic));
+		if (route->dead_letter_topic != NULL &&
+		    cfg_route_reads(route, route->dead_letter_topic))
+			idem__cfg_error(
+			        ctx, idem__cfg_map_get(ctx, node, "dead_letter_topic"),
+			        "route '%s' has dead_letter_topic '%s', one of its own topics",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+			        idem__cfg_qs(ctx, route->dead_letter_topic));
+	}
+}
+
 static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
 {
 	struct idem_cfg *cfg = target;
@@ -705,6 +781,7 @@ static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, voi
 	cfg_check_route_names(ctx, cfg, routes);
 	cfg_check_route_topics(ctx, cfg, routes,
 	                       idem__cfg_map_get(ctx, slots[TOP_KAFKA].value, "topics"));
+	cfg_check_route_outbox(ctx, cfg, routes);
 }
 
 /* Fills in what is computed from other settings; only called on a valid file. */
@@ -901,6 +978,8 @@ void idem_cfg_free(struct idem_cfg *cfg)
 		free(route->consumer);
 		idem_template_done(&route->key);
 		free(route->handler_sql);
+		free(route->reply_topic);
+		free(route->dead_letter_topic);
 		for (size_t j = 0; route->params != NULL && j < route->n_params; j++)
 			idem_field_done(&route->params[j]);
 		free(route->params);

@@ -35,6 +35,12 @@ enum idem_cfg_mode {
 	                          message, in the order they are applied */
 };
 
+/* routes[].reply.key: the key of a reply message. */
+enum idem_cfg_reply_key {
+	IDEM_CFG_REPLY_BUSINESS_KEY = 0, /* the message's business key (UTF-8) */
+	IDEM_CFG_REPLY_MESSAGE_KEY,      /* the request's own Kafka key, its bytes as they are */
+};
+
 /* One route: which topics, how to build the business key, which handler to run. */
 struct idem_route {
 	char *name;    /* routes[].name, required, unique */
@@ -48,7 +54,12 @@ struct idem_route {
 	enum idem_cfg_mode handler_mode;            /* routes[].handler.mode, default row */
 	enum idem_cfg_poison on_poison;             /* routes[].on_poison, default quarantine */
 	enum idem_cfg_mismatch on_payload_mismatch; /* routes[].on_payload_mismatch, default log */
-	bool needs_json;                            /* computed: key or a param uses json: */
+	/* routes[].reply (ARCHITECTURE.md "Replies and dead letters"): NULL topic, no replies. */
+	char *reply_topic;                 /* routes[].reply.topic */
+	enum idem_cfg_reply_key reply_key; /* routes[].reply.key, default business_key */
+	int reply_duplicates;              /* routes[].reply.duplicates, default false */
+	char *dead_letter_topic;           /* routes[].dead_letter_topic: NULL, quarantine only */
+	bool needs_json;                   /* computed: key or a param uses json: */
 };
 
 struct idem_kv {

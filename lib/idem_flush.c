@@ -7,8 +7,9 @@
  *      order;
  *   2. only if some keys were claimed already: where (topic/partition/offset, payload hash),
  *      to classify the duplicates; the handler once per newly claimed message, in offset order;
- *   3. store the handlers' results; quarantine what cannot be applied; advance
- *      idem.partition_progress with the batch's counters; COMMIT.
+ *   3. store the handlers' results; quarantine what cannot be applied; the replies and dead
+ *      letters the route asks for (idem.outbox rows); advance idem.partition_progress with the
+ *      batch's counters; COMMIT.
  * Slow path, only after a message-specific handler failure (or a handler timeout, or claims that
  * kept running into lock_timeout): the same work with a SAVEPOINT around each message's claim
  * and handler, so a failing message takes its claim with it and its neighbours still commit.
@@ -43,6 +44,7 @@ struct flush_ctx {
 	size_t n_dups;
 	size_t cap_idx;
 	bool results_sent;     /* round trip 3: sent its results statement */
+	bool replies_sent;     /* round trip 3: sent its replies statement */
 	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
 	int64_t replay_to;     /* the end of the range a replay reads again, or -1 */
 	bool set_sent;         /* set mode: sent its route's statement (round trip 2) */
@@ -390,12 +392,40 @@ static idem_status send_closing(idem_flush *pg, struct flush_ctx *ctx, int *ret_
 		if (idem_bind_quarantine(bd, b, i) != IDEM_OK)
 			return idem_error_nomem(err);
 		/* libpq copies parameters at send time, so the buffers may be reused. */
-		if (!idem_sql_send(pg->conn, IDEM_SQL_QUARANTINE, bd->vals, bd->lens, bd->fmts))
+		if (!idem_sql_send(pg->conn,
+		                   b->route->dead_letter_topic != NULL ? IDEM_SQL_QUARANTINE_DLT
+		                                                       : IDEM_SQL_QUARANTINE,
+		                   bd->vals, bd->lens, bd->fmts))
 			return idem_pg_error(err, pg->conn, NULL, "send quarantine");
 		q++;
 	}
 	*ret_n = n + q;
 	*ret_q = q;
+	return IDEM_OK;
+}
+
+/*
+ * Send one batch's replies (routes[].reply), if it has any: after every batch's results, so
+ * that a duplicate of a message applied in this very transaction reads that message's result.
+ * *ret_n is 1 when sent.
+ */
+static idem_status send_replies(idem_flush *pg, struct flush_ctx *ctx, int *ret_n, idem_error *err)
+{
+	const char *v[8];
+	size_t n;
+
+	ctx->replies_sent = false;
+	*ret_n = 0;
+	if (ctx->b->route->reply_topic == NULL)
+		return IDEM_OK;
+	if (idem_bind_replies(&pg->bind, ctx->b, &n, v) != IDEM_OK)
+		return idem_error_nomem(err);
+	if (n == 0)
+		return IDEM_OK;
+	if (!idem_sql_send(pg->conn, IDEM_SQL_REPLIES, v, NULL, NULL))
+		return idem_pg_error(err, pg->conn, NULL, "send replies");
+	ctx->replies_sent = true;
+	*ret_n = 1;
 	return IDEM_OK;
 }
 
@@ -549,6 +579,20 @@ static idem_status read_closing(idem_flush *pg, struct flush_ctx *ctx, idem_erro
 	return IDEM_OK;
 }
 
+/* Read what send_replies() sent for @ctx. */
+static idem_status read_replies(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
+{
+	PGresult *res;
+	idem_status r = IDEM_OK;
+
+	if (!ctx->replies_sent)
+		return IDEM_OK;
+	if (next_result(pg->conn, &res) != PGRES_COMMAND_OK)
+		r = idem_pg_error(err, pg->conn, res, "replies");
+	PQclear(res);
+	return r;
+}
+
 /*
  * Round trip 3 for the batches of ctx[0..n): results and quarantine, then each batch's counters
  * (finish_stats()), one progress statement for all their partitions, COMMIT and sync; the
@@ -570,6 +614,11 @@ static idem_status close_batch(idem_flush *pg, struct flush_ctx *ctx, size_t n, 
 		n_sent += n_one;
 		n_quar += q_one;
 	}
+	for (size_t k = 0; k < n; k++) {
+		if ((r = send_replies(pg, &ctx[k], &n_one, err)) != IDEM_OK)
+			goto out_abort;
+		n_sent += n_one;
+	}
 	if (n_quar > 0) {
 		if (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0) {
 			r = idem_pg_error(err, pg->conn, NULL, "batch send");
@@ -577,6 +626,10 @@ static idem_status close_batch(idem_flush *pg, struct flush_ctx *ctx, size_t n, 
 		}
 		for (size_t k = 0; k < n; k++) {
 			if ((r = read_closing(pg, &ctx[k], err)) != IDEM_OK)
+				goto out_abort;
+		}
+		for (size_t k = 0; k < n; k++) {
+			if ((r = read_replies(pg, &ctx[k], err)) != IDEM_OK)
 				goto out_abort;
 		}
 		n_sent = 0;
@@ -1520,6 +1573,22 @@ idem_status idem_flush_apply_one(idem_flush *pg, struct idem_batch *b, size_t i,
 				return r;
 			}
 			PQclear(res);
+		}
+		if (b->route->reply_topic != NULL) {
+			const char *yv[8];
+			size_t n;
+			PGresult *res;
+
+			if (idem_bind_replies(&pg->bind, b, &n, yv) != IDEM_OK)
+				return idem_error_nomem(err);
+			if (n > 0 &&
+			    exec_stmt(pg, IDEM_SQL_REPLIES, yv, NULL, NULL, &res) != IDEM_OK) {
+				r = idem_pg_error(err, pg->conn, res, "reply");
+				PQclear(res);
+				return r;
+			}
+			if (n > 0)
+				PQclear(res);
 		}
 	} else if (m->state == IDEM_MSG_DUPLICATE) {
 		pg->one.b = b;

@@ -96,6 +96,59 @@ static const char sql_quarantine[] =
         " RETURNING xmax = 0";
 
 /*
+ * IDEM_SQL_QUARANTINE for a route with a dead_letter_topic ($14): the same insert, and, when its
+ * row is new, the message on the dead-letter topic through the outbox, in the same transaction
+ * (ARCHITECTURE.md "Replies and dead letters"). Key and value are the bytes received; headers
+ * are the message's own (an idem-outbox-id of an upstream outbox renamed idem-dlt-outbox-id, as
+ * the relay adds its own) and idem-dlt-reason, -sqlstate (empty when there is none), -topic,
+ * -partition, -offset. A redelivered message already in quarantine is no new dead letter.
+ */
+static const char sql_quarantine_dlt[] =
+        "WITH q AS (INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\","
+        " business_key, msg_key, msg_value, header_names, header_values, msg_timestamp, reason,"
+        " sqlstate, attempts)"
+        " VALUES ($1, $2, $3::int, $4::bigint, $5, $6::bytea, $7::bytea, $8::text[],"
+        " $9::bytea[], to_timestamp($10::bigint / 1000.0), $11::text, nullif($12::text, ''),"
+        " $13::int)"
+        " ON CONFLICT (consumer, topic, partition, \"offset\") DO UPDATE SET"
+        " attempts = idem.quarantine.attempts + excluded.attempts, reason = excluded.reason,"
+        " sqlstate = excluded.sqlstate,"
+        " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
+        " last_failed_at = now(), resolved_at = NULL, resolution = NULL"
+        " RETURNING xmax = 0 AS new),"
+        " d AS (INSERT INTO idem.outbox (topic, key, value, header_names, header_values)"
+        " SELECT $14::text, $6::bytea, $7::bytea,"
+        " array_replace($8::text[], 'idem-outbox-id', 'idem-dlt-outbox-id')"
+        " || ARRAY['idem-dlt-reason', 'idem-dlt-sqlstate', 'idem-dlt-topic',"
+        " 'idem-dlt-partition', 'idem-dlt-offset'],"
+        " $9::bytea[] || ARRAY[convert_to(coalesce($11::text, ''), 'UTF8'),"
+        " convert_to(coalesce($12::text, ''), 'UTF8'), convert_to($2::text, 'UTF8'),"
+        " convert_to($3::int::text, 'UTF8'), convert_to($4::bigint::text, 'UTF8')]"
+        " FROM q WHERE q.new)"
+        " SELECT new FROM q";
+
+/*
+ * Replies of one batch (routes[].reply), after its results are stored in the same transaction:
+ * one outbox row per element, in the arrays' order, its value the result stored with the
+ * message's claim (read from the claim, so a duplicate whose original was applied earlier in
+ * this very transaction gets that result too). A claim that is gone (purged) gives no reply.
+ * $1 reply topic, $2 consumer, $3 source topic, $4 partition, then per reply: business key,
+ * reply key (bytea), source offset, repeat.
+ */
+static const char sql_replies[] =
+        "INSERT INTO idem.outbox (topic, key, value, header_names, header_values)"
+        " SELECT $1, u.k, convert_to(p.result, 'UTF8'),"
+        " ARRAY['idem-business-key', 'idem-source-topic', 'idem-source-partition',"
+        " 'idem-source-offset', 'idem-repeat'],"
+        " ARRAY[convert_to(u.b, 'UTF8'), convert_to($3::text, 'UTF8'),"
+        " convert_to($4::int::text, 'UTF8'), convert_to(u.o::text, 'UTF8'),"
+        " convert_to(u.r::text, 'UTF8')]"
+        " FROM unnest($5::text[], $6::bytea[], $7::bigint[], $8::bool[]) WITH ORDINALITY"
+        " AS u(b, k, o, r, n)"
+        " JOIN idem.processed_messages p ON p.consumer = $2 AND p.business_key = u.b"
+        " ORDER BY u.n";
+
+/*
  * `idemctl replay` (idem_inspect_replay_mark()): make the next start read the partition again
  * from $4. next_offset goes back to $4 (idemd starts at max(Kafka's committed offset,
  * next_offset)); replay_to keeps the highest offset reached so far, the end of the range read
@@ -152,6 +205,8 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get, true },
 	[IDEM_SQL_PROGRESS] = { "idem_progress", 14, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
+	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 14, sql_quarantine_dlt },
+	[IDEM_SQL_REPLIES] = { "idem_replies", 8, sql_replies, true },
 	[IDEM_SQL_REPLAY_MARK] = { "idem_replay_mark", 4, sql_replay_mark },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },

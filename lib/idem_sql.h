@@ -16,17 +16,19 @@
 
 enum idem_sql_id {
 	/* The batch transaction (idem_flush.c), prepared on every worker connection. */
-	IDEM_SQL_CLAIM,        /* claim one partition's keys: consumer, topic, partition, keys[],
-	                          offsets[], hashes[] -> the keys newly claimed */
-	IDEM_SQL_CLAIM_MANY,   /* claim several partitions' keys: consumers[], keys[], topics[],
-	                          partitions[], offsets[], hashes[] -> key, topic, partition */
-	IDEM_SQL_RESULTS,      /* store handler results: consumer, keys[], results[] */
-	IDEM_SQL_PROGRESS_GET, /* partitions' next_offset, replay_to: consumers[], topics[],
-	                          partitions[] (also read at assignment: idem_resume) */
-	IDEM_SQL_CLAIMS_GET,   /* where keys were claimed: consumer, keys[] */
-	IDEM_SQL_PROGRESS,     /* advance partitions' progress and counters (14 arrays) */
-	IDEM_SQL_QUARANTINE,   /* quarantine one message (13 parameters) */
-	IDEM_SQL_N_BATCH,      /* the number of the above */
+	IDEM_SQL_CLAIM,          /* claim one partition's keys: consumer, topic, partition, keys[],
+	                            offsets[], hashes[] -> the keys newly claimed */
+	IDEM_SQL_CLAIM_MANY,     /* claim several partitions' keys: consumers[], keys[], topics[],
+	                            partitions[], offsets[], hashes[] -> key, topic, partition */
+	IDEM_SQL_RESULTS,        /* store handler results: consumer, keys[], results[] */
+	IDEM_SQL_PROGRESS_GET,   /* partitions' next_offset, replay_to: consumers[], topics[],
+	                            partitions[] (also read at assignment: idem_resume) */
+	IDEM_SQL_CLAIMS_GET,     /* where keys were claimed: consumer, keys[] */
+	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (14 arrays) */
+	IDEM_SQL_QUARANTINE,     /* quarantine one message (13 parameters) */
+	IDEM_SQL_QUARANTINE_DLT, /* the same and its dead letter: 13 parameters, DLT topic */
+	IDEM_SQL_REPLIES,        /* replies of one batch's messages (8 parameters) */
+	IDEM_SQL_N_BATCH,        /* the number of the above */
 
 	/* idemctl replay (idem_inspect.c). */
 	IDEM_SQL_REPLAY_MARK = IDEM_SQL_N_BATCH, /* lower a partition's next_offset for a replay:

@@ -191,6 +191,60 @@ static void test_claim(void **state)
 	assert_string_equal(v[4], "{\"11\",\"10\"}");
 }
 
+/*
+ * Replies: every applied message; with reply.duplicates every upstream duplicate too (a repeat),
+ * never a redelivery or a replay; keys as bytea, the business key or the message's own key.
+ */
+static void test_replies(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	static char topic[] = "replies";
+	const char *v[8];
+	size_t n;
+
+	fx->route.reply_topic = topic;
+	add(fx, 10, "k1", 2, "v1", NULL);
+	add(fx, 11, "k2", 2, "v2", NULL);
+	add(fx, 12, "k3", 2, "v3", NULL);
+	add(fx, 13, "k4", 2, "v4", NULL);
+	add(fx, 14, "k5", 2, "v5", NULL);
+	b->msgs[0].state = IDEM_MSG_APPLIED;
+	b->msgs[1].state = IDEM_MSG_DUPLICATE;
+	b->msgs[1].dup = IDEM_DUP_UPSTREAM;
+	b->msgs[2].state = IDEM_MSG_DUPLICATE;
+	b->msgs[2].dup = IDEM_DUP_REDELIVERY;
+	b->msgs[3].state = IDEM_MSG_DUP_IN_BATCH;
+	b->msgs[3].dup = IDEM_DUP_UPSTREAM;
+	b->msgs[4].state = IDEM_MSG_BAD;
+
+	assert_int_equal(idem_bind_replies(&fx->bd, b, &n, v), IDEM_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(v[0], "replies");
+	assert_string_equal(v[1], "c");
+	assert_string_equal(v[2], "payments");
+	assert_string_equal(v[3], "3");
+	assert_string_equal(v[4], "{\"k1\"}");
+	assert_string_equal(v[5], "{\"\\\\x6b31\"}");
+	assert_string_equal(v[6], "{\"10\"}");
+	assert_string_equal(v[7], "{\"f\"}");
+
+	fx->route.reply_duplicates = 1;
+	assert_int_equal(idem_bind_replies(&fx->bd, b, &n, v), IDEM_OK);
+	assert_int_equal(n, 3);
+	assert_string_equal(v[4], "{\"k1\",\"k2\",\"k4\"}");
+	assert_string_equal(v[6], "{\"10\",\"11\",\"13\"}");
+	assert_string_equal(v[7], "{\"f\",\"t\",\"t\"}");
+
+	/* The message's own key: bytes as they are, a missing key NULL. */
+	fx->route.reply_key = IDEM_CFG_REPLY_MESSAGE_KEY;
+	fx->route.reply_duplicates = 0;
+	b->msgs[0].key.null = true;
+	assert_int_equal(idem_bind_replies(&fx->bd, b, &n, v), IDEM_OK);
+	assert_string_equal(v[5], "{NULL}");
+	fx->route.reply_topic = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -200,6 +254,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_set_arrays, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_row, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replies, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -187,6 +187,22 @@ static void test_outbox(void **state)
 	idem_cfg_free(cfg);
 }
 
+static void test_replies(void **state)
+{
+	struct idem_cfg *cfg = load_ok("ok_replies.yaml");
+
+	(void)state;
+	assert_string_equal(cfg->routes[0].reply_topic, "replies");
+	assert_int_equal(cfg->routes[0].reply_key, IDEM_CFG_REPLY_MESSAGE_KEY);
+	assert_int_equal(cfg->routes[0].reply_duplicates, 1);
+	assert_string_equal(cfg->routes[0].dead_letter_topic, "t.dlt");
+	assert_string_equal(cfg->routes[1].reply_topic, "replies-s");
+	assert_int_equal(cfg->routes[1].reply_key, IDEM_CFG_REPLY_BUSINESS_KEY);
+	assert_int_equal(cfg->routes[1].reply_duplicates, 0);
+	assert_null(cfg->routes[1].dead_letter_topic);
+	idem_cfg_free(cfg);
+}
+
 static void test_minimal_defaults(void **state)
 {
 	struct idem_cfg *cfg = load_ok("minimal.yaml");
@@ -233,6 +249,8 @@ static void test_minimal_defaults(void **state)
 	assert_int_equal(cfg->outbox_batch, 1000);
 	assert_int_equal(cfg->outbox_keep_s, 7 * 86400);
 	assert_int_equal(cfg->outbox_purge_interval_s, 60);
+	assert_null(cfg->routes[0].reply_topic);
+	assert_null(cfg->routes[0].dead_letter_topic);
 	assert_null(cfg->metrics_listen);
 	assert_int_equal(cfg->log_level, IDEM_LOG_INFO);
 	idem_cfg_free(cfg);
@@ -773,6 +791,7 @@ int main(void)
 		cmocka_unit_test(test_full),
 		cmocka_unit_test(test_minimal_defaults),
 		cmocka_unit_test(test_outbox),
+		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_default_topics_in_route_order),
 		cmocka_unit_test(test_route_for),
 		cmocka_unit_test(test_shipped_example),

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Replies (routes[].reply): each applied payment's stored result (the balance the handler
+# returned) goes to a reply topic through the outbox, in the transaction of its claim. Payments
+# are re-sent upstream (another copy of the same payment, possibly to another partition).
+#  - reply.duplicates: false: one reply per payment, none for its re-sends;
+#  - reply.duplicates: true: the first application and every re-send get a reply, all with the
+#    result stored with the first (the retrying producer gets the original answer), the re-sends'
+#    marked idem-repeat=true; redeliveries and replays get none;
+#  - the same in set mode, the results being the (business key, result) rows of the statement.
+# Counted on the reply topics with idem-kafkatool; each reply's value is its claim's result.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:4 replies-once:2 replies-all:2 replies-set:2
+cfg=$IDEM_TMP/idemd.yaml
+write_cfg() { # GROUP CONSUMER REPLY
+	idem_write_config "$cfg" "$1" "$2" --max 50 --mode row \
+		--sql "$IDEM_PAYMENTS_SQL" --route "reply=$3" \
+		--outbox enabled=true --outbox poll_interval_ms=20
+}
+
+# A reply needs the relay: refused without outbox.enabled, naming the route.
+idem_write_config "$cfg" g-x payments --route 'reply={topic: replies-once}'
+if out=$("$IDEM_BIN/idemd" -c "$cfg" --check-config 2>&1); then
+	idem_fail "a route with a reply and no outbox was accepted"
+fi
+grep -q "route 'payments' has 'reply' but outbox.enabled is false" <<<"$out" ||
+	idem_fail "unexpected error for a reply without outbox: $out"
+
+write_cfg g-once c-once '{topic: replies-once}'
+idem_setup_db "$cfg"
+IDEM_ACCOUNTS=10 idem_produce 1200 0.25 17
+idem_log "produced $IDEM_PRODUCED payments, $IDEM_UNIQUE unique"
+
+# reply.duplicates: false.
+idemd_start a "$cfg"
+idem_wait_done g-once 120
+drained() { [ "$(idem_psql -c 'SELECT count(*) FROM idem.outbox WHERE published_at IS NULL')" = 0 ]; }
+idem_wait_until 60 "outbox drained" drained
+idemd_stop a
+idem_check_exactly_once c-once
+
+# What reached a reply topic, loaded into table $1: partition, offset, key, value, headers.
+load_topic() { # TABLE TOPIC
+	"$IDEM_BIN/idem-kafkatool" consume --brokers "$IDEM_BROKERS" --topic "$2" \
+		--timeout 60 >"$IDEM_TMP/$1.tsv" || idem_fail "cannot read topic $2"
+	idem_psql >/dev/null <<SQL
+CREATE TABLE $1 (part int, off bigint, key text, value text, headers text);
+\\copy $1 FROM '$IDEM_TMP/$1.tsv'
+ALTER TABLE $1 ADD COLUMN outbox_id bigint, ADD COLUMN bkey text, ADD COLUMN repeat text,
+	ADD COLUMN src text;
+UPDATE $1 SET outbox_id = substring(headers from 'idem-outbox-id=([0-9]+)')::bigint,
+	bkey = substring(headers from '(?:^|,)idem-business-key=([^,]*)'),
+	repeat = substring(headers from '(?:^|,)idem-repeat=([^,]*)'),
+	src = substring(headers from '(?:^|,)idem-source-topic=([^,]*)') || '/' ||
+		substring(headers from '(?:^|,)idem-source-partition=([^,]*)') || '/' ||
+		substring(headers from '(?:^|,)idem-source-offset=([^,]*)');
+SQL
+}
+# check_replies TABLE CONSUMER: every reply is one of the consumer's claims, keyed by the business
+# key, with the claim's result as value, the source header naming a message of that payment.
+check_replies() {
+	idem_assert_eq "$1: replies published twice" 0 \
+		"$(idem_psql -c "SELECT count(*) FROM (SELECT outbox_id FROM $1 GROUP BY 1 HAVING count(*) > 1) d")"
+	idem_assert_eq "$1: replies whose key, value or header is not their claim's" 0 \
+		"$(idem_psql -c "SELECT count(*) FROM $1 r LEFT JOIN idem.processed_messages p ON p.consumer = '$2' AND p.business_key = r.bkey WHERE p.business_key IS NULL OR r.key <> r.bkey OR r.value IS DISTINCT FROM p.result OR r.src IS NULL")"
+	idem_assert_eq "$1: replies whose source is not that payment" 0 \
+		"$(idem_psql -c "SELECT count(*) FROM $1 r WHERE NOT EXISTS (SELECT 1 FROM expected e WHERE e.payment_id = r.bkey)")"
+	idem_assert_eq "$1: payments without a first reply" 0 \
+		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE p.consumer = '$2' AND NOT EXISTS (SELECT 1 FROM $1 r WHERE r.bkey = p.business_key AND r.repeat = 'false')")"
+	idem_assert_eq "$1: first replies" "$IDEM_UNIQUE" \
+		"$(idem_psql -c "SELECT count(*) FROM $1 WHERE repeat = 'false'")"
+	idem_assert_eq "$1: payments with two first replies" 0 \
+		"$(idem_psql -c "SELECT count(*) FROM (SELECT bkey FROM $1 WHERE repeat = 'false' GROUP BY 1 HAVING count(*) > 1) d")"
+}
+load_topic once replies-once
+check_replies once c-once
+upstream=$(idem_psql -c "SELECT sum(dup_upstream) FROM idem.partition_progress WHERE consumer = 'c-once'")
+[ "$upstream" -gt 0 ] || idem_fail "no upstream re-sends: nothing tested"
+idem_assert_eq "once: replies (one per payment, none for $upstream re-sends)" "$IDEM_UNIQUE" \
+	"$(idem_psql -c 'SELECT count(*) FROM once')"
+
+# reply.duplicates: true, the same payments read again by another consumer from scratch (the
+# example tables emptied: the handler inserts each payment once).
+idem_psql -c 'TRUNCATE ledger, accounts' >/dev/null
+write_cfg g-all c-all '{topic: replies-all, duplicates: true}'
+idemd_start b "$cfg"
+idem_wait_done g-all 120
+idem_wait_until 60 "outbox drained" drained
+idemd_stop b
+idem_check_exactly_once c-all
+load_topic allr replies-all
+check_replies allr c-all
+upstream=$(idem_psql -c "SELECT sum(dup_upstream) FROM idem.partition_progress WHERE consumer = 'c-all'")
+dups=$(idem_psql -c "SELECT sum(duplicates) FROM idem.partition_progress WHERE consumer = 'c-all'")
+idem_assert_eq "all: duplicates are all upstream re-sends" "$dups" "$upstream"
+idem_assert_eq "all: replies (first + repeats)" "$IDEM_UNIQUE + $upstream" \
+	"$(idem_psql -c "SELECT count(*) FILTER (WHERE repeat = 'false') || ' + ' || count(*) FILTER (WHERE repeat = 'true') FROM allr")"
+idem_assert_eq "all: payments whose replies differ" 0 \
+	"$(idem_psql -c 'SELECT count(*) FROM (SELECT bkey FROM allr GROUP BY 1 HAVING count(DISTINCT value) > 1) d')"
+# A repeat comes from a later message than the first reply's.
+idem_assert_eq "all: repeats not after their first" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM allr r JOIN allr f ON f.bkey = r.bkey AND f.repeat = 'false' WHERE r.repeat = 'true' AND r.outbox_id < f.outbox_id")"
+
+# Set mode: results are the (business key, result) rows the set statement returns, and the
+# replies carry them; re-sends get the stored one again.
+idem_psql -c 'TRUNCATE ledger, accounts' >/dev/null
+set_sql='WITH p AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, account, amount)), l AS (INSERT INTO ledger (payment_id, account, amount) SELECT id, account, amount::bigint FROM p) SELECT id, '"'"'paid '"'"' || amount FROM p'
+idem_write_config "$cfg" g-set c-set --max 50 --mode set --sql "$set_sql" \
+	--route 'reply={topic: replies-set, duplicates: true}' \
+	--outbox enabled=true --outbox poll_interval_ms=20
+idemd_start s "$cfg"
+idem_wait_done g-set 120
+idem_wait_until 60 "outbox drained" drained
+idemd_stop s
+load_topic setr replies-set
+check_replies setr c-set
+set_up=$(idem_psql -c "SELECT sum(dup_upstream) FROM idem.partition_progress WHERE consumer = 'c-set'")
+idem_assert_eq "set: replies (first + repeats)" "$IDEM_UNIQUE + $set_up" \
+	"$(idem_psql -c "SELECT count(*) FILTER (WHERE repeat = 'false') || ' + ' || count(*) FILTER (WHERE repeat = 'true') FROM setr")"
+idem_assert_eq "set: replies without the set statement's result" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM setr WHERE value NOT LIKE 'paid %'")"
+write_cfg g-all c-all '{topic: replies-all, duplicates: true}'
+
+# A replay reads the payments again: duplicates of the replay kind get no reply.
+before=$(idem_psql -c 'SELECT count(*) FROM idem.outbox')
+"$IDEM_BIN/idemctl" -c "$cfg" replay --topic payments --to-offset 0 >/dev/null ||
+	idem_fail "idemctl replay failed"
+idemd_start c "$cfg"
+replayed() { [ "$(idem_psql -c "SELECT sum(dup_replay) FROM idem.partition_progress WHERE consumer = 'c-all'")" -gt 0 ]; }
+idem_wait_until 120 "replay read" replayed
+idem_wait_done g-all 120
+idemd_stop c
+idem_assert_eq "replies of the replay" "$before" "$(idem_psql -c 'SELECT count(*) FROM idem.outbox')"
+echo "ok: replies: payments=$IDEM_PRODUCED unique=$IDEM_UNIQUE re-sends=$upstream; duplicates:false $IDEM_UNIQUE replies, duplicates:true $IDEM_UNIQUE + $upstream, same result per payment"
