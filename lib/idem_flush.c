@@ -603,7 +603,7 @@ static idem_status read_replies(idem_flush *pg, struct flush_ctx *ctx, idem_erro
 static idem_status close_batch(idem_flush *pg, struct flush_ctx *ctx, size_t n, idem_error *err)
 {
 	struct idem_bind_progress *pr = ctx == &pg->one ? pg->one_p : pg->many_p;
-	int n_sent = 0, n_quar = 0, n_one, q_one;
+	int n_sent = 0, n_quar = 0, n_one = 0, q_one = 0;
 	const char *v[14];
 	PGresult *res;
 	idem_status r;
