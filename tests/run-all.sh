@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every idemd test on a fresh Debian 12 machine: installs what is missing, builds
-# warning-free (Debug, and Asan = ASan+UBSan), checks formatting, runs the unit tests in both
+# warning-free (Debug, Release, and Asan = ASan+UBSan), checks formatting, runs the unit tests in both
 # builds, the integration tests (real Postgres + embedded Kafka) under ASan+UBSan, and the
 # fuzzers for a bounded time.
 set -euo pipefail
@@ -16,6 +16,9 @@ git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
 echo "== build (Debug)"
 cmake -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/debug -j"$jobs"
+echo "== build (Release: the optimiser's warnings, -Werror too)"
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
+cmake --build build/release -j"$jobs"
 echo "== build (Asan)"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Asan >/dev/null
 cmake --build build/asan -j"$jobs"
