@@ -2,7 +2,7 @@
 # A quarantined message that Kafka delivers again is a redelivery duplicate, not a second
 # quarantine: idemd quarantines three messages (undecodable, failing in the handler, a duplicate
 # with a different payload) and is SIGKILLed before Kafka heard of any offset; the instance after
-# it gets every message again. The quarantined counter stays where it was, in the database and
+# it gets every message again (as when it cannot read the database's position at assignment). The quarantined counter stays where it was, in the database and
 # in the new instance's /metrics, every redelivered message counts as a redelivery duplicate, and
 # consumed = applied + duplicates + quarantined still holds. The quarantine rows are the same
 # three, still open, with the handler failure's attempts added up.
@@ -56,7 +56,12 @@ committed=$("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group
 [ -n "$committed" ] && [ "$committed" -lt "$n" ] ||
 	idem_fail "Kafka has committed offset '$committed' before the SIGKILL: nothing would be redelivered"
 
-# Everything again, to a new instance.
+# Everything again, to a new instance. idemd resumes from the database's position, so a SIGKILL
+# alone re-reads only what was in flight; Kafka delivers committed messages again when that
+# position cannot be used (Postgres unreachable at the assignment: idemd starts from Kafka's
+# committed offset) or when another instance still holds the partition. Put the position back as
+# such a start finds it.
+idem_psql -c "UPDATE idem.partition_progress SET next_offset = 0"
 idemd_start b "$cfg"
 idem_wait_until 60 "redelivery committed" consumed_is $((2 * n))
 sleep 1.5 # one publication interval of the metrics
