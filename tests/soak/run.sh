@@ -70,6 +70,9 @@ calc() { awk "BEGIN { printf \"%.2f\", $1 }"; }
 
 idem_tmp_init
 idem_pg_start
+# A crash restart may only lose what was never acknowledged: commits wait for the WAL flush.
+idem_pg_durable_commits
+[ "$(idem_psql -c 'SHOW synchronous_commit')" = on ] || idem_fail "synchronous_commit is not on"
 idem_kafka_start "payments:$partitions"
 seconds=$((minutes * 60))
 count=$((rate * seconds))
