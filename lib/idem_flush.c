@@ -554,7 +554,7 @@ static idem_status read_closing(idem_flush *pg, struct flush_ctx *ctx, idem_erro
 	idem_status r;
 
 	if (ctx->results_sent) {
-		if (next_result(pg->conn, &res) != PGRES_COMMAND_OK) {
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK) {
 			r = idem_pg_error(err, pg->conn, res, "store results");
 			PQclear(res);
 			return r;

@@ -27,9 +27,11 @@ static const char sql_claim_many[] =
         " AS u(c, k, t, p, o, h)"
         " ON CONFLICT DO NOTHING RETURNING business_key, topic, partition";
 
-static const char sql_results[] = "UPDATE idem.processed_messages AS p SET result = u.r"
-                                  " FROM unnest($2::text[], $3::text[]) AS u(k, r)"
-                                  " WHERE p.consumer = $1 AND p.business_key = u.k";
+/*
+ * Results and the claims of duplicates go through functions that pin an index probe per key
+ * (sql/0005_key_lookups.sql): planned from the statistics, a fresh table's claims are all read.
+ */
+static const char sql_results[] = "SELECT idem.store_results($1, $2::text[], $3::text[])";
 
 /*
  * The recorded progress of several partitions at once: one row per element of the arrays, in
@@ -44,8 +46,8 @@ static const char sql_progress_get[] =
 
 /* Sent only when a batch has duplicates; sees the claims this transaction made, too. */
 static const char sql_claims_get[] =
-        "SELECT business_key, topic, partition, \"offset\", encode(payload_hash, 'hex')"
-        " FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])";
+        "SELECT business_key, topic, partition, \"offset\", payload_hash"
+        " FROM idem.claims_of($1, $2::text[])";
 
 /*
  * Advance several partitions' progress and counters at once, one row per element (distinct
@@ -145,7 +147,7 @@ static const char sql_replies[] =
         " convert_to(u.r::text, 'UTF8')]"
         " FROM unnest($5::text[], $6::bytea[], $7::bigint[], $8::bool[]) WITH ORDINALITY"
         " AS u(b, k, o, r, n)"
-        " JOIN idem.processed_messages p ON p.consumer = $2 AND p.business_key = u.b"
+        " JOIN idem.claims_of($2, $5::text[]) p ON p.business_key = u.b"
         " ORDER BY u.n";
 
 /*
@@ -200,9 +202,9 @@ static const char sql_outbox_stats[] =
 static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIM] = { "idem_claim", 6, sql_claim },
 	[IDEM_SQL_CLAIM_MANY] = { "idem_claim_many", 6, sql_claim_many },
-	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results, true },
+	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results },
 	[IDEM_SQL_PROGRESS_GET] = { "idem_progress_get", 3, sql_progress_get },
-	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get, true },
+	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
 	[IDEM_SQL_PROGRESS] = { "idem_progress", 14, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
 	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 14, sql_quarantine_dlt },

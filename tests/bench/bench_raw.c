@@ -444,7 +444,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		bench_die("send commit: %s", PQerrorMessage(conn));
 	sync_sent = true;
 	if (any_result) {
-		if ((res = next_result(conn, PGRES_COMMAND_OK, "results")) == NULL)
+		if ((res = next_result(conn, PGRES_TUPLES_OK, "results")) == NULL)
 			goto retry;
 		PQclear(res);
 	}
