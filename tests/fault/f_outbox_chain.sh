@@ -19,7 +19,7 @@ idem_kafka_start payments:8 payment-applied:8
 common=(--max 20 --kafka-prop session.timeout.ms=2500 --retry max_ms=1000
 	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=200)
 idem_write_config "$IDEM_TMP/a.yaml" g-chain-a payments "${common[@]}" --route-name pay \
-	--sql 'SELECT apply_and_emit($1, $2, $3::bigint)' --mode row
+	--sql "$IDEM_EMIT_SQL" --mode row
 idem_write_config "$IDEM_TMP/b.yaml" g-chain-b events "${common[@]}" --route-name events \
 	--topic payment-applied --key '${header:idem-outbox-id}' --mode row \
 	--params '[business_key, "json:/payment_id", "json:/account", "json:/amount"]' \
@@ -34,20 +34,8 @@ CREATE TABLE applied_b (
 	account text NOT NULL,
 	amount bigint NOT NULL
 );
-CREATE FUNCTION apply_and_emit(p_id text, p_account text, p_amount bigint)
-RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-	b bigint;
-BEGIN
-	INSERT INTO ledger (payment_id, account, amount) VALUES (p_id, p_account, p_amount);
-	INSERT INTO accounts (id, balance) VALUES (p_account, p_amount)
-		ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance
-		RETURNING balance INTO b;
-	PERFORM idem.emit('payment-applied', p_account,
-		jsonb_build_object('payment_id', p_id, 'account', p_account, 'amount', p_amount));
-	RETURN b;
-END $$;
 SQL
+idem_create_emit_fn
 idem_produce_bg 12000 0.2 131 200
 
 count() { idem_psql -c "SELECT count(*) FROM $1"; }

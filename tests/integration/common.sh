@@ -328,6 +328,30 @@ idem_fault_report() {
 	echo "ok: $1: messages=$IDEM_PRODUCED unique=$IDEM_UNIQUE $(idem_counts_full "$2") lost=$lost applied_twice=$twice"
 }
 
+# The payments handler that also tells the rest of the system, through the outbox:
+# apply_and_emit(id, account, amount) applies the payment and emits a "payment-applied" event
+# (topic payment-applied, key the account, the payment as JSON); returns the new balance.
+IDEM_EMIT_SQL='SELECT apply_and_emit($1, $2, $3::bigint)'
+
+# idem_create_emit_fn: create apply_and_emit().
+idem_create_emit_fn() {
+	idem_psql >/dev/null <<'SQL'
+CREATE FUNCTION apply_and_emit(p_id text, p_account text, p_amount bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	b bigint;
+BEGIN
+	INSERT INTO ledger (payment_id, account, amount) VALUES (p_id, p_account, p_amount);
+	INSERT INTO accounts (id, balance) VALUES (p_account, p_amount)
+		ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance
+		RETURNING balance INTO b;
+	PERFORM idem.emit('payment-applied', p_account,
+		jsonb_build_object('payment_id', p_id, 'account', p_account, 'amount', p_amount));
+	RETURN b;
+END $$;
+SQL
+}
+
 # The payments handler as a function, so tests can make it refuse, sleep or disappear:
 # apply_payment(id, account, amount) refuses (P0001) accounts listed in blocked_accounts and
 # sleeps pg_sleep(slow_accounts.seconds) for those listed there.

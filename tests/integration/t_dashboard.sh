@@ -18,26 +18,12 @@ idem_pg_start
 idem_kafka_start payments:4 payment-applied:4
 cfg=$IDEM_TMP/idemd.yaml
 idem_write_config "$cfg" g-dashboard payments --max 50 --route-name pay \
-	--sql 'SELECT apply_and_emit($1, $2, $3::bigint)' --mode row \
+	--sql "$IDEM_EMIT_SQL" --mode row \
 	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=100
 port=$((20000 + RANDOM % 20000))
 printf 'metrics:\n  listen: "127.0.0.1:%s"\nretention:\n  interval: 1s\n' "$port" >>"$cfg"
 idem_setup_db "$cfg"
-idem_psql >/dev/null <<'SQL'
-CREATE FUNCTION apply_and_emit(p_id text, p_account text, p_amount bigint)
-RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-	b bigint;
-BEGIN
-	INSERT INTO ledger (payment_id, account, amount) VALUES (p_id, p_account, p_amount);
-	INSERT INTO accounts (id, balance) VALUES (p_account, p_amount)
-		ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + excluded.balance
-		RETURNING balance INTO b;
-	PERFORM idem.emit('payment-applied', p_account,
-		jsonb_build_object('payment_id', p_id, 'account', p_account, 'amount', p_amount));
-	RETURN b;
-END $$;
-SQL
+idem_create_emit_fn
 
 idem_produce 1000 0.2 23
 idemd_start a "$cfg"
