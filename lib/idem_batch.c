@@ -115,9 +115,10 @@ enum idem_dup_kind idem_batch_dup_kind_replay(int32_t partition, int64_t offset,
                                               const struct idem_batch_claim *claim,
                                               int64_t progress_next, int64_t replay_to)
 {
-	/* idemd resumes from the database (issue 11), so Kafka hands over a message it already
-	 * committed only when an operator replays it (or, rarely, when the database position
-	 * could not be read at assignment, or a zombie owner overlaps the new one). */
+	/* idemd resumes from the database (ARCHITECTURE.md, "Invariants"), so Kafka hands over a
+	 * message it already committed only when an operator replays it (or, rarely, when the
+	 * database position could not be read at assignment, or a zombie owner overlaps the new
+	 * one). */
 	if (replay_to >= 0 && offset < replay_to)
 		return IDEM_DUP_REPLAY;
 	if (claim != NULL && claim->found && claim->same_topic && claim->partition == partition &&

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault (issue 11): a partition resumes where the database stopped, not where Kafka's last
+# Fault: a partition resumes where the database stopped, not where Kafka's last
 # offset commit was. Two idemd instances share 8 partitions while a live stream goes on; one of
 # them, picked at random, is SIGKILLed at a random moment while it applies, and started again,
 # 10 times (partitions move from the killed instance to the other and back: eager rebalances,
@@ -14,8 +14,9 @@
 # duplicates) and then read and counted again: the re-reading that each kill caused. A message
 # in flight at a kill was never committed: it is read again too, but committed once in all,
 # so it is not in that figure (nor can it be avoided); the bound above is how much of it there
-# can be. Before issue 11 a restarted or new owner started at Kafka's committed offset (stored
-# after the fact, committed every 500 ms), and re-read everything applied since.
+# can be. Before idemd resumed from the database, a restarted or new owner started at Kafka's
+# committed offset (stored after the fact, committed every 500 ms), and re-read everything
+# applied since.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"

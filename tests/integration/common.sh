@@ -256,7 +256,7 @@ idem_claims_above() {
 	[ "$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')" -gt "$1" ]
 }
 
-# ---- failure handling (issue 3) -----------------------------------------------------------------
+# ---- failure handling ---------------------------------------------------------------------------
 
 # idem_produce_one ARGS... : one message to topic payments (unless ARGS hold --topic),
 # partition 0 unless ARGS say otherwise; see "idem-kafkatool produce-one --help". Prints nothing.

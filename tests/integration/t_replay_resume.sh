@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replay after resume (issue 11): idemd starts a partition at max(Kafka's committed offset, the
+# Replay after resume: idemd starts a partition at max(Kafka's committed offset, the
 # database's next_offset), so a deliberate replay must move both.
 #  1. Two instances (incremental rebalances: cooperative-sticky) apply a topic, with Kafka's
 #     offsets committed rarely (auto.commit.interval.ms=60000); once everything is applied one
