@@ -2,9 +2,11 @@
  * idem_field.c - field names, business-key templates and their extraction from messages.
  *
  * Extraction runs once per message on the hot path, so it allocates nothing beyond growing the
- * caller's idem_buf and json-c's parse of the value, which happens at most once per message and
- * is cached in struct idem_jsondoc (the tokener itself is kept and reused). JSON pointers are
- * resolved here rather than with json_pointer_get(), which copies the pointer on every call.
+ * caller's idem_buf. A json: field is first looked for with idem_json_scalar(), which reads a
+ * plain document in one pass without allocating; whatever it does not vouch for goes to
+ * json-c, whose parse of the value happens at most once per message and is cached in struct
+ * idem_jsondoc (the tokener itself is kept and reused). JSON pointers are resolved here rather
+ * than with json_pointer_get(), which copies the pointer on every call.
  *
  * Kafka allows a header name to repeat. The last occurrence wins, for business keys and for
  * handler parameters alike: a producer that "sets" a header a library already added appends it.
@@ -18,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "idem_json.h"
 
 /* Nesting deeper than this makes the value "not valid JSON" (json-c's default is 32). */
 #define IDEM_FIELD_JSON_DEPTH 64
@@ -301,6 +305,7 @@ void idem_jsondoc_init(struct idem_jsondoc *doc)
 {
 	doc->root = NULL;
 	doc->tok = NULL;
+	doc->json_c_only = false;
 	doc->parsed = false;
 	doc->invalid = false;
 	doc->errmsg[0] = '\0';
@@ -550,14 +555,32 @@ static idem_status json_append(struct idem_buf *out, json_object *val)
 	return idem_buf_append_str(out, s);
 }
 
+/*
+ * The scalar json field @f names in @m, read without json-c (idem_json.h), or false when that
+ * reader does not vouch for it: json-c then gives the answer, or the error. Once json-c has
+ * parsed the value for another field of this message, its tree answers.
+ */
+static bool json_fast(const struct idem_field *f, const struct idem_msgview *m,
+                      const struct idem_jsondoc *doc, const char **ret_p, size_t *ret_n)
+{
+	if (m->value == NULL || doc->parsed || doc->json_c_only)
+		return false;
+	return idem_json_scalar(m->value, m->value_len, f->arg, ret_p, ret_n);
+}
+
 static idem_status key_append_json(const struct idem_field *f, const struct idem_msgview *m,
                                    struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
 {
 	json_object *val = NULL;
 	enum json_lookup how;
+	const char *text;
+	size_t text_n;
 	idem_status r;
 	int64_t i;
 
+	if (json_fast(f, m, doc, &text, &text_n))
+		return idem_buf_append(out, text, text_n) == IDEM_OK ? IDEM_OK
+		                                                     : idem_error_nomem(err);
 	r = json_lookup(f, m, doc, &val, &how, err);
 	if (r != IDEM_OK)
 		return r;
@@ -752,6 +775,8 @@ idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview
 	const struct idem_header *h;
 	json_object *val = NULL;
 	enum json_lookup how;
+	const char *text;
+	size_t text_n;
 	bool null = false;
 	idem_status r;
 
@@ -792,6 +817,10 @@ idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview
 		r = null ? IDEM_OK : idem_buf_append(out, h->value, h->len);
 		break;
 	case IDEM_FIELD_JSON:
+		if (json_fast(f, m, doc, &text, &text_n)) {
+			r = idem_buf_append(out, text, text_n);
+			break;
+		}
 		r = json_lookup(f, m, doc, &val, &how, err);
 		if (r != IDEM_OK)
 			return r;

@@ -76,12 +76,14 @@ struct idem_msgview {
 };
 
 /*
- * The value parsed as JSON, at most once per message, on first use. Hides json-c.
+ * The value parsed as JSON by json-c, at most once per message, on the first json: field that
+ * idem_json_scalar() does not answer. Hides json-c.
  * idem_jsondoc_reset() between messages; idem_jsondoc_done() at the end.
  */
 struct idem_jsondoc {
-	void *root; /* json_object *, owned */
-	void *tok;  /* json_tokener *, owned, reused */
+	void *root;       /* json_object *, owned */
+	void *tok;        /* json_tokener *, owned, reused */
+	bool json_c_only; /* never idem_json_scalar(): tests compare the two readers */
 	bool parsed;
 	bool invalid;
 	char errmsg[160];

@@ -10,18 +10,21 @@ trap 'rm -rf "$out"' EXIT
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 	-D_POSIX_C_SOURCE=200809L -DIDEM_VERSION='"fuzz"' -I"$src/lib")
 
-clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "$src/lib/idem_field.c" \
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "$src/lib/idem_field.c" "$src/lib/idem_json.c" \
 	"$src/lib/idem_common.c" $(pkg-config --cflags --libs json-c) -o "$out/fuzz_key"
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" \
-	"$src/lib/idem_lex.c" "$src/lib/idem_field.c" \
+	"$src/lib/idem_lex.c" "$src/lib/idem_field.c" "$src/lib/idem_json.c" \
 	"$src/lib/idem_common.c" "$src/lib/idem_log.c" \
 	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka) -o "$out/fuzz_cfg"
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_decode.c" "$src/lib/idem_batch.c" "$src/lib/idem_bind.c" \
 	"$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_lex.c" \
-	"$src/lib/idem_field.c" "$src/lib/idem_common.c" "$src/lib/idem_log.c" \
+	"$src/lib/idem_field.c" "$src/lib/idem_json.c" "$src/lib/idem_common.c" "$src/lib/idem_log.c" \
 	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka libcrypto) -lpthread -o "$out/fuzz_decode"
 
-for t in key cfg decode; do
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_json.c" "$src/lib/idem_field.c" "$src/lib/idem_json.c" \
+	"$src/lib/idem_common.c" $(pkg-config --cflags --libs json-c) -o "$out/fuzz_json"
+
+for t in key cfg decode json; do
 	mkdir -p "$out/corpus-$t"
 	cp "$src/tests/fuzz/corpus/$t/"* "$out/corpus-$t/"
 	echo "fuzz_$t: ${secs}s"

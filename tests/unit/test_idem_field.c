@@ -850,7 +850,10 @@ static void test_json_depth(void **state)
 	                 "json:/0: value is not valid JSON: nesting too deep at byte 64");
 }
 
-/* One jsondoc serves many messages: parsed once per message, reset between them. */
+/*
+ * One jsondoc serves many messages: parsed by json-c once per message, reset between them
+ * (json-c alone here: plain values are otherwise read without it, test_fast_reader).
+ */
 static void test_jsondoc_reuse(void **state)
 {
 	struct idem_template tpl;
@@ -866,6 +869,7 @@ static void test_jsondoc_reuse(void **state)
 	assert_int_equal(idem_template_parse("${json:/id}-${json:/n}", &tpl, NULL, 0), IDEM_OK);
 	assert_int_equal(idem_field_parse("json:/o", &f, NULL, 0), IDEM_OK);
 	idem_jsondoc_init(&doc);
+	doc.json_c_only = true;
 
 	m = msg_json("{\"id\":\"a\",\"n\":1,\"o\":{\"k\":[2]}}");
 	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_OK);
@@ -933,6 +937,48 @@ static void test_jsondoc_reuse(void **state)
 	idem_buf_done(&out);
 }
 
+/*
+ * Plain values are read without json-c (idem_json_scalar): no tree is built for them. A field
+ * the fast reader does not vouch for (here an escaped string) makes json-c parse the value once,
+ * and its tree answers the fields after it.
+ */
+static void test_fast_reader(void **state)
+{
+	struct idem_template tpl;
+	struct idem_field f;
+	struct idem_jsondoc doc;
+	struct idem_buf out = { 0 };
+	idem_error err = { 0 };
+	struct idem_msgview m;
+	bool null = true;
+	(void)state;
+
+	assert_int_equal(idem_template_parse("${json:/id}-${json:/n}", &tpl, NULL, 0), IDEM_OK);
+	assert_int_equal(idem_field_parse("json:/amount", &f, NULL, 0), IDEM_OK);
+	idem_jsondoc_init(&doc);
+
+	m = msg_json("{\"id\":\"pay-7\",\"n\":3,\"amount\":12.50}");
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_OK);
+	assert_string_equal(out.data, "pay-7-3");
+	assert_int_equal(idem_field_get(&f, &m, &doc, out.data, &out, &null, &err), IDEM_OK);
+	assert_false(null);
+	assert_string_equal(out.data, "12.50");
+	assert_false(doc.parsed);
+	assert_null(doc.root);
+
+	idem_jsondoc_reset(&doc);
+	m = msg_json("{\"id\":\"pay-\\u0038\",\"n\":3,\"amount\":1}");
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_OK);
+	assert_string_equal(out.data, "pay-8-3");
+	assert_true(doc.parsed);
+	assert_non_null(doc.root);
+
+	idem_jsondoc_done(&doc);
+	idem_field_done(&f);
+	idem_template_done(&tpl);
+	idem_buf_done(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -957,6 +1003,7 @@ int main(void)
 		cmocka_unit_test(test_get_json_invalid),
 		cmocka_unit_test(test_json_depth),
 		cmocka_unit_test(test_jsondoc_reuse),
+		cmocka_unit_test(test_fast_reader),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,35 @@
+/*
+ * idem_json.h - an allocation-free JSON scanner for the common case of json: fields.
+ *
+ * Business keys and handler parameters are mostly plain scalars of plain documents: a string
+ * without escapes, a number, true or false. Parsing each message with json-c builds a tree
+ * (an allocation per value) only to read two or three of them; this scanner reads the value in
+ * one pass instead and finds the pointer's scalar on the way.
+ *
+ * It vouches only for documents in a narrow form, which json-c accepts and reads to the same
+ * scalar: whitespace of space, tab, CR and LF; strings of valid UTF-8 without a backslash or a
+ * control character; numbers in RFC 8259 form with at most 18 integer digits and, with a
+ * fraction or an exponent, at most 2 exponent digits; nesting at most IDEM_JSON_DEPTH deep;
+ * nothing after the value but whitespace. For anything else (not in that form, not found,
+ * null, an object or an array, "-0", a member named twice in one object) it answers "not
+ * known" and the caller asks json-c, which stays the authority on what is valid JSON and on
+ * every error message (idem_field.c; fuzz_json checks both paths give the same result).
+ */
+#ifndef IDEM_JSON_H
+#define IDEM_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Deeper nesting is "not known" here (json-c's own limit in idem_field is higher). */
+#define IDEM_JSON_DEPTH 32
+
+/*
+ * @brief Find the scalar at RFC 6901 pointer @ptr (syntax already checked: "" or "/..." with
+ * escaped segments) in the JSON text @s[0..n).
+ * @return true with @ret_p, @ret_n set to its text as json-c would give it (a string's content
+ * without the quotes, a number's text, "true" or "false"); false when not known (see above).
+ */
+bool idem_json_scalar(const char *s, size_t n, const char *ptr, const char **ret_p, size_t *ret_n);
+
+#endif
