@@ -35,6 +35,7 @@ struct scan {
 	enum kind hit_kind;
 	int hits;
 	bool minus_zero;
+	bool twice; /* an object on the path names the pointer's segment twice */
 };
 
 static void skip_ws(struct scan *s)
@@ -146,6 +147,8 @@ static bool value(struct scan *s, size_t depth, bool on_path);
 
 static bool object(struct scan *s, size_t depth, bool on_path)
 {
+	int matches = 0;
+
 	s->p++;
 	skip_ws(s);
 	if (s->p < s->end && *s->p == '}') {
@@ -160,6 +163,9 @@ static bool object(struct scan *s, size_t depth, bool on_path)
 		if (s->p == s->end || *s->p != '"' || !string(s, &k, &kn))
 			return false;
 		member_on = on_path && depth < s->n_seg && seg_equal(&s->seg[depth], k, kn);
+		/* json-c keeps one of the two (the last); which one is its business. */
+		if (member_on && ++matches > 1)
+			s->twice = true;
 		skip_ws(s);
 		if (s->p == s->end || *s->p != ':')
 			return false;
@@ -301,7 +307,7 @@ bool idem_json_scalar(const char *s, size_t n, const char *ptr, const char **ret
 	if (!value(&sc, 0, true))
 		return false;
 	skip_ws(&sc);
-	if (sc.p != sc.end || sc.hits != 1 || sc.hit_kind == K_OTHER || sc.minus_zero)
+	if (sc.p != sc.end || sc.twice || sc.hits != 1 || sc.hit_kind == K_OTHER || sc.minus_zero)
 		return false;
 	*ret_p = (const char *)sc.hit;
 	*ret_n = sc.hit_n;

@@ -11,9 +11,10 @@
  * control character; numbers in RFC 8259 form with at most 18 integer digits and, with a
  * fraction or an exponent, at most 2 exponent digits; nesting at most IDEM_JSON_DEPTH deep;
  * nothing after the value but whitespace. For anything else (not in that form, not found,
- * null, an object or an array, "-0", a member named twice in one object) it answers "not
- * known" and the caller asks json-c, which stays the authority on what is valid JSON and on
- * every error message (idem_field.c; fuzz_json checks both paths give the same result).
+ * null, an object or an array, "-0", a name on the pointer's path given twice in one object)
+ * it answers "not known" and the caller asks json-c, which stays the authority on what is
+ * valid JSON and on every error message (idem_field.c; unit.json and fuzz_json check that both
+ * readers give the same result).
  */
 #ifndef IDEM_JSON_H
 #define IDEM_JSON_H
