@@ -28,8 +28,9 @@ struct outcome {
 	char msg[sizeof(((idem_error *)0)->msg)];
 };
 
-static void get(const struct idem_field *f, const struct idem_msgview *m, bool json_c_only,
-                struct outcome *o)
+/* A parameter (@f) or a business key (@t, when not NULL) of @m, through one reader or both. */
+static void run(const struct idem_field *f, const struct idem_template *t,
+                const struct idem_msgview *m, bool json_c_only, struct outcome *o)
 {
 	struct idem_jsondoc doc;
 	idem_error err;
@@ -38,22 +39,8 @@ static void get(const struct idem_field *f, const struct idem_msgview *m, bool j
 	doc.json_c_only = json_c_only;
 	memset(&err, 0, sizeof(err));
 	o->null = false;
-	o->r = idem_field_get(f, m, &doc, NULL, &o->out, &o->null, &err);
-	snprintf(o->msg, sizeof(o->msg), "%s", o->r == IDEM_OK ? "" : err.msg);
-	idem_jsondoc_done(&doc);
-}
-
-static void key(const struct idem_template *t, const struct idem_msgview *m, bool json_c_only,
-                struct outcome *o)
-{
-	struct idem_jsondoc doc;
-	idem_error err;
-
-	idem_jsondoc_init(&doc);
-	doc.json_c_only = json_c_only;
-	memset(&err, 0, sizeof(err));
-	o->null = false;
-	o->r = idem_key_build(t, m, &doc, 512, &o->out, &err);
+	o->r = t != NULL ? idem_key_build(t, m, &doc, 512, &o->out, &err)
+	                 : idem_field_get(f, m, &doc, NULL, &o->out, &o->null, &err);
 	snprintf(o->msg, sizeof(o->msg), "%s", o->r == IDEM_OK ? "" : err.msg);
 	idem_jsondoc_done(&doc);
 }
@@ -81,8 +68,8 @@ static void try_pointer(const char *ptr, const struct idem_msgview *m)
 	snprintf(name, sizeof(name), "json:%s", ptr);
 	if (idem_field_parse(name, &f, NULL, 0) != IDEM_OK)
 		return;
-	get(&f, m, false, &fast);
-	get(&f, m, true, &slow);
+	run(&f, NULL, m, false, &fast);
+	run(&f, NULL, m, true, &slow);
 	same(&fast, &slow);
 	/* What the fast reader vouches for, json-c reads the same (as a parameter). */
 	if (idem_json_scalar(m->value, m->value_len, f.arg, &p, &n) &&
@@ -91,8 +78,8 @@ static void try_pointer(const char *ptr, const struct idem_msgview *m)
 		abort();
 	idem_field_done(&f);
 	if (idem_template_parse(name, &t, NULL, 0) == IDEM_OK) {
-		key(&t, m, false, &fast);
-		key(&t, m, true, &slow);
+		run(NULL, &t, m, false, &fast);
+		run(NULL, &t, m, true, &slow);
 		same(&fast, &slow);
 		idem_template_done(&t);
 	}
