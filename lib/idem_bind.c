@@ -240,13 +240,16 @@ idem_status idem_bind_progress_get(struct idem_bind *bd, const struct idem_batch
 	return prog_close(bd, 3, ret_vals);
 }
 
-idem_status idem_bind_dup_keys(struct idem_bind *bd, const struct idem_batch *b, size_t *ret_idx,
-                               size_t *ret_n)
+idem_status idem_bind_dup_keys_open(struct idem_bind *bd)
+{
+	return idem_pgarray_open(&bd->dkeys) ? IDEM_ERR_NOMEM : IDEM_OK;
+}
+
+idem_status idem_bind_dup_keys_add(struct idem_bind *bd, const struct idem_batch *b,
+                                   size_t *ret_idx, size_t *ret_n)
 {
 	size_t n = 0;
 
-	if (idem_pgarray_open(&bd->dkeys))
-		return IDEM_ERR_NOMEM;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		const struct idem_batch_msg *m = &b->msgs[i];
 
@@ -256,11 +259,25 @@ idem_status idem_bind_dup_keys(struct idem_bind *bd, const struct idem_batch *b,
 		if (idem_pgarray_add(&bd->dkeys, idem_batch_ptr(b, m->bkey), m->bkey.len, false))
 			return IDEM_ERR_NOMEM;
 	}
-	if (idem_pgarray_close(&bd->dkeys))
-		return IDEM_ERR_NOMEM;
 	idem_batch_sort_by_key(b, ret_idx, n);
 	*ret_n = n;
 	return IDEM_OK;
+}
+
+idem_status idem_bind_dup_keys_close(struct idem_bind *bd)
+{
+	return idem_pgarray_close(&bd->dkeys) ? IDEM_ERR_NOMEM : IDEM_OK;
+}
+
+idem_status idem_bind_dup_keys(struct idem_bind *bd, const struct idem_batch *b, size_t *ret_idx,
+                               size_t *ret_n)
+{
+	idem_status r;
+
+	if ((r = idem_bind_dup_keys_open(bd)) != IDEM_OK ||
+	    (r = idem_bind_dup_keys_add(bd, b, ret_idx, ret_n)) != IDEM_OK)
+		return r;
+	return idem_bind_dup_keys_close(bd);
 }
 
 idem_status idem_bind_results(struct idem_bind *bd, const struct idem_batch *b, bool *ret_any,

@@ -84,6 +84,16 @@ IDEM_NODISCARD idem_status idem_bind_dup_keys(struct idem_bind *bd, const struct
                                               size_t *ret_idx, size_t *ret_n);
 
 /*
+ * @brief The same for several batches of one consumer, in one array (one IDEM_SQL_CLAIMS_GET
+ * for them all): idem_bind_dup_keys_open(), idem_bind_dup_keys_add() for each batch (its own
+ * @ret_idx and *ret_n as above), idem_bind_dup_keys_close().
+ */
+IDEM_NODISCARD idem_status idem_bind_dup_keys_open(struct idem_bind *bd);
+IDEM_NODISCARD idem_status idem_bind_dup_keys_add(struct idem_bind *bd, const struct idem_batch *b,
+                                                  size_t *ret_idx, size_t *ret_n);
+IDEM_NODISCARD idem_status idem_bind_dup_keys_close(struct idem_bind *bd);
+
+/*
  * @brief The results (IDEM_SQL_RESULTS) of @b's APPLIED messages that have one, into
  * ret_vals[0..3); *ret_any is false when none has (nothing to send).
  */

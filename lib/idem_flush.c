@@ -14,7 +14,8 @@
  * kept running into lock_timeout): the same work with a SAVEPOINT around each message's claim
  * and handler, so a failing message takes its claim with it and its neighbours still commit.
  * Several partitions' batches (idem_flush_many()): the fast path's three round trips carry
- * them all, with one claim of all their keys in one global order, and one COMMIT (one fsync).
+ * them all, with one claim of all their keys in one global order, one lookup of their
+ * duplicates' claims per consumer, and one COMMIT (one fsync).
  * Anything short of a clean commit rolls that back, and each batch is flushed on its own.
  */
 #include "idem_flush.h"
@@ -48,6 +49,7 @@ struct flush_ctx {
 	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
 	int64_t replay_to;     /* the end of the range a replay reads again, or -1 */
 	bool set_sent;         /* set mode: sent its route's statement (round trip 2) */
+	bool dups_sent; /* sent the claims lookup of its consumer's duplicates (round trip 2) */
 	struct {
 		bool on;
 		int64_t offset;
@@ -859,24 +861,58 @@ static bool set_mode(const struct idem_batch *b)
 	return b->route->handler_mode == IDEM_CFG_MODE_SET;
 }
 
-/*
- * Round trip 2, sent for one batch: its duplicates' claims lookup (if any) and, in row mode,
- * its handler once per message to apply, in offset order.
- */
-static idem_status send_handlers(idem_flush *pg, struct flush_ctx *ctx)
+/* Do ctx[j] and ctx[k] claim keys for the same consumer (key namespace)? */
+static bool same_consumer(const struct flush_ctx *ctx, size_t j, size_t k)
 {
-	const struct idem_batch *b = ctx->b;
-	const char *v[2];
-	char hname[32];
+	return strcmp(ctx[j].b->route->consumer, ctx[k].b->route->consumer) == 0;
+}
 
-	if (idem_bind_dup_keys(&pg->bind, b, ctx->dups, &ctx->n_dups) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	if (ctx->n_dups > 0) {
-		v[0] = b->route->consumer;
+/*
+ * Round trip 2, sent: where the duplicates' keys were claimed, one lookup per consumer for all
+ * its batches of the transaction (ctx[k].dups_sent marks the first batch of each consumer that
+ * sent one), each batch's duplicates in its ctx.
+ */
+static idem_status send_dup_lookups(idem_flush *pg, struct flush_ctx *ctx, size_t n)
+{
+	for (size_t k = 0; k < n; k++) {
+		size_t total = 0;
+		bool first = true;
+		const char *v[2];
+
+		ctx[k].dups_sent = false;
+		for (size_t j = 0; j < k && first; j++)
+			first = !same_consumer(ctx, j, k);
+		if (!first)
+			continue;
+		if (idem_bind_dup_keys_open(&pg->bind) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		for (size_t j = k; j < n; j++) {
+			if (!same_consumer(ctx, j, k))
+				continue;
+			if (idem_bind_dup_keys_add(&pg->bind, ctx[j].b, ctx[j].dups,
+			                           &ctx[j].n_dups) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+			total += ctx[j].n_dups;
+		}
+		if (idem_bind_dup_keys_close(&pg->bind) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		if (total == 0)
+			continue;
+		v[0] = ctx[k].b->route->consumer;
 		v[1] = pg->bind.dkeys.data;
 		if (!idem_sql_send(pg->conn, IDEM_SQL_CLAIMS_GET, v, NULL, NULL))
 			return IDEM_ERR_PG;
+		ctx[k].dups_sent = true;
 	}
+	return IDEM_OK;
+}
+
+/* Round trip 2, sent for one batch in row mode: its handler once per message to apply. */
+static idem_status send_handlers(idem_flush *pg, struct flush_ctx *ctx)
+{
+	const struct idem_batch *b = ctx->b;
+	char hname[32];
+
 	if (set_mode(b))
 		return IDEM_OK;
 	handler_name(pg, b, hname, sizeof(hname));
@@ -1000,21 +1036,31 @@ static enum fast_outcome handler_failed(idem_flush *pg, PGresult *res, idem_erro
 	return fast_fail(pg, res, "batch", err);
 }
 
-/*
- * Round trip 2, read for one batch: the claims of its duplicates and, in row mode, its
- * handlers' results.
- */
+/* Round trip 2, read: the duplicates' claims, in the order send_dup_lookups() sent them. */
+static enum fast_outcome read_dup_lookups(idem_flush *pg, struct flush_ctx *ctx, size_t n,
+                                          idem_error *err)
+{
+	PGresult *res;
+
+	for (size_t k = 0; k < n; k++) {
+		if (!ctx[k].dups_sent)
+			continue;
+		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+			return fast_fail(pg, res, "batch", err);
+		for (size_t j = k; j < n; j++) {
+			if (same_consumer(ctx, j, k) && read_claims(&ctx[j], res) != IDEM_OK)
+				return fast_nomem(pg, res, err);
+		}
+		PQclear(res);
+	}
+	return FAST_DONE;
+}
+
+/* Round trip 2, read for one batch in row mode: its handlers' results. */
 static enum fast_outcome read_handlers(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
 {
 	PGresult *res;
 
-	if (ctx->n_dups > 0) {
-		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
-			return fast_fail(pg, res, "batch", err);
-		if (read_claims(ctx, res) != IDEM_OK)
-			return fast_nomem(pg, res, err);
-		PQclear(res);
-	}
 	if (set_mode(ctx->b))
 		return FAST_DONE;
 	for (size_t k = 0; k < ctx->n_apply; k++) {
@@ -1050,8 +1096,9 @@ static enum fast_outcome read_sets(idem_flush *pg, struct flush_ctx *ctx, size_t
 }
 
 /*
- * Round trip 2: where the duplicates' keys were claimed (only if there are any), and the
- * handlers: in row mode once per message, batch after batch; in set mode once per route.
+ * Round trip 2: where the duplicates' keys were claimed (only if there are any: one lookup per
+ * consumer), and the handlers: in row mode once per message, batch after batch; in set mode
+ * once per route.
  */
 static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_t n,
                                     idem_error *err)
@@ -1060,10 +1107,12 @@ static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_
 	bool any = false;
 	idem_status r;
 
+	if ((r = send_dup_lookups(pg, ctx, n)) != IDEM_OK)
+		return fast_send_fail(pg, r, err);
 	for (size_t k = 0; k < n; k++) {
 		if ((r = send_handlers(pg, &ctx[k])) != IDEM_OK)
 			return fast_send_fail(pg, r, err);
-		any = any || ctx[k].n_apply > 0 || ctx[k].n_dups > 0;
+		any = any || ctx[k].n_apply > 0 || ctx[k].dups_sent;
 	}
 	if ((r = send_sets(pg, ctx, n)) != IDEM_OK) {
 		/* A NUL byte cannot be bound: the slow path finds the message. */
@@ -1075,6 +1124,8 @@ static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_
 	}
 	if (any && (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0))
 		return fast_fail(pg, NULL, "batch send", err);
+	if ((o = read_dup_lookups(pg, ctx, n, err)) != FAST_DONE)
+		return o;
 	for (size_t k = 0; k < n; k++) {
 		if ((o = read_handlers(pg, &ctx[k], err)) != FAST_DONE)
 			return o;

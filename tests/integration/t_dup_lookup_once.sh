@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The duplicates' claims are looked up once per transaction and consumer, not once per batch: a
+# backlog on four partitions with upstream duplicates in every batch and one worker, so that
+# transactions carry several partitions' batches (ARCHITECTURE.md, "The transaction", 2).
+# Postgres's own function counters (track_functions) must count one idem.claims_of() call per
+# transaction (one per batch before), and the payments are applied exactly once.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_tmp_init
+idem_pg_start
+idem_kafka_start payments:4
+cfg=$IDEM_TMP/idemd.yaml
+idem_write_config "$cfg" g-dup-lookup payments --workers 1 --max 200
+port=$((20000 + RANDOM % 20000))
+printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
+idem_setup_db "$cfg"
+idem_psql -c "ALTER SYSTEM SET track_functions = 'all'" >/dev/null
+idem_psql -c "SELECT pg_reload_conf()" >/dev/null
+
+idem_produce 20000 0.3 11 # all of it waiting before idemd starts
+idemd_start a "$cfg"
+idem_wait_done g-dup-lookup 180
+batches=$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '$1 == "idemd_batches_total" { print $2 }')
+idemd_stop a
+sleep 1 # the backends' statistics reach shared memory when they exit
+idem_psql -c "SELECT pg_stat_force_next_flush()" >/dev/null
+calls=$(idem_psql -c "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE schemaname = 'idem' AND funcname = 'claims_of'")
+tx=$(idem_psql -c "SELECT count(DISTINCT xmin::text) FROM idem.processed_messages WHERE topic = 'payments'")
+echo "idem.claims_of() calls: $calls for $batches batches in about $tx transactions"
+[ -n "$batches" ] && [ "$batches" -gt 0 ] || idem_fail "no idemd_batches_total in /metrics"
+[ "$calls" -gt 0 ] || idem_fail "no duplicates looked up: the test proves nothing"
+# Transactions that carried several batches, or the test proves nothing.
+[ $((batches * 4)) -ge $((tx * 5)) ] ||
+	idem_fail "$batches batches in $tx transactions: too few carried several batches"
+# One lookup per transaction (a transaction without a new claim has no xmin here: the last
+# ones may be all duplicates, hence the two spare).
+[ "$calls" -le $((tx + 2)) ] ||
+	idem_fail "$calls claims lookups for $batches batches in $tx transactions: not one per transaction"
+idem_check_exactly_once payments
+echo "ok: duplicates looked up once per transaction: $(idem_counts payments)"
