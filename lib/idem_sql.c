@@ -29,8 +29,7 @@ static const char sql_claim_many[] =
 
 /*
  * Results and the claims of duplicates go through functions that pin an index probe per key
- * (sql/0005_key_lookups.sql; PL/pgSQL since sql/0006_lookup_plans.sql, so their plans are kept):
- * planned from the statistics, a fresh table's claims are all read.
+ * (sql/0005_key_lookups.sql): planned from the statistics, a fresh table's claims are all read.
  */
 static const char sql_results[] = "SELECT idem.store_results($1, $2::text[], $3::text[])";
 
