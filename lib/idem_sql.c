@@ -29,7 +29,8 @@ static const char sql_claim_many[] =
 
 /*
  * Results and the claims of duplicates go through functions that pin an index probe per key
- * (sql/0005_key_lookups.sql): planned from the statistics, a fresh table's claims are all read.
+ * (sql/0005_key_lookups.sql, sql/0006_claims_probe.sql): planned from the statistics, a fresh
+ * table's claims are all read.
  */
 static const char sql_results[] = "SELECT idem.store_results($1, $2::text[], $3::text[])";
 
