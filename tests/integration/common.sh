@@ -144,6 +144,13 @@ idem_setup_db() {
 	idem_psql -f "$IDEM_SRC/sql/examples/payments.sql" >/dev/null
 }
 
+# idem_pkey_reads: primary key entries of idem.processed_messages read so far by index scans
+# (pg_stat_user_indexes.idx_tup_read; the calling session's own counts flushed first).
+idem_pkey_reads() {
+	idem_psql -c "SELECT pg_stat_force_next_flush()" >/dev/null
+	idem_psql -c "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = 'idem.processed_messages_pkey'::regclass"
+}
+
 # idemd_start NAME CONFIG: start idemd in the background (log: $IDEM_TMP/idemd-NAME.log);
 # its pid in IDEMD_PID_<NAME> (NAME: letters, digits, _), also printed by idemd_pid NAME.
 idemd_start() {

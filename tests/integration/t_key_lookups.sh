@@ -22,18 +22,14 @@ idem_psql -c "ALTER TABLE idem.processed_messages SET (autovacuum_enabled = fals
 idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash) SELECT 'payments', 'hist-' || g, 'history', 0, g, sha256(g::text::bytea) FROM generate_series(1, $history) g"
 idem_assert_eq "claims table never analyzed" "-1" \
 	"$(idem_psql -c "SELECT reltuples FROM pg_class WHERE oid = 'idem.processed_messages'::regclass")"
-read_entries() {
-	idem_psql -c "SELECT pg_stat_force_next_flush()" >/dev/null
-	idem_psql -c "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = 'idem.processed_messages_pkey'::regclass"
-}
-before=$(read_entries)
+before=$(idem_pkey_reads)
 
 idemd_start a "$cfg"
 idem_produce 3000 0.3 5
 idem_wait_done g-lookups 120
 idemd_stop a
 sleep 1 # the backends' statistics reach shared memory when they exit
-after=$(read_entries)
+after=$(idem_pkey_reads)
 tx=$(idem_psql -c "SELECT count(DISTINCT xmin::text) FROM idem.processed_messages WHERE topic = 'payments'")
 read_n=$((after - before))
 echo "primary key entries read: $read_n for $IDEM_PRODUCED messages in about $tx transactions ($history claims already there)"

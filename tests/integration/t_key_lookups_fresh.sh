@@ -18,18 +18,14 @@ cfg=$IDEM_TMP/idemd.yaml
 idem_write_config "$cfg" g-lookups-fresh payments --workers 1
 idem_setup_db "$cfg"
 idem_psql -c "ALTER TABLE idem.processed_messages SET (autovacuum_enabled = false)"
-read_entries() {
-	idem_psql -c "SELECT pg_stat_force_next_flush()" >/dev/null
-	idem_psql -c "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = 'idem.processed_messages_pkey'::regclass"
-}
-before=$(read_entries)
+before=$(idem_pkey_reads)
 
 idemd_start a "$cfg"
 idem_produce 30000 0.3 13
 idem_wait_done g-lookups-fresh 180
 idemd_stop a
 sleep 1 # the backends' statistics reach shared memory when they exit
-after=$(read_entries)
+after=$(idem_pkey_reads)
 tx=$(idem_psql -c "SELECT count(DISTINCT xmin::text) FROM idem.processed_messages")
 read_n=$((after - before))
 echo "primary key entries read: $read_n for $IDEM_PRODUCED messages in about $tx transactions (table empty at the start)"
