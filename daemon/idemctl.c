@@ -30,7 +30,8 @@ static void usage(FILE *f)
 	idemctl_quarantine_usage(f);
 	fprintf(f,
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
-	        "applied; 78 configuration error.\n");
+	        "applied; 4 verify: database behind (idemd re-applies the gap); 78 configuration\n"
+	        "error.\n");
 }
 
 static const struct {

@@ -18,7 +18,9 @@ void idemctl_status_usage(FILE *f)
 	        "  status [--json]     per partition: Kafka committed offset, database progress,\n"
 	        "                      high watermark, lag, counters, quarantined messages\n"
 	        "  verify [--json]     compare Kafka's committed offsets with the database's\n"
-	        "                      progress; exit 3 if Kafka is ahead (a loss alarm)\n"
+	        "                      progress; exit 3 if another client moved them ahead (a\n"
+	        "                      loss alarm), 4 if the database is behind what idemd\n"
+	        "                      committed (restored, failed over: idemd re-applies it)\n"
 	        "  lookup KEY [--json] where and when a business key was applied, and its result;\n"
 	        "                      exit 3 if it was not\n");
 }
@@ -82,7 +84,7 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 	struct idem_status_report rep = { 0 };
 	idem_error err = { 0 };
 	json_object *arr = NULL;
-	int alarms = 0, rc;
+	int alarms = 0, behind = 0, rc;
 	PGconn *conn;
 	rd_kafka_t *rk;
 	bool json;
@@ -112,6 +114,7 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 		char c[24], d[24];
 
 		alarms += vs == IDEM_VERIFY_KAFKA_AHEAD;
+		behind += vs == IDEM_VERIFY_DB_BEHIND;
 		off_str(c, sizeof(c), p->committed);
 		off_str(d, sizeof(d), p->db_next);
 		if (json) {
@@ -120,15 +123,15 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 			if (verify)
 				json_object_object_add(
 				        o, "state",
-				        json_object_new_string(
-				                vs == IDEM_VERIFY_OK            ? "ok"
-				                : vs == IDEM_VERIFY_DB_AHEAD    ? "database_ahead"
-				                : vs == IDEM_VERIFY_KAFKA_AHEAD ? "kafka_ahead"
-				                                                : "no_commit"));
+				        json_object_new_string(idem_verify_state_name(vs)));
 			json_object_array_add(arr, o);
 		} else if (verify) {
-			printf("%-20s %5" PRId32 " %12s %12s  %s\n", p->topic, p->partition, c, d,
+			printf("%-20s %5" PRId32 " %12s %12s  %s", p->topic, p->partition, c, d,
 			       idem_verify_state_str(vs));
+			if (vs == IDEM_VERIFY_DB_BEHIND || vs == IDEM_VERIFY_KAFKA_AHEAD)
+				printf(" (%" PRId64 " message(s))",
+				       p->committed - (p->db_next > 0 ? p->db_next : 0));
+			putchar('\n');
 		} else {
 			printf("%-20s %5" PRId32 " %12s %12s %12" PRId64 " %10" PRId64 " %10" PRId64
 			       " %10" PRId64 " %10" PRId64 " %s\n",
@@ -144,13 +147,22 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 		idemctl_print_json(arr);
 		json_object_put(arr);
 	} else if (verify) {
-		printf("%s\n",
-		       alarms ? "LOSS ALARM: Kafka committed offsets beyond what the database applied"
-		              : "ok: no partition has Kafka ahead of the database");
+		if (alarms)
+			printf("LOSS ALARM: offsets moved ahead by another client on %d partition(s): "
+			       "those messages were skipped without being applied\n",
+			       alarms);
+		if (behind)
+			printf("DATABASE BEHIND what idemd committed on %d partition(s) (restored or "
+			       "failed over): the messages will be re-applied at the next assignment\n",
+			       behind);
+		if (!alarms && !behind)
+			printf("ok: no partition has Kafka ahead of the database\n");
 	}
 	idem_status_report_done(&rep);
 	idemctl_close_both(conn, rk);
-	return verify && alarms ? IDEM_EXIT_LOSS : IDEM_EXIT_OK;
+	if (verify && alarms)
+		return IDEM_EXIT_LOSS;
+	return verify && behind ? IDEM_EXIT_BEHIND : IDEM_EXIT_OK;
 }
 
 int idemctl_status(const struct idem_cfg *cfg, int argc, char **argv)

@@ -52,6 +52,9 @@ idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route
 	memset(b, 0, sizeof(*b));
 	b->route = route;
 	b->partition = partition;
+	b->db_floor = -1;
+	b->reapply_to = -1;
+	b->db_next = -1;
 	b->topic = strdup(topic);
 	if (b->topic == NULL)
 		return IDEM_ERR_NOMEM;

@@ -109,6 +109,13 @@ struct idem_batch {
 	/* Failed commits of these messages, kept across attempts; cleared by idem_batch_reset().
 	 * The partition's delivery state (retries, fetch position) is in struct idem_part. */
 	int claim_timeouts; /* attempts whose claim ran into lock_timeout/statement_timeout */
+
+	/* What the database must hold for the partition (ARCHITECTURE.md "When the database goes
+	 * back"), set by the daemon when it hands the batch over: */
+	int64_t db_floor;   /* next_offset as this process last read or committed it; -1: none */
+	int64_t reapply_to; /* the end of a gap being read again, as the daemon knows it; -1 */
+	/* and what the last attempt found there: next_offset (-1: no row). */
+	int64_t db_next;
 };
 
 /* Arena and scratch memory a reset batch keeps for the next one; larger buffers are freed. */

@@ -507,7 +507,7 @@ idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *
 	int len;
 
 	qsort(p, n, sizeof(*p), progress_cmp);
-	if (prog_open(bd, 14) != IDEM_OK)
+	if (prog_open(bd, 16) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
 	for (size_t k = 0; k < n; k++) {
 		if (prog_partition(bd, p[k].b) != IDEM_OK)
@@ -526,6 +526,13 @@ idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *
 		    idem_pgarray_add(&bd->prog[13], p[k].halt_reason,
 		                     p[k].halted ? strlen(p[k].halt_reason) : 0, !p[k].halted))
 			return IDEM_ERR_NOMEM;
+		len = snprintf(v, sizeof(v), "%" PRId64, p[k].reapply_to);
+		if (idem_pgarray_add(&bd->prog[14], v, (size_t)len,
+		                     p[k].reapply_to <= p[k].next_offset))
+			return IDEM_ERR_NOMEM;
+		len = snprintf(v, sizeof(v), "%" PRIu64, p[k].reapplied);
+		if (idem_pgarray_add(&bd->prog[15], v, (size_t)len, false))
+			return IDEM_ERR_NOMEM;
 	}
-	return prog_close(bd, 14, ret_vals);
+	return prog_close(bd, 16, ret_vals);
 }

@@ -35,7 +35,7 @@ struct idem_bind {
 	struct idem_buf dkeys;               /* keys of duplicates, to look up their claims */
 	struct idem_buf reply[4];            /* the replies' arrays */
 	char rpart[16];                      /* and their partition */
-	struct idem_buf prog[14];            /* the progress rows' columns */
+	struct idem_buf prog[16];            /* the progress rows' columns */
 	struct idem_buf *set;                /* set mode: one text[] per handler parameter */
 	size_t cap_set;
 	const char **vals; /* parameters of the last row, set or quarantine bound */
@@ -145,10 +145,12 @@ struct idem_bind_progress {
 	                       upstream, payload mismatches: the columns' order */
 	bool halted;
 	const char *halt_reason;
+	int64_t reapply_to; /* the end of a gap being read again, if beyond next_offset; else -1 */
+	uint64_t reapplied; /* messages of the batch below that end */
 };
 
 /*
- * @brief IDEM_SQL_PROGRESS of the partitions p[0..n) (distinct) into ret_vals[0..14). @p is
+ * @brief IDEM_SQL_PROGRESS of the partitions p[0..n) (distinct) into ret_vals[0..16). @p is
  * sorted by consumer, topic and partition first, so that concurrent transactions lock the rows
  * in one order.
  */

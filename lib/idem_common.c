@@ -87,6 +87,8 @@ const char *idem_status_str(idem_status s)
 		return "kafka error";
 	case IDEM_ERR_NOT_FOUND:
 		return "not found";
+	case IDEM_ERR_BEHIND:
+		return "database behind";
 	}
 	return "unknown error";
 }

@@ -30,6 +30,8 @@ enum idem_exit {
 	IDEM_EXIT_USAGE = 2,       /* bad command line */
 	IDEM_EXIT_LOSS = 3,        /* idemctl verify: Kafka is ahead of the database (loss alarm) */
 	IDEM_EXIT_NOT_APPLIED = 3, /* idemctl lookup: the key has no claim */
+	IDEM_EXIT_BEHIND = 4,      /* idemctl verify: the database is behind what idemd committed
+	                              (it went back); idemd re-applies the gap by itself */
 	IDEM_EXIT_CONFIG = 78,     /* configuration, schema or login: restarting will not help */
 };
 
@@ -43,6 +45,8 @@ typedef enum idem_status {
 	IDEM_ERR_PG,        /* Postgres error; see idem_error.sqlstate */
 	IDEM_ERR_KAFKA,     /* librdkafka error */
 	IDEM_ERR_NOT_FOUND, /* a looked-up thing does not exist */
+	IDEM_ERR_BEHIND,    /* the database lacks a position this process saw it hold: it went
+	                       back in time (ARCHITECTURE.md "When the database goes back") */
 } idem_status;
 
 /*

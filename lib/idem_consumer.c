@@ -13,12 +13,10 @@ static const struct {
 	const char *name;
 	const char *value;
 } idem_defaults[] = {
-	/* The offset of a message is stored only once its transaction committed. */
+	/* The offset of a message is committed only once its transaction committed, by idemd
+	 * itself, with metadata naming the database's position (idem_consumer_commit()). */
 	{ "enable.auto.offset.store", "false" },
-	/* Stored offsets are committed in the background; a crash between the two is covered by
-	 * the claims, so a short interval only shortens the redelivery after a crash. */
-	{ "enable.auto.commit", "true" },
-	{ "auto.commit.interval.ms", "500" },
+	{ "enable.auto.commit", "false" },
 	/* A group with no committed offset starts at the oldest message: idemd never skips
 	 * messages by default. */
 	{ "auto.offset.reset", "earliest" },
@@ -28,6 +26,32 @@ static const struct {
 	 * the same throughput as with 64 MiB (tests/bench). */
 	{ "queued.max.messages.kbytes", "2048" },
 };
+
+/* The value idemd runs with for librdkafka property @name: kafka.properties, else its default. */
+static const char *prop_value(const struct idem_cfg *cfg, const char *name)
+{
+	const char *v = NULL;
+
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(idem_defaults); i++) {
+		if (strcmp(idem_defaults[i].name, name) == 0)
+			v = idem_defaults[i].value;
+	}
+	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
+		if (strcmp(cfg->kafka_props[i].name, name) == 0)
+			v = cfg->kafka_props[i].value;
+	}
+	return v;
+}
+
+int64_t idem_consumer_reset_offset(const struct idem_cfg *cfg)
+{
+	const char *v = prop_value(cfg, "auto.offset.reset");
+
+	if (v != NULL &&
+	    (strcmp(v, "latest") == 0 || strcmp(v, "largest") == 0 || strcmp(v, "end") == 0))
+		return RD_KAFKA_OFFSET_END;
+	return RD_KAFKA_OFFSET_BEGINNING;
+}
 
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
@@ -108,25 +132,6 @@ idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group, rd_
 	return IDEM_OK;
 }
 
-bool idem_consumer_store(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t next)
-{
-	rd_kafka_topic_partition_list_t *list;
-	rd_kafka_resp_err_t e;
-
-	list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(list, topic, partition)->offset = next;
-	e = rd_kafka_offsets_store(rk, list);
-	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-		e = list->elems[0].err;
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		idem_log_warn("kafka",
-		              "cannot store offset topic=%s partition=%" PRId32 " offset=%" PRId64
-		              ": %s, ignoring (the claims make the redelivery harmless)",
-		              topic, partition, next, rd_kafka_err2str(e));
-	rd_kafka_topic_partition_list_destroy(list);
-	return e == RD_KAFKA_RESP_ERR_NO_ERROR;
-}
-
 void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition)
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
@@ -184,15 +189,34 @@ void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, 
 	rd_kafka_topic_partition_list_destroy(list);
 }
 
-void idem_consumer_commit(rd_kafka_t *rk, const char *why)
+bool idem_consumer_commit(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *offsets, bool sync,
+                          const char *why)
 {
-	rd_kafka_resp_err_t e = rd_kafka_commit(rk, NULL, 0);
+	rd_kafka_resp_err_t e;
 
+	if (offsets->cnt == 0)
+		return true;
+	e = rd_kafka_commit(rk, offsets, sync ? 0 : 1);
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
 		idem_log_warn(
 		        "kafka",
 		        "offset commit (%s) failed: %s, ignoring (the claims make the redelivery harmless)",
 		        why, rd_kafka_err2str(e));
+	return e == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* An asynchronous commit is done: the daemon learns which offsets Kafka has. */
+static void offset_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+                             rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+	const struct idem_consumer_hooks *hooks = opaque;
+
+	(void)rk;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+		idem_log_debug("kafka", "offset commit failed: %s (committed again later)",
+		               rd_kafka_err2str(e));
+	if (hooks->committed != NULL && offsets != NULL)
+		hooks->committed(hooks->opaque, e, offsets);
 }
 
 static void assign(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *list, bool incremental)
@@ -276,6 +300,7 @@ idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_con
 	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
 		return r;
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+	rd_kafka_conf_set_offset_commit_cb(conf, offset_commit_cb);
 	rd_kafka_conf_set_error_cb(conf, error_cb);
 	rd_kafka_conf_set_opaque(conf, (void *)(uintptr_t)hooks);
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));

@@ -22,8 +22,8 @@
 
 /*
  * @brief Build the consumer configuration: brokers and group from @cfg, idemd's own settings
- * (offsets are stored by idemd only after the Postgres commit: enable.auto.offset.store=false;
- * the stored offsets are committed by librdkafka in the background), then kafka.properties.
+ * (offsets are committed by idemd itself, only after the Postgres commit and with metadata:
+ * enable.auto.offset.store and enable.auto.commit off), then kafka.properties.
  * @param ret_conf on success, a new configuration the caller owns.
  */
 IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg,
@@ -47,6 +47,10 @@ struct idem_consumer_hooks {
 	void (*assigned)(void *opaque, const rd_kafka_topic_partition_list_t *list);
 	/* Before the partitions of @list are unassigned: the last chance to finish them. */
 	void (*revoke)(void *opaque, const rd_kafka_topic_partition_list_t *list);
+	/* An asynchronous commit is done: per partition .err says whether Kafka has the offset;
+	 * may be NULL. */
+	void (*committed)(void *opaque, rd_kafka_resp_err_t err,
+	                  const rd_kafka_topic_partition_list_t *offsets);
 	void *opaque;
 };
 
@@ -73,12 +77,20 @@ void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, 
                           bool wait);
 
 /*
- * @brief Store @next as @topic/@partition's offset to commit (committed in the background).
- * @returns true when stored.
+ * @brief Where a partition without any position starts (auto.offset.reset as idemd runs it):
+ * RD_KAFKA_OFFSET_BEGINNING (earliest, the default) or RD_KAFKA_OFFSET_END (latest).
  */
-bool idem_consumer_store(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t next);
+int64_t idem_consumer_reset_offset(const struct idem_cfg *cfg);
 
-/* @brief Commit the stored offsets now, synchronously; @why names the occasion in the log. */
-void idem_consumer_commit(rd_kafka_t *rk, const char *why);
+/* How often the daemon commits the offsets it may commit (milliseconds). */
+#define IDEM_CONSUMER_COMMIT_MS 500
+
+/*
+ * @brief Commit @offsets (each with its .metadata) to the group: @sync waits for the answer,
+ * otherwise hooks.committed hears it from a later poll. @why names the occasion in the log.
+ * @returns true when a synchronous commit succeeded or an asynchronous one was sent.
+ */
+bool idem_consumer_commit(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *offsets, bool sync,
+                          const char *why);
 
 #endif

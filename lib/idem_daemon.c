@@ -20,6 +20,7 @@
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "idem_consumer.h"
@@ -46,11 +47,15 @@ struct idem_daemon {
 	struct idem_daemon_stats stats;
 	int64_t last_stats_ms;
 	int64_t last_publish_ms;
-	unsigned int seed;         /* for backoff jitter */
-	idem_metrics *metrics;     /* always there; served over HTTP if metrics.listen is set */
-	idem_retention *retention; /* the purge thread */
-	idem_relay *relay;         /* the outbox relay thread, if outbox.enabled */
-	idem_resume *resume;       /* where assigned partitions start (its own connection) */
+	unsigned int seed;          /* for backoff jitter */
+	idem_metrics *metrics;      /* always there; served over HTTP if metrics.listen is set */
+	idem_retention *retention;  /* the purge thread */
+	idem_relay *relay;          /* the outbox relay thread, if outbox.enabled */
+	idem_resume *resume;        /* where assigned partitions start (its own connection) */
+	char db_id[IDEM_DB_ID_LEN]; /* the database's identity, named in commit metadata */
+	int64_t last_commit_ms;     /* offsets last committed to Kafka */
+	uint64_t reconnects;        /* idem_pool_reconnects() as last checked */
+	int64_t check_at_ms;        /* no position check before (one failed) */
 };
 
 static int64_t now_ms(void)
@@ -73,13 +78,72 @@ static int backoff_ms(idem_daemon *d, int attempt)
 
 /*
  * The offset rule (idem_part): Kafka hears of @next only once everything below it committed in
- * Postgres, and never of an offset below one it already has.
+ * Postgres, and never of an offset below one it already has (commit_offsets() sends it).
  */
 static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 {
-	if (idem_part_committed(p, next) &&
-	    idem_consumer_store(d->rk, p->topic, p->partition, next))
+	(void)d;
+	if (idem_part_committed(p, next))
 		idem_part_stored(p, next);
+}
+
+/*
+ * Commit to Kafka the offsets Kafka does not have yet, each with its metadata: this database's
+ * identity and the offset, which tells a later assignment that the database held it
+ * (idem_resume; ARCHITECTURE.md "When the database goes back"). Every IDEM_CONSUMER_COMMIT_MS
+ * asynchronously (what fails is sent again next time), and synchronously before partitions are
+ * given up. @only_leaving: only the partitions being revoked.
+ */
+static void commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why)
+{
+	rd_kafka_topic_partition_list_t *list;
+	char md[128];
+
+	d->last_commit_ms = now_ms();
+	list = rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p = d->parts.v[i];
+		rd_kafka_topic_partition_t *tp;
+		int len;
+
+		if (p->stored_next < 0 || p->stored_next == p->commit_acked ||
+		    (only_leaving && !p->leaving))
+			continue;
+		len = idem_resume_md_format(md, sizeof(md), d->db_id, p->stored_next);
+		tp = rd_kafka_topic_partition_list_add(list, p->topic, p->partition);
+		tp->offset = p->stored_next;
+		tp->metadata = malloc((size_t)len);
+		if (tp->metadata != NULL) {
+			memcpy(tp->metadata, md, (size_t)len);
+			tp->metadata_size = (size_t)len;
+		}
+	}
+	if (idem_consumer_commit(d->rk, list, sync, why) && sync) {
+		for (int i = 0; i < list->cnt; i++) {
+			struct idem_part *p = idem_parts_find(&d->parts, list->elems[i].topic,
+			                                      list->elems[i].partition);
+
+			if (p != NULL)
+				p->commit_acked = list->elems[i].offset;
+		}
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* An asynchronous commit is done: what Kafka has now. */
+static void on_committed(void *opaque, rd_kafka_resp_err_t err,
+                         const rd_kafka_topic_partition_list_t *offsets)
+{
+	idem_daemon *d = opaque;
+
+	for (int i = 0; i < offsets->cnt; i++) {
+		const rd_kafka_topic_partition_t *tp = &offsets->elems[i];
+		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);
+
+		if (p != NULL && err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		    tp->err == RD_KAFKA_RESP_ERR_NO_ERROR && tp->offset >= 0)
+			p->commit_acked = tp->offset;
+	}
 }
 
 /* Stop fetching @p (its batch waits for a retry, or it is halted). */
@@ -158,6 +222,7 @@ static void add_stats(idem_daemon *d, const struct idem_flush_stats *st)
 	d->stats.dup_replay += st->dup_replay;
 	d->stats.dup_upstream += st->dup_upstream;
 	d->stats.payload_mismatches += st->payload_mismatches;
+	d->stats.reapplied += st->reapplied;
 }
 
 /* Forget @b's messages, and the bytes they held. */
@@ -180,9 +245,11 @@ static bool over_budget(const idem_daemon *d)
 	return d->bytes_held >= d->cfg->batch_max_bytes_total;
 }
 
-/* Hand @p's batch to the workers. */
+/* Hand @p's batch to the workers, with what the database must hold for it. */
 static void dispatch(idem_daemon *d, struct idem_part *p)
 {
+	p->batch.db_floor = p->db_floor;
+	p->batch.reapply_to = p->reapply_to;
 	idem_part_hand_over(p, now_ms());
 	p->job.handed_us = idem_mono_us();
 	idem_pool_submit(d->pool, p);
@@ -212,6 +279,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_REPLAY, st->dup_replay);
 	idem_metrics_duplicates(d->metrics, IDEM_METRICS_DUP_UPSTREAM, st->dup_upstream);
 	idem_metrics_mismatches(d->metrics, st->payload_mismatches);
+	idem_metrics_reapplied(d->metrics, st->reapplied);
 	if (st->quarantined > 0)
 		idem_log_warn("batch",
 		              "quarantined %" PRIu64 " message(s) topic=%s partition=%" PRId32
@@ -270,6 +338,39 @@ static void committed(idem_daemon *d, struct idem_part *p)
 }
 
 /*
+ * The database no longer holds what this process saw it hold for @p: it went back in time (a
+ * restore, a failover to a standby that lacked the last commits). Found by a batch's
+ * transaction (@how "transaction", which rolled back) or by the check after a worker
+ * reconnected ("reconnect"); @p has nothing in flight. Everything in hand is dropped and the
+ * partition is read again from the database's position @db (no progress row: where a first
+ * start would begin); the claims make the part the database still has a no-op, and the rest is
+ * applied again, exactly once (ARCHITECTURE.md "When the database goes back").
+ */
+static void went_back(idem_daemon *d, struct idem_part *p, int64_t db, const char *how)
+{
+	int64_t was = p->db_floor > p->db_next ? p->db_floor : p->db_next, gap;
+	size_t bytes = idem_part_bytes(p);
+	bool was_halted = p->halted;
+
+	gap = idem_part_rewind(p, db);
+	d->bytes_held -= bytes;
+	idem_metrics_database_behind(d->metrics);
+	if (was_halted)
+		ready_changed(d);
+	idem_log_warn("kafka",
+	              "database behind: topic=%s partition=%" PRId32 " next_offset=%" PRId64
+	              " in the database, %" PRId64
+	              " committed by this process (found at %s): it went back in time (restore, "
+	              "failover); reading the partition again from there, %" PRId64
+	              " message(s) to re-apply",
+	              p->topic, p->partition, db, was, how, gap);
+	/* Paused or fetching, the partition is resumed and sought there. */
+	resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg), true);
+	if (db < 0)
+		p->fetch_next = -1;
+}
+
+/*
  * The batch in flight of @p failed for a transient reason or a broken handler: nothing was
  * committed, so its offsets do not move. Put it back as the partition's batch (dropping what
  * arrived after it, fetched again later), pause the partition and schedule a retry with
@@ -285,6 +386,10 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	int64_t first, last;
 	int wait;
 
+	if (p->job.r == IDEM_ERR_BEHIND) {
+		went_back(d, p, p->inflight.db_next, "transaction");
+		return;
+	}
 	idem_part_take_back(p);
 	d->bytes_held -= bytes - idem_part_bytes(p);
 	first = p->job.first;
@@ -399,25 +504,96 @@ static void fmt_offset(char *buf, size_t len, int64_t offset)
 		snprintf(buf, len, "-");
 }
 
+/* What on_assign() decided for one partition, in the log (and a warning where Kafka and the
+ * database disagree). */
+static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_resume_pos *pos,
+                       const char *db_id)
+{
+	const struct idem_resume_in *in = &pos->in;
+	char start[24], db[24], committed[24];
+
+	fmt_offset(start, sizeof(start), tp->offset);
+	fmt_offset(db, sizeof(db), in->db);
+	fmt_offset(committed, sizeof(committed), in->committed);
+	switch (pos->out.why) {
+	case IDEM_RESUME_BEHIND:
+		idem_log_warn(
+		        "kafka",
+		        "database behind: topic=%s partition=%" PRId32 " next_offset=%s in the "
+		        "database, kafka committed=%s by idemd for %s database %s: the database went "
+		        "back in time (restore, failover); reading offsets from %s again, %" PRId64
+		        " message(s) to re-apply",
+		        tp->topic, tp->partition, in->db >= 0 ? db : "none", committed,
+		        in->md_same_db ? "this" : "another",
+		        pos->md_db_id[0] ? pos->md_db_id : "(unknown)",
+		        in->db >= 0
+		                ? db
+		                : (tp->offset == RD_KAFKA_OFFSET_END ? "the end" : "the beginning"),
+		        in->committed - (in->db > 0 ? in->db : 0));
+		break;
+	case IDEM_RESUME_SKIP:
+		idem_log_warn("kafka",
+		              "offsets moved ahead by another client: topic=%s partition=%" PRId32
+		              " kafka committed=%s, database next_offset=%s; honoured: offsets "
+		              "%s..%" PRId64 " are skipped",
+		              tp->topic, tp->partition, committed, db, db, in->committed - 1);
+		break;
+	case IDEM_RESUME_NO_KAFKA:
+		idem_log_warn("kafka",
+		              "cannot read the committed offset of topic=%s partition=%" PRId32
+		              " (%s): starting it at the database's next_offset=%s",
+		              tp->topic, tp->partition, pos->kafka_err, db);
+		break;
+	case IDEM_RESUME_NO_DB:
+		idem_log_warn("kafka",
+		              "starting topic=%s partition=%" PRId32
+		              " at kafka committed=%s without the database%s",
+		              tp->topic, tp->partition, committed,
+		              pos->out.floor >= 0 ? " (its first transaction checks that the "
+		                                    "database holds it)"
+		                                  : "");
+		break;
+	default:
+		break;
+	}
+	idem_log_info("kafka",
+	              "assigned topic=%s partition=%" PRId32
+	              " start=%s (database next_offset=%s, kafka committed=%s%s) database=%s",
+	              tp->topic, tp->partition, start, db, committed,
+	              tp->offset >= 0 ? "" : "; librdkafka starts it at the committed offset",
+	              db_id[0] ? db_id : "-");
+}
+
 /*
  * The group hands partitions over (idem_consumer assigns them after this): each one starts at
- * max(Kafka's committed offset, the database's next_offset), so that what the database already
- * applied is not read again (idem_resume; ARCHITECTURE.md "Data flow"). This holds for eager
- * and incremental (cooperative) assignment alike: librdkafka starts each partition of @list at
- * its .offset.
+ * the database's position, unless Kafka's committed offset is beyond it and idemd did not commit
+ * it (an operator's skip); an offset idemd committed that the database lacks means the database
+ * went back, and the gap is read again (idem_resume; ARCHITECTURE.md "Where a partition starts"
+ * and "When the database goes back"). This holds for eager and incremental (cooperative)
+ * assignment alike: librdkafka starts each partition of @list at its .offset.
  */
 static void on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 {
 	idem_daemon *d = opaque;
 	struct idem_resume_pos *pos = calloc(list->cnt > 0 ? (size_t)list->cnt : 1, sizeof(*pos));
+	idem_error db_err = { 0 };
+	char db_id[IDEM_DB_ID_LEN] = "";
 
-	/* Out of memory: every partition starts at its committed offset, which is safe. */
-	if (pos != NULL)
-		idem_resume_positions(d->resume, d->rk, list, pos);
+	/* Out of memory: every partition starts at its committed offset, as librdkafka would. */
+	if (pos != NULL) {
+		idem_resume_positions(d->resume, d->rk, list, pos, db_id, &db_err);
+		if (db_err.code != IDEM_OK)
+			idem_log_warn(
+			        "kafka",
+			        "cannot read where the partitions stopped in the database (%s): "
+			        "starting them from Kafka's committed offsets",
+			        db_err.msg);
+		if (db_id[0] != '\0')
+			memcpy(d->db_id, db_id, sizeof(d->db_id));
+	}
 	for (int i = 0; i < list->cnt; i++) {
 		rd_kafka_topic_partition_t *tp = &list->elems[i];
 		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);
-		char start[24], db[24], committed[24];
 		idem_status r;
 
 		/* Still held (not expected: a partition is revoked before it is assigned again):
@@ -433,27 +609,30 @@ static void on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		}
 		if (tp->offset >= 0)
 			p->fetch_next = tp->offset;
+		if (pos == NULL)
+			continue;
+		p->db_floor = pos[i].out.floor;
+		p->reapply_to = pos[i].out.reapply_to;
+		if (pos[i].out.why == IDEM_RESUME_BEHIND)
+			idem_metrics_database_behind(d->metrics);
+		/* The loss alarm is for messages skipped by another client's move only: a gap
+		 * the database lost is read again. */
 		idem_metrics_partition_assigned(d->metrics, tp->topic, tp->partition,
-		                                pos != NULL ? pos[i].committed : -1,
-		                                pos != NULL ? pos[i].db : -1);
-		fmt_offset(start, sizeof(start), tp->offset);
-		fmt_offset(db, sizeof(db), pos != NULL ? pos[i].db : -1);
-		fmt_offset(committed, sizeof(committed), pos != NULL ? pos[i].committed : -1);
-		idem_log_info("kafka",
-		              "assigned topic=%s partition=%" PRId32
-		              " start=%s (database next_offset=%s, kafka committed=%s%s)",
-		              tp->topic, tp->partition, start, db, committed,
-		              tp->offset >= 0 ? ""
-		                              : "; librdkafka starts it at the committed offset");
+		                                pos[i].out.why == IDEM_RESUME_SKIP ||
+		                                                pos[i].out.why == IDEM_RESUME_KAFKA
+		                                        ? pos[i].in.committed
+		                                        : -1,
+		                                pos[i].in.db);
+		log_assign(tp, &pos[i], d->db_id);
 	}
 	free(pos);
 }
 
 /*
- * The partitions of @list are assigned: where one starts from the database's position, hand
+ * The partitions of @list are assigned: where one starts from the database's position, commit
  * that to Kafka too (the offset rule holds: everything below it is applied), so the committed
- * offset catches up even if no message follows, for lag tools and for a start without the
- * database.
+ * offset catches up even if no message follows, for lag tools; and where the database went
+ * back, Kafka's offset follows it down, with metadata naming the database's position.
  */
 static void on_assigned(void *opaque, const rd_kafka_topic_partition_list_t *list)
 {
@@ -465,8 +644,13 @@ static void on_assigned(void *opaque, const rd_kafka_topic_partition_list_t *lis
 		if (list->elems[i].offset < 0)
 			continue;
 		p = idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
-		if (p != NULL)
-			store_offset(d, p, list->elems[i].offset);
+		/* Only the database's own position: committed with idemd's metadata, a skip's start
+		 * would read, after a crash, as a position the database lost. The skip is
+		 * committed with the first batch past it. */
+		if (p == NULL || list->elems[i].offset != p->db_floor)
+			continue;
+		p->db_next = list->elems[i].offset;
+		p->stored_next = list->elems[i].offset;
 	}
 	ready_changed(d);
 }
@@ -490,7 +674,7 @@ static void on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
 	/* Out of memory here leaves the batches uncommitted: they are redelivered. */
 	if (drain(d, 1, NULL) != IDEM_OK)
 		idem_log_error("kafka", "out of memory while finishing revoked partitions");
-	idem_consumer_commit(d->rk, "revoke");
+	commit_offsets(d, true, true, "revoke");
 	for (int i = 0; i < list->cnt; i++) {
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
@@ -536,7 +720,8 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		r = idem_error_nomem(err);
 		goto out_free;
 	}
-	d->hooks = (struct idem_consumer_hooks){ on_assign, on_assigned, on_revoke, d };
+	d->hooks =
+	        (struct idem_consumer_hooks){ on_assign, on_assigned, on_revoke, on_committed, d };
 	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
 		goto out_free;
 	if ((r = idem_pool_start(d->pool, d->rk, err)) != IDEM_OK)
@@ -772,12 +957,13 @@ static void log_stats(idem_daemon *d)
 	idem_log_info("stats",
 	              "consumed=%" PRIu64 " applied=%" PRIu64 " duplicates=%" PRIu64
 	              " (redelivery=%" PRIu64 " replay=%" PRIu64 " upstream=%" PRIu64
-	              ") payload_mismatches=%" PRIu64 " quarantined=%" PRIu64 " batches=%" PRIu64
-	              " slow_batches=%" PRIu64 " retries=%" PRIu64 " partitions=%zu halted=%zu",
+	              ") payload_mismatches=%" PRIu64 " quarantined=%" PRIu64 " reapplied=%" PRIu64
+	              " batches=%" PRIu64 " slow_batches=%" PRIu64 " retries=%" PRIu64
+	              " partitions=%zu halted=%zu",
 	              d->stats.consumed, d->stats.applied, d->stats.duplicates,
 	              d->stats.dup_redelivery, d->stats.dup_replay, d->stats.dup_upstream,
-	              d->stats.payload_mismatches, d->stats.quarantined, d->stats.batches,
-	              d->stats.slow_batches, d->stats.retries, d->parts.n,
+	              d->stats.payload_mismatches, d->stats.quarantined, d->stats.reapplied,
+	              d->stats.batches, d->stats.slow_batches, d->stats.retries, d->parts.n,
 	              idem_parts_halted(&d->parts));
 }
 
@@ -822,6 +1008,52 @@ static void publish(idem_daemon *d)
 	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held);
 }
 
+/*
+ * A worker opened a new connection, which may reach another database state (a standby promoted
+ * after a failover): every partition is checked against the database's progress rows, on a
+ * connection of the consumer thread's own, and one the database holds less of than this process
+ * saw is read again from there (went_back()). A partition with a batch in flight is left to
+ * that batch's transaction, which checks the same before it commits.
+ */
+static void check_positions(idem_daemon *d)
+{
+	rd_kafka_topic_partition_list_t *list =
+	        rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
+	int64_t *db = calloc(d->parts.n + 1, sizeof(*db));
+	uint64_t seen = idem_pool_reconnects(d->pool);
+	char db_id[IDEM_DB_ID_LEN];
+	idem_error err = { 0 };
+
+	for (size_t i = 0; i < d->parts.n; i++)
+		rd_kafka_topic_partition_list_add(list, d->parts.v[i]->topic,
+		                                  d->parts.v[i]->partition);
+	if (db == NULL || idem_resume_read_db(d->resume, list, db, db_id, &err) != IDEM_OK) {
+		idem_log_debug("kafka",
+		               "cannot check the partitions' positions after a reconnect: %s",
+		               db == NULL ? "out of memory" : err.msg);
+		d->check_at_ms = now_ms() + 1000;
+		goto out;
+	}
+	d->reconnects = seen;
+	if (db_id[0] != '\0' && d->db_id[0] != '\0' && strcmp(db_id, d->db_id) != 0)
+		idem_log_warn("kafka",
+		              "reconnected to another database (identity %s, was %s): checking "
+		              "every partition's position against it",
+		              db_id, d->db_id);
+	if (db_id[0] != '\0')
+		memcpy(d->db_id, db_id, sizeof(d->db_id));
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+
+		if (p != NULL && !p->busy && !p->leaving && p->db_floor >= 0 && db[i] < p->db_floor)
+			went_back(d, p, db[i], "reconnect");
+	}
+out:
+	free(db);
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 {
 	rd_kafka_message_t *rkm;
@@ -829,6 +1061,10 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 	idem_status r;
 
 	publish(d);
+	if (now_ms() - d->last_commit_ms >= IDEM_CONSUMER_COMMIT_MS)
+		commit_offsets(d, false, false, "interval");
+	if (idem_pool_reconnects(d->pool) != d->reconnects && now_ms() >= d->check_at_ms)
+		check_positions(d);
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
 	rkm = rd_kafka_consumer_poll(d->rk, poll_timeout(d));
@@ -877,7 +1113,7 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 	for (size_t i = 0; i < d->parts.n; i++)
 		d->parts.v[i]->leaving = true;
 	r = drain(d, 5, err);
-	idem_consumer_commit(d->rk, "shutdown");
+	commit_offsets(d, true, false, "shutdown");
 	/* Leaves the group; the revoke callback finds nothing left to do. */
 	rd_kafka_consumer_close(d->rk);
 	idem_pool_stop(d->pool);

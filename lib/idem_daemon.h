@@ -32,6 +32,7 @@ struct idem_daemon_stats {
 	uint64_t dup_replay;
 	uint64_t dup_upstream;
 	uint64_t payload_mismatches;
+	uint64_t reapplied; /* read again because the database went back (also counted above) */
 	uint64_t batches;
 	uint64_t slow_batches;
 	uint64_t retries;

@@ -48,6 +48,8 @@ struct flush_ctx {
 	bool replies_sent;     /* round trip 3: sent its replies statement */
 	int64_t progress_next; /* the partition's recorded progress before this batch, or -1 */
 	int64_t replay_to;     /* the end of the range a replay reads again, or -1 */
+	int64_t reapply_to;    /* the end of a gap being read again, as recorded, or -1 */
+	bool behind;           /* the database lacks the position b->db_floor: rolled back */
 	bool set_sent;         /* set mode: sent its route's statement (round trip 2) */
 	bool dups_sent; /* sent the claims lookup of its consumer's duplicates (round trip 2) */
 	struct {
@@ -60,9 +62,12 @@ struct flush_ctx {
 struct idem_flush {
 	const struct idem_cfg *cfg;
 	PGconn *conn;
-	struct idem_bind bind;  /* statement parameters, rebuilt for each statement */
-	struct flush_ctx one;   /* idem_flush_batch() and idem_flush_apply_one() */
-	struct flush_ctx *many; /* idem_flush_many(), cap_many of them */
+	bool emit_context;       /* name each message for idem.emit() (IDEM_SQL_CONTEXT) */
+	const char *ctx_vals[2]; /* its parameters */
+	uint64_t connects;       /* connections set up so far (atomic) */
+	struct idem_bind bind;   /* statement parameters, rebuilt for each statement */
+	struct flush_ctx one;    /* idem_flush_batch() and idem_flush_apply_one() */
+	struct flush_ctx *many;  /* idem_flush_many(), cap_many of them */
 	size_t cap_many;
 	const struct idem_batch **many_b;  /* the batches of pg->many, for the combined claim */
 	struct idem_bind_progress *many_p; /* and their progress rows */
@@ -124,6 +129,7 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 		if (r != IDEM_OK)
 			return r;
 	}
+	__atomic_add_fetch(&pg->connects, 1, __ATOMIC_RELAXED);
 	return IDEM_OK;
 }
 
@@ -135,6 +141,9 @@ idem_status idem_flush_new(const struct idem_cfg *cfg, idem_flush **ret_pg, idem
 	if (pg == NULL)
 		return idem_error_nomem(err);
 	pg->cfg = cfg;
+	/* Without the relay nothing is published, and naming every message costs a statement per
+	 * message in row mode: idem.emit() then gives random ids. */
+	pg->emit_context = cfg->outbox_enabled;
 	r = setup(pg, err);
 	if (r != IDEM_OK) {
 		idem_flush_free(pg);
@@ -198,6 +207,11 @@ bool idem_flush_check(idem_flush *pg)
 bool idem_flush_connected(const idem_flush *pg)
 {
 	return pg->conn != NULL && PQstatus(pg->conn) == CONNECTION_OK;
+}
+
+uint64_t idem_flush_connects(const idem_flush *pg)
+{
+	return __atomic_load_n(&pg->connects, __ATOMIC_RELAXED);
 }
 
 PGconn *idem_flush_conn(idem_flush *pg)
@@ -270,13 +284,42 @@ static void read_progress(struct flush_ctx *ctx, size_t n, const PGresult *res)
 	for (size_t k = 0; k < n; k++) {
 		ctx[k].progress_next = -1;
 		ctx[k].replay_to = -1;
+		ctx[k].reapply_to = -1;
 		if ((int)k >= PQntuples(res))
 			continue;
 		if (!PQgetisnull(res, (int)k, 0))
 			ctx[k].progress_next = strtoll(PQgetvalue(res, (int)k, 0), NULL, 10);
 		if (PQnfields(res) > 1 && !PQgetisnull(res, (int)k, 1))
 			ctx[k].replay_to = strtoll(PQgetvalue(res, (int)k, 1), NULL, 10);
+		if (PQnfields(res) > 2 && !PQgetisnull(res, (int)k, 2))
+			ctx[k].reapply_to = strtoll(PQgetvalue(res, (int)k, 2), NULL, 10);
 	}
+}
+
+/*
+ * Does the database still hold every partition where this process last saw it (b->db_floor)?
+ * A position it lacks was lost: a restore, a point-in-time recovery, a failover to a standby
+ * that had not received the last commits. Nothing of such a partition may commit on top of the
+ * gap (its next_offset would jump over it): IDEM_ERR_BEHIND, and the daemon reads the partition
+ * again from b->db_next (ARCHITECTURE.md "When the database goes back").
+ */
+static idem_status check_floor(struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	idem_status r = IDEM_OK;
+
+	for (size_t k = 0; k < n; k++) {
+		struct idem_batch *b = ctx[k].b;
+
+		b->db_next = ctx[k].progress_next;
+		if (b->db_floor < 0 || ctx[k].progress_next >= b->db_floor)
+			continue;
+		ctx[k].behind = true;
+		r = idem_error_set(err, IDEM_ERR_BEHIND,
+		                   "the database is behind: topic=%s partition=%" PRId32
+		                   " next_offset=%" PRId64 " where this process saw %" PRId64,
+		                   b->topic, b->partition, ctx[k].progress_next, b->db_floor);
+	}
+	return r;
 }
 
 /* Record the claims found by SQL_CLAIMS_GET on the duplicates ctx->dups[0..ctx->n_dups). */
@@ -444,7 +487,27 @@ static struct idem_bind_progress progress_row(const struct flush_ctx *ctx)
 		            st->payload_mismatches },
 		.halted = st->halted,
 		.halt_reason = st->halt_reason,
+		.reapply_to = st->reapply_to,
+		.reapplied = st->reapplied,
 	};
+}
+
+/*
+ * The messages of the batch below the end of a gap being read again (the daemon's, or the one
+ * recorded in the database by an earlier batch), and that end if the batch stops before it.
+ */
+static void count_reapplied(struct flush_ctx *ctx)
+{
+	const struct idem_batch *b = ctx->b;
+	struct idem_flush_stats *st = &ctx->st;
+	int64_t end = b->reapply_to > ctx->reapply_to ? b->reapply_to : ctx->reapply_to;
+
+	st->reapplied = 0;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].offset < end && b->msgs[i].offset < st->next_offset)
+			st->reapplied++;
+	}
+	st->reapply_to = end > st->next_offset ? end : -1;
 }
 
 /* Counters, where the partition is done, and the halt if any, for the closing statements. */
@@ -461,6 +524,7 @@ static void finish_stats(struct flush_ctx *ctx)
 	} else {
 		st->next_offset = b->msgs[b->n_msgs - 1].offset + 1;
 	}
+	count_reapplied(ctx);
 }
 
 /* Stop the batch at message @i (on_poison: halt): it and what follows stay unprocessed. */
@@ -606,7 +670,7 @@ static idem_status close_batch(idem_flush *pg, struct flush_ctx *ctx, size_t n, 
 {
 	struct idem_bind_progress *pr = ctx == &pg->one ? pg->one_p : pg->many_p;
 	int n_sent = 0, n_quar = 0, n_one = 0, q_one = 0;
-	const char *v[14];
+	const char *v[16];
 	PGresult *res;
 	idem_status r;
 
@@ -831,6 +895,10 @@ static enum fast_outcome begin_rt(idem_flush *pg, struct flush_ctx *ctx, size_t 
 		return fast_fail(pg, res, "batch", err);
 	read_progress(ctx, n, res);
 	PQclear(res);
+	if (check_floor(ctx, n, err) != IDEM_OK) {
+		pipeline_abort(pg, false);
+		return FAST_ERROR;
+	}
 	if (claim) {
 		if (next_result(pg->conn, &res) != PGRES_TUPLES_OK) {
 			/* Another transaction holds one of the keys for longer than lock_timeout:
@@ -907,16 +975,34 @@ static idem_status send_dup_lookups(idem_flush *pg, struct flush_ctx *ctx, size_
 	return IDEM_OK;
 }
 
+/*
+ * Name the message a handler applies for idem.emit() (IDEM_SQL_CONTEXT), where the outbox is
+ * enabled: the consumer and, in row mode, message @i's business key; a set statement applies
+ * many messages, and its handler names each event's message itself (idem.emit_for()).
+ */
+static const char **context_vals(idem_flush *pg, const struct idem_batch *b, size_t i)
+{
+	if (!pg->emit_context)
+		return NULL;
+	pg->ctx_vals[0] = b->route->consumer;
+	pg->ctx_vals[1] = set_mode(b) ? "" : idem_batch_ptr(b, b->msgs[i].bkey);
+	return pg->ctx_vals;
+}
+
 /* Round trip 2, sent for one batch in row mode: its handler once per message to apply. */
 static idem_status send_handlers(idem_flush *pg, struct flush_ctx *ctx)
 {
 	const struct idem_batch *b = ctx->b;
+	const char **cv;
 	char hname[32];
 
 	if (set_mode(b))
 		return IDEM_OK;
 	handler_name(pg, b, hname, sizeof(hname));
 	for (size_t k = 0; k < ctx->n_apply; k++) {
+		cv = context_vals(pg, b, ctx->applied[k]);
+		if (cv != NULL && !idem_sql_send(pg->conn, IDEM_SQL_CONTEXT, cv, NULL, NULL))
+			return IDEM_ERR_PG;
 		if (idem_bind_row(&pg->bind, b, ctx->applied[k]) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
 		if (!PQsendQueryPrepared(pg->conn, hname, (int)b->route->n_params, pg->bind.vals,
@@ -981,6 +1067,9 @@ static idem_status send_sets(idem_flush *pg, struct flush_ctx *ctx, size_t n)
 			return r;
 		if (count == 0)
 			continue;
+		if (pg->emit_context && !idem_sql_send(pg->conn, IDEM_SQL_CONTEXT,
+		                                       context_vals(pg, ctx[k].b, 0), NULL, NULL))
+			return IDEM_ERR_PG;
 		if (!PQsendQueryParams(pg->conn, rt->handler_sql, (int)rt->n_params, NULL,
 		                       pg->bind.vals, NULL, NULL, 0))
 			return IDEM_ERR_PG;
@@ -1064,7 +1153,14 @@ static enum fast_outcome read_handlers(idem_flush *pg, struct flush_ctx *ctx, id
 	if (set_mode(ctx->b))
 		return FAST_DONE;
 	for (size_t k = 0; k < ctx->n_apply; k++) {
-		ExecStatusType s = next_result(pg->conn, &res);
+		ExecStatusType s;
+
+		if (pg->emit_context) {
+			if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+				return fast_fail(pg, res, "batch", err);
+			PQclear(res);
+		}
+		s = next_result(pg->conn, &res);
 
 		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
 			return handler_failed(pg, res, err);
@@ -1085,6 +1181,11 @@ static enum fast_outcome read_sets(idem_flush *pg, struct flush_ctx *ctx, size_t
 
 		if (!ctx[k].set_sent)
 			continue;
+		if (pg->emit_context) {
+			if (next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+				return fast_fail(pg, res, "batch", err);
+			PQclear(res);
+		}
 		s = next_result(pg->conn, &res);
 		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
 			return handler_failed(pg, res, err);
@@ -1177,8 +1278,13 @@ static idem_status run_handler(idem_flush *pg, struct idem_batch *b, size_t i, c
                                PGresult **ret_res)
 {
 	const struct idem_route *rt = b->route;
+	const char **cv = context_vals(pg, b, i);
 	idem_status r;
 
+	*ret_res = NULL;
+	if (cv != NULL && exec_stmt(pg, IDEM_SQL_CONTEXT, cv, NULL, NULL, ret_res) != IDEM_OK)
+		return IDEM_ERR_PG;
+	PQclear(*ret_res);
 	*ret_res = NULL;
 	if (!set_mode(b)) {
 		if (idem_bind_row(&pg->bind, b, i) != IDEM_OK)
@@ -1372,6 +1478,8 @@ static idem_status slow_path(idem_flush *pg, struct flush_ctx *ctx, idem_error *
 	}
 	read_progress(ctx, 1, res);
 	PQclear(res);
+	if ((r = check_floor(ctx, 1, err)) != IDEM_OK)
+		goto out_rollback;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		if (b->msgs[i].state != IDEM_MSG_PENDING)
 			continue;
@@ -1408,8 +1516,10 @@ static void reset_states(struct flush_ctx *ctx)
 	struct idem_batch *b = ctx->b;
 
 	ctx->halt.on = false;
+	ctx->behind = false;
 	ctx->progress_next = -1;
 	ctx->replay_to = -1;
+	ctx->reapply_to = -1;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		struct idem_batch_msg *m = &b->msgs[i];
 
@@ -1489,7 +1599,7 @@ idem_status idem_flush_batch(idem_flush *pg, struct idem_batch *b,
 		case FAST_DONE:
 			goto out_done;
 		case FAST_ERROR:
-			r = err ? err->code : IDEM_ERR_PG;
+			r = ctx->behind ? IDEM_ERR_BEHIND : err ? err->code : IDEM_ERR_PG;
 			goto out_reset;
 		case FAST_SLOW:
 			break;

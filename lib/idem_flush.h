@@ -28,6 +28,9 @@ struct idem_flush_stats {
 	uint64_t dup_replay;
 	uint64_t dup_upstream;
 	uint64_t payload_mismatches; /* duplicates whose payload differs, quarantined or not */
+	uint64_t reapplied; /* messages below a gap's end, read again because the database went
+	                       back (also counted above) */
+	int64_t reapply_to; /* the gap's end if the batch ends before it, else -1 */
 	bool slow_path;
 	int64_t next_offset; /* the partition is done below this offset */
 	bool halted;         /* on_poison: halt stopped the batch at next_offset */
@@ -51,6 +54,13 @@ IDEM_NODISCARD idem_status idem_flush_reconnect(idem_flush *pg, idem_error *err)
 bool idem_flush_connected(const idem_flush *pg);
 
 /*
+ * @brief How many times a connection was opened and set up: the first, and every reconnect
+ * since. A new connection may reach another database state (a promoted standby): the daemon
+ * then checks every partition's position (ARCHITECTURE.md "When the database goes back").
+ */
+uint64_t idem_flush_connects(const idem_flush *pg);
+
+/*
  * @brief For an idle session: notice a connection the server closed meanwhile (a terminated
  * backend, a server shutting down: libpq sees it only when it reads), and reconnect one that is
  * gone. Never blocks on the server except to connect.
@@ -70,6 +80,13 @@ bool idem_flush_check(idem_flush *pg);
  * path, where a key still locked by another transaction gets its message quarantined.
  * With routes[].on_poison: halt, the batch is committed only up to its first message that would
  * be quarantined; @b is truncated there and ret_stats->halted is set.
+ *
+ * The transaction commits only if the database holds the partition at b->db_floor or beyond:
+ * finding it behind (a restore, a failover to a standby that lacked the last commits), it rolls
+ * back and returns IDEM_ERR_BEHIND, b->db_next telling where the database stands (-1: no
+ * row), so that the partition is read again from there (ARCHITECTURE.md "When the database goes
+ * back"). Messages below b->reapply_to (or the gap's end recorded in the database) are counted
+ * as re-applied.
  *
  * On IDEM_OK the transaction committed and every message left in @b has its final state.
  * On IDEM_ERR_PG nothing was committed (err->sqlstate and idem_pg_classify() tell what to do);

@@ -11,6 +11,7 @@
 
 #include "idem_consumer.h"
 #include "idem_pg.h"
+#include "idem_resume.h"
 #include "idem_sql.h"
 
 #define KAFKA_TIMEOUT_MS 10000
@@ -149,9 +150,13 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 	}
 	for (size_t i = 0; i < rep.n_parts; i++) {
 		struct idem_part_status *p = &rep.parts[i];
-		int64_t c = list->elems[i].offset;
+		int64_t c = list->elems[i].offset, md_next;
 
 		p->committed = c >= 0 ? c : -1;
+		p->committed_idemd =
+		        idem_resume_md_parse(list->elems[i].metadata, list->elems[i].metadata_size,
+		                             p->committed_db, &md_next) &&
+		        md_next == p->committed;
 		e = rd_kafka_query_watermark_offsets(rk, p->topic, p->partition, &p->low, &p->high,
 		                                     KAFKA_TIMEOUT_MS);
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -175,15 +180,47 @@ out_fail:
 
 enum idem_verify_state idem_inspect_verify_state(const struct idem_part_status *p)
 {
-	int64_t db = p->db_next < 0 ? 0 : p->db_next;
+	struct idem_resume_in in = {
+		.db_read = true,
+		.db = p->db_next,
+		.committed_read = true,
+		.committed = p->committed,
+		.md_idemd = p->committed_idemd,
+		.md_next = p->committed_idemd ? p->committed : -1,
+		.reset = RD_KAFKA_OFFSET_BEGINNING,
+	};
 
 	if (p->committed < 0)
 		return IDEM_VERIFY_NO_COMMIT;
-	if (p->committed > db)
+	switch (idem_resume_decide(&in).why) {
+	case IDEM_RESUME_BEHIND:
+		return IDEM_VERIFY_DB_BEHIND;
+	case IDEM_RESUME_SKIP:
 		return IDEM_VERIFY_KAFKA_AHEAD;
-	if (p->committed < db)
-		return IDEM_VERIFY_DB_AHEAD;
-	return IDEM_VERIFY_OK;
+	case IDEM_RESUME_KAFKA:
+		/* No progress row, an offset idemd did not commit: what lies below was never
+		 * applied here. */
+		return p->committed > 0 ? IDEM_VERIFY_KAFKA_AHEAD : IDEM_VERIFY_OK;
+	default:
+		return p->committed < p->db_next ? IDEM_VERIFY_DB_AHEAD : IDEM_VERIFY_OK;
+	}
+}
+
+const char *idem_verify_state_name(enum idem_verify_state s)
+{
+	switch (s) {
+	case IDEM_VERIFY_OK:
+		return "ok";
+	case IDEM_VERIFY_DB_AHEAD:
+		return "database_ahead";
+	case IDEM_VERIFY_DB_BEHIND:
+		return "database_behind";
+	case IDEM_VERIFY_KAFKA_AHEAD:
+		return "kafka_ahead";
+	case IDEM_VERIFY_NO_COMMIT:
+		return "no_commit";
+	}
+	return "?";
 }
 
 const char *idem_verify_state_str(enum idem_verify_state s)
@@ -193,8 +230,12 @@ const char *idem_verify_state_str(enum idem_verify_state s)
 		return "ok";
 	case IDEM_VERIFY_DB_AHEAD:
 		return "database ahead (harmless: idemd resumes from the database position)";
+	case IDEM_VERIFY_DB_BEHIND:
+		return "DATABASE BEHIND what idemd committed (restored or failed over): idemd "
+		       "re-applies the gap at the next assignment";
 	case IDEM_VERIFY_KAFKA_AHEAD:
-		return "KAFKA AHEAD OF DATABASE: messages were skipped without being applied (loss alarm)";
+		return "OFFSETS MOVED AHEAD by another client: messages were skipped without being "
+		       "applied (loss alarm, unless the skip was meant)";
 	case IDEM_VERIFY_NO_COMMIT:
 		return "no committed offset yet";
 	}

@@ -11,15 +11,18 @@
 
 #include "idem_cfg.h"
 #include "idem_common.h"
+#include "idem_resume.h"
 
 /* One partition of a configured topic. Offsets are -1 when unknown or absent. */
 struct idem_part_status {
 	char *topic; /* owned */
 	const struct idem_route *route;
 	int32_t partition;
-	int64_t committed; /* the group's committed offset in Kafka */
-	int64_t db_next;   /* idem.partition_progress.next_offset */
-	int64_t low, high; /* Kafka watermarks */
+	int64_t committed;                 /* the group's committed offset in Kafka */
+	bool committed_idemd;              /* committed by idemd (its metadata names that offset) */
+	char committed_db[IDEM_DB_ID_LEN]; /* the database the metadata names ("" if none) */
+	int64_t db_next;                   /* idem.partition_progress.next_offset */
+	int64_t low, high;                 /* Kafka watermarks */
 	int64_t consumed, applied, duplicates, quarantined; /* database counters */
 	int64_t quarantine_rows; /* unresolved rows in idem.quarantine for the partition */
 	int64_t halted_offset;   /* where on_poison: halt stopped it, or -1 */
@@ -41,15 +44,23 @@ IDEM_NODISCARD idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_ka
                                                idem_error *err);
 void idem_status_report_done(struct idem_status_report *r);
 
-/* verify's reading of one partition. */
+/*
+ * verify's reading of one partition: what idemd would make of it at the next assignment
+ * (idem_resume_decide(), the one rule).
+ */
 enum idem_verify_state {
 	IDEM_VERIFY_OK = 0,      /* Kafka committed == database progress */
 	IDEM_VERIFY_DB_AHEAD,    /* database ahead: harmless, the redelivery will be skipped */
-	IDEM_VERIFY_KAFKA_AHEAD, /* Kafka ahead of the database: messages skipped, loss alarm */
+	IDEM_VERIFY_DB_BEHIND,   /* idemd committed beyond what the database holds: the database
+	                            went back; idemd re-applies the gap at the next assignment */
+	IDEM_VERIFY_KAFKA_AHEAD, /* offsets moved ahead by another client: messages skipped,
+	                            loss alarm unless that was meant */
 	IDEM_VERIFY_NO_COMMIT,   /* nothing committed in Kafka yet */
 };
 
 enum idem_verify_state idem_inspect_verify_state(const struct idem_part_status *p);
+/* @brief The state's name in verify --json ("ok", "database_behind", ...). */
+const char *idem_verify_state_name(enum idem_verify_state s);
 const char *idem_verify_state_str(enum idem_verify_state s);
 
 /* What a replay of one partition from @from to the group's committed offset would do. */

@@ -52,6 +52,7 @@ struct idem_metrics {
 	pthread_mutex_t lock;
 	struct MHD_Daemon *mhd;
 	uint64_t consumed, applied, quarantined, batches, mismatches;
+	uint64_t reapplied, behind; /* the database went back: messages read again, partitions */
 	uint64_t dups[IDEM_METRICS_DUP_KINDS];
 	uint64_t retries[IDEM_ARRAY_SIZE(retry_classes)];
 	uint64_t size_buckets[N_SIZE + 1], secs_buckets[N_SECS + 1];
@@ -151,6 +152,24 @@ void idem_metrics_mismatches(idem_metrics *m, uint64_t n)
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->mismatches += n;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_reapplied(idem_metrics *m, uint64_t n)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->reapplied += n;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_database_behind(idem_metrics *m)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->behind++;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -446,6 +465,12 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 		{ "idemd_payload_mismatches_total",
 		  "Duplicates whose payload differs from the message that claimed the key.",
 		  offsetof(struct idem_metrics, mismatches) },
+		{ "idemd_reapplied_total",
+		  "Messages read again because the database no longer held what idemd had committed (a restore, a failover to a standby that lacked the last commits); each is also applied, a duplicate or quarantined.",
+		  offsetof(struct idem_metrics, reapplied) },
+		{ "idemd_database_behind_total",
+		  "Times a partition was found behind in the database (it went back in time) and was read again from there.",
+		  offsetof(struct idem_metrics, behind) },
 	};
 
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(counters); i++) {
@@ -519,7 +544,7 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	}
 	if (idem_buf_append_str(
 	            o,
-	            "# HELP idemd_partition_kafka_ahead_messages When the partition was assigned: how far the group's committed offset in Kafka was beyond the database's next offset (what idemctl verify calls a loss alarm; 0 when not).\n# TYPE idemd_partition_kafka_ahead_messages gauge\n"))
+	            "# HELP idemd_partition_kafka_ahead_messages When the partition was assigned: how far another client had moved the group's committed offset in Kafka beyond the database's next offset, messages skipped without being applied (what idemctl verify calls a loss alarm; 0 when not).\n# TYPE idemd_partition_kafka_ahead_messages gauge\n"))
 		return IDEM_ERR_NOMEM;
 	for (size_t i = 0; i < m->n_parts; i++) {
 		if (idem_buf_append_str(o, "idemd_partition_kafka_ahead_messages{topic=\"") ||

@@ -53,6 +53,10 @@ void idem_metrics_stages(idem_metrics *m, const double seconds[IDEM_METRICS_STAG
 void idem_metrics_duplicates(idem_metrics *m, enum idem_metrics_dup kind, uint64_t n);
 /* Duplicates whose payload differs from the claimed message's. */
 void idem_metrics_mismatches(idem_metrics *m, uint64_t n);
+/* Messages of a committed batch that were read again because the database went back. */
+void idem_metrics_reapplied(idem_metrics *m, uint64_t n);
+/* A partition found behind in the database, read again from there. */
+void idem_metrics_database_behind(idem_metrics *m);
 /* A failed batch attempt that will be retried; @cls is "transient", "message" or "broken". */
 void idem_metrics_retry(idem_metrics *m, const char *cls);
 /* Per-partition gauges; @lag < 0 means unknown. */
@@ -64,10 +68,11 @@ void idem_metrics_partition_halted(idem_metrics *m, const char *topic, int32_t p
                                    bool halted);
 /*
  * @topic/@partition was assigned with the group's @committed offset in Kafka and the database's
- * @db_next (-1: none): idemd_partition_kafka_ahead_messages is how far Kafka was ahead, the
- * comparison idemctl verify makes (no next_offset counts as 0; no committed offset is never
- * ahead). idemd starts the partition at the larger of the two, so what lies between was never
- * applied. Kept until the partition is revoked.
+ * @db_next (-1: none): idemd_partition_kafka_ahead_messages is how far Kafka was ahead, what
+ * idemctl verify calls a loss alarm (no next_offset counts as 0; no committed offset is never
+ * ahead). The daemon gives @committed only where another client moved the offset ahead (idemd
+ * honours the skip, so what lies between was never applied); a gap the database lost is read
+ * again (idemd_database_behind_total). Kept until the partition is revoked.
  */
 void idem_metrics_partition_assigned(idem_metrics *m, const char *topic, int32_t partition,
                                      int64_t committed, int64_t db_next);

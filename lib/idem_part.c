@@ -80,6 +80,9 @@ idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
 	p->fetch_next = -1;
 	p->db_next = -1;
 	p->stored_next = -1;
+	p->commit_acked = -1;
+	p->db_floor = -1;
+	p->reapply_to = -1;
 	ps->v[ps->n++] = p;
 out:
 	if (ret_part != NULL)
@@ -150,6 +153,10 @@ bool idem_part_committed(struct idem_part *p, int64_t next)
 {
 	if (next > p->db_next)
 		p->db_next = next;
+	if (next > p->db_floor)
+		p->db_floor = next;
+	if (p->reapply_to >= 0 && p->db_next >= p->reapply_to)
+		p->reapply_to = -1;
 	return p->db_next > p->stored_next;
 }
 
@@ -157,4 +164,26 @@ void idem_part_stored(struct idem_part *p, int64_t next)
 {
 	if (next > p->stored_next)
 		p->stored_next = next;
+}
+
+int64_t idem_part_rewind(struct idem_part *p, int64_t db)
+{
+	int64_t end = p->db_floor;
+
+	if (p->db_next > end)
+		end = p->db_next;
+	if (p->reapply_to > end)
+		end = p->reapply_to;
+	idem_batch_reset(&p->batch);
+	idem_batch_reset(&p->inflight);
+	p->held = false;
+	p->halted = false;
+	p->failures = 0;
+	p->retry_at_ms = 0;
+	p->db_floor = db;
+	p->db_next = db;
+	p->stored_next = db;
+	p->fetch_next = db;
+	p->reapply_to = end > db ? end : -1;
+	return end > db ? end - (db > 0 ? db : 0) : 0;
 }

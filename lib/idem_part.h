@@ -4,13 +4,14 @@
  * Owns, per assigned partition: the batch being filled and the batch in flight, where fetching
  * stands (fetch_next), the retry schedule of a failed batch (failures, retry_at_ms), whether the
  * partition is held (backpressure), leaving (revoke, shutdown) or halted (poison message), and
- * its offsets (db_next: committed to Postgres; stored_next: handed to Kafka).
+ * its offsets (db_next: committed to Postgres; stored_next: to commit to Kafka; commit_acked:
+ * what Kafka has; db_floor: what the database must still hold).
  *
- * The offset rule it keeps: an offset is handed to Kafka (rd_kafka_offsets_store) only after the
- * Postgres transaction that processed everything below it has committed, never moves backwards,
- * and is never handed over for a partition that is no longer assigned (a revoked partition is
- * gone from the table, and comes back with fresh bookkeeping). See ARCHITECTURE.md,
- * "Invariants".
+ * The offset rule it keeps: an offset is committed to Kafka only after the Postgres transaction
+ * that processed everything below it has committed, never moves backwards (but where the
+ * database itself went back: idem_part_rewind()), and is never committed for a partition that
+ * is no longer assigned (a revoked partition is gone from the table, and comes back with fresh
+ * bookkeeping). See ARCHITECTURE.md, "Invariants".
  *
  * Ownership: the table owns its entries; an entry lives from idem_parts_assign() to
  * idem_parts_revoke() or idem_parts_done(), which must not be called while a worker holds the
@@ -51,17 +52,22 @@ struct idem_part {
 	struct idem_batch inflight;
 	struct idem_part_job job;
 	bool busy;
-	bool held;           /* paused because @batch is full, or batch.max_bytes_total is reached,
-	                        while @inflight commits */
-	bool leaving;        /* being revoked or shut down: drained, not fetched again */
-	bool halted;         /* stopped at a poison message (on_poison: halt), from the batch that
-	                        halted to the first that commits past it, its retries included */
-	int drain_tries;     /* attempts left while draining */
-	int failures;        /* consecutive failed commits of the current batch */
-	int64_t retry_at_ms; /* monotonic time of the next attempt; 0: none pending */
-	int64_t fetch_next;  /* offset expected next from Kafka; -1: unknown */
-	int64_t db_next;     /* offset after the last batch committed to Postgres, or -1 */
-	int64_t stored_next; /* offset last handed to Kafka for commit, or -1 */
+	bool held;            /* paused because @batch is full, or batch.max_bytes_total is reached,
+	                         while @inflight commits */
+	bool leaving;         /* being revoked or shut down: drained, not fetched again */
+	bool halted;          /* stopped at a poison message (on_poison: halt), from the batch that
+	                         halted to the first that commits past it, its retries included */
+	int drain_tries;      /* attempts left while draining */
+	int failures;         /* consecutive failed commits of the current batch */
+	int64_t retry_at_ms;  /* monotonic time of the next attempt; 0: none pending */
+	int64_t fetch_next;   /* offset expected next from Kafka; -1: unknown */
+	int64_t db_next;      /* offset after the last batch committed to Postgres, or -1 */
+	int64_t stored_next;  /* offset to commit to Kafka, or -1 */
+	int64_t commit_acked; /* offset Kafka acknowledged (idemd's commits), or -1 */
+	int64_t db_floor;     /* next_offset the database must hold before anything of the
+	                         partition commits (read at assignment, then each commit); -1 */
+	int64_t reapply_to;   /* the end of a gap being read again because the database went
+	                         back, until the database passes it; -1 */
 };
 
 struct idem_parts {
@@ -118,5 +124,14 @@ void idem_part_take_back(struct idem_part *p);
  */
 bool idem_part_committed(struct idem_part *p, int64_t next);
 void idem_part_stored(struct idem_part *p, int64_t next);
+
+/*
+ * @brief The database holds @p only up to @db (-1: nothing): it went back in time. Its batches
+ * (in hand; the caller makes sure none is in flight) are dropped, and its offsets go back to
+ * @db: what the database holds is all that is known to be applied. The end of the gap (the
+ * furthest this process saw the database hold) becomes reapply_to.
+ * @returns how many offsets the gap spans (0 if none is known).
+ */
+int64_t idem_part_rewind(struct idem_part *p, int64_t db);
 
 #endif

@@ -27,7 +27,8 @@ struct worker {
 	idem_flush *pg;
 	pthread_t thread;
 	bool started;
-	int connected; /* idem_flush_connected() after the last commit or idle check (atomic) */
+	int connected;     /* idem_flush_connected() after the last commit or idle check (atomic) */
+	uint64_t connects; /* idem_flush_connects() as last seen */
 };
 
 struct idem_pool {
@@ -43,7 +44,18 @@ struct idem_pool {
 	struct idem_part *ready, **ready_tail;
 	struct idem_part *done, **done_tail;
 	bool quit;
+	uint64_t reconnects; /* connections the workers opened again (atomic) */
 };
+
+/* Count the connections @w opened since it last looked (its first one is no reconnect). */
+static void count_reconnects(struct worker *w)
+{
+	uint64_t c = idem_flush_connects(w->pg);
+
+	if (c > w->connects && w->connects > 0)
+		__atomic_add_fetch(&w->pool->reconnects, c - w->connects, __ATOMIC_RELAXED);
+	w->connects = c;
+}
 
 idem_status idem_pool_new(const struct idem_cfg *cfg, idem_pool **ret_pool, idem_error *err)
 {
@@ -75,6 +87,7 @@ idem_status idem_pool_new(const struct idem_cfg *cfg, idem_pool **ret_pool, idem
 		if ((r = idem_flush_new(cfg, &pool->workers[i].pg, err)) != IDEM_OK)
 			goto out_free;
 		pool->workers[i].connected = 1;
+		pool->workers[i].connects = idem_flush_connects(pool->workers[i].pg);
 	}
 	*ret_pool = pool;
 	return IDEM_OK;
@@ -133,6 +146,11 @@ void idem_pool_wait(idem_pool *pool, int ms)
 	if (pool->done == NULL)
 		pthread_cond_timedwait(&pool->done_cv, &pool->mu, &ts);
 	pthread_mutex_unlock(&pool->mu);
+}
+
+uint64_t idem_pool_reconnects(const idem_pool *pool)
+{
+	return __atomic_load_n(&pool->reconnects, __ATOMIC_RELAXED);
 }
 
 bool idem_pool_connected(const idem_pool *pool)
@@ -203,6 +221,7 @@ static void *worker_main(void *arg)
 				continue;
 			pthread_mutex_unlock(&pool->mu);
 			__atomic_store_n(&w->connected, idem_flush_check(w->pg), __ATOMIC_RELAXED);
+			count_reconnects(w);
 			pthread_mutex_lock(&pool->mu);
 			idle_until = deadline_in(IDLE_CHECK_MS);
 		}
@@ -217,6 +236,7 @@ static void *worker_main(void *arg)
 		idem_flush_many(w->pg, batches, n, st, rs, errs);
 		end_us = idem_mono_us();
 		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
+		count_reconnects(w);
 
 		pthread_mutex_lock(&pool->mu);
 		for (size_t i = 0; i < n; i++) {

@@ -68,6 +68,12 @@ void idem_pool_wait(idem_pool *pool, int ms);
 bool idem_pool_connected(const idem_pool *pool);
 
 /*
+ * @brief How many connections the workers opened again after their first one: the daemon
+ * checks every partition's position when it grows (a reconnect may reach a promoted standby).
+ */
+uint64_t idem_pool_reconnects(const idem_pool *pool);
+
+/*
  * @brief How long, in milliseconds at @now_ms, the oldest batch of @ps in a worker's hands has
  * been there (0: none).
  */

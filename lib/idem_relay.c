@@ -225,7 +225,6 @@ static void relay_produce(idem_relay *rl, const PGresult *res, int first, int en
 	size_t i = rl->n++;
 	uint64_t tag = ((uint64_t)rl->round << 32) | (uint64_t)i;
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new((size_t)(end - first) + 1);
-	char idbuf[24];
 	rd_kafka_resp_err_t e;
 
 	rl->ids[i] = relay_be64(PQgetvalue(res, first, 0));
@@ -237,8 +236,9 @@ static void relay_produce(idem_relay *rl, const PGresult *res, int first, int en
 		                    PQgetisnull(res, row, 5) ? NULL : PQgetvalue(res, row, 5),
 		                    PQgetisnull(res, row, 5) ? 0 : PQgetlength(res, row, 5));
 	}
-	snprintf(idbuf, sizeof(idbuf), "%" PRId64, rl->ids[i]);
-	rd_kafka_header_add(hdrs, IDEM_RELAY_ID_HEADER, -1, idbuf, -1);
+	/* The event's id, not the row's: it survives a restore (sql/0007_restore.sql). */
+	rd_kafka_header_add(hdrs, IDEM_RELAY_ID_HEADER, -1, PQgetvalue(res, first, 6),
+	                    PQgetlength(res, first, 6));
 	for (;;) {
 		/* libpq ends every value with a NUL byte, binary ones too: the topic is a string.
 		 */

@@ -4,10 +4,11 @@
  * A thread of idemd with its own Postgres connection and an idempotent producer
  * (enable.idempotence=true). Each round, inside one transaction that holds the relay lock (one
  * relay at a time per database, whichever idemd runs it), it reads up to outbox.batch pending
- * rows of idem.outbox in id order, produces them with the header idem-outbox-id (the row id in
- * decimal), waits for their delivery reports and marks the delivered rows published. A crash
- * between the delivery and the mark re-sends the rows with the same idem-outbox-id, which a
- * downstream consumer deduplicates: that is the contract (ARCHITECTURE.md "The outbox").
+ * rows of idem.outbox in id order, produces them with the header idem-outbox-id (the row's
+ * event_id: named after the message that emitted it, so the same after a restore), waits for
+ * their delivery reports and marks the delivered rows published. A crash between the delivery
+ * and the mark re-sends the rows with the same idem-outbox-id, which a downstream consumer
+ * deduplicates: that is the contract (ARCHITECTURE.md "The outbox").
  * Published rows older than outbox.keep are purged.
  */
 #ifndef IDEM_RELAY_H
@@ -19,7 +20,7 @@
 #include "idem_common.h"
 #include "idem_metrics.h"
 
-/* The header each published message carries: the outbox row's id, in decimal. */
+/* The header each published message carries: the event's id (idem.outbox.event_id). */
 #define IDEM_RELAY_ID_HEADER "idem-outbox-id"
 
 typedef struct idem_relay idem_relay;

@@ -36,12 +36,16 @@ static const char sql_results[] = "SELECT idem.store_results($1, $2::text[], $3:
 
 /*
  * The recorded progress of several partitions at once: one row per element of the arrays, in
- * their order (n), next_offset NULL for a partition that has none yet, and replay_to (NULL
- * unless a replay is pending). Read by the batch transaction (classification) and, on the
- * consumer thread, when partitions are assigned (where each one starts: idem_resume).
+ * their order (n), next_offset NULL for a partition that has none yet, replay_to (NULL unless a
+ * replay is pending) and reapply_to (NULL unless a gap left by a database that went back is
+ * being read again). Read by the batch transaction (classification, and the check that the
+ * database still holds what this process committed: ARCHITECTURE.md "When the database goes
+ * back") and, on the consumer thread, when partitions are assigned or a worker reconnected
+ * (idem_resume).
  */
 static const char sql_progress_get[] =
-        "SELECT pp.next_offset, pp.replay_to FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY"
+        "SELECT pp.next_offset, pp.replay_to, pp.reapply_to"
+        " FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY"
         " AS u(c, t, p, n) LEFT JOIN idem.partition_progress pp"
         " ON pp.consumer = u.c AND pp.topic = u.t AND pp.partition = u.p ORDER BY u.n";
 
@@ -54,20 +58,25 @@ static const char sql_claims_get[] =
  * Advance several partitions' progress and counters at once, one row per element (distinct
  * partitions, sorted, so that the rows are locked in one order). next_offset never moves back
  * here (only `idemctl replay` lowers it); a pending replay ends (replay_to NULL) once
- * next_offset reaches its end.
+ * next_offset reaches its end, and so does a gap being read again (reapply_to: $15 is NULL
+ * unless the batch ends below the gap's end as idemd knows it).
  */
 static const char sql_progress[] =
         "INSERT INTO idem.partition_progress AS p"
         " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
         " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
-        " halt_reason)"
+        " halt_reason, reapply_to, reapplied)"
         " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[],"
         " $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"
-        " $12::bigint[], $13::bigint[], $14::text[])"
+        " $12::bigint[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[])"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = greatest(p.next_offset, excluded.next_offset),"
         " replay_to = CASE WHEN greatest(p.next_offset, excluded.next_offset) >= p.replay_to"
         " THEN NULL ELSE p.replay_to END,"
+        " reapply_to = CASE WHEN greatest(p.next_offset, excluded.next_offset)"
+        " >= greatest(p.reapply_to, excluded.reapply_to) THEN NULL"
+        " ELSE greatest(p.reapply_to, excluded.reapply_to) END,"
+        " reapplied = p.reapplied + excluded.reapplied,"
         " consumed = p.consumed + excluded.consumed, applied = p.applied + excluded.applied,"
         " duplicates = p.duplicates + excluded.duplicates,"
         " quarantined = p.quarantined + excluded.quarantined,"
@@ -104,7 +113,9 @@ static const char sql_quarantine[] =
  * (ARCHITECTURE.md "Replies and dead letters"). Key and value are the bytes received; headers
  * are the message's own (an idem-outbox-id of an upstream outbox renamed idem-dlt-outbox-id, as
  * the relay adds its own) and idem-dlt-reason, -sqlstate (empty when there is none), -topic,
- * -partition, -offset. A redelivered message already in quarantine is no new dead letter.
+ * -partition, -offset. A redelivered message already in quarantine is no new dead letter. Its
+ * event id is named after the message (sql/0007_restore.sql): quarantined again after a
+ * restore, it is the same dead letter.
  */
 static const char sql_quarantine_dlt[] =
         "WITH q AS (INSERT INTO idem.quarantine (consumer, topic, partition, \"offset\","
@@ -119,15 +130,17 @@ static const char sql_quarantine_dlt[] =
         " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
         " last_failed_at = now(), resolved_at = NULL, resolution = NULL"
         " RETURNING xmax = 0 AS new),"
-        " d AS (INSERT INTO idem.outbox (topic, key, value, header_names, header_values)"
+        " d AS (INSERT INTO idem.outbox (topic, key, value, header_names, header_values,"
+        " event_id)"
         " SELECT $14::text, $6::bytea, $7::bytea,"
         " array_replace($8::text[], 'idem-outbox-id', 'idem-dlt-outbox-id')"
         " || ARRAY['idem-dlt-reason', 'idem-dlt-sqlstate', 'idem-dlt-topic',"
         " 'idem-dlt-partition', 'idem-dlt-offset'],"
         " $9::bytea[] || ARRAY[convert_to(coalesce($11::text, ''), 'UTF8'),"
         " convert_to(coalesce($12::text, ''), 'UTF8'), convert_to($2::text, 'UTF8'),"
-        " convert_to($3::int::text, 'UTF8'), convert_to($4::bigint::text, 'UTF8')]"
-        " FROM q WHERE q.new)"
+        " convert_to($3::int::text, 'UTF8'), convert_to($4::bigint::text, 'UTF8')],"
+        " idem.event_id('dead-letter', $1::text, $2::text, $3::int::text, $4::bigint::text)"
+        " FROM q WHERE q.new ON CONFLICT (event_id) DO NOTHING)"
         " SELECT new FROM q";
 
 /*
@@ -136,20 +149,30 @@ static const char sql_quarantine_dlt[] =
  * message's claim (read from the claim, so a duplicate whose original was applied earlier in
  * this very transaction gets that result too). A claim that is gone (purged) gives no reply.
  * $1 reply topic, $2 consumer, $3 source topic, $4 partition, then per reply: business key,
- * reply key (bytea), source offset, repeat.
+ * reply key (bytea), source offset, repeat. A reply's event id is named after the message it
+ * answers (sql/0007_restore.sql), so the reply written again after a restore is the same event.
  */
 static const char sql_replies[] =
-        "INSERT INTO idem.outbox (topic, key, value, header_names, header_values)"
+        "INSERT INTO idem.outbox (topic, key, value, header_names, header_values, event_id)"
         " SELECT $1, u.k, convert_to(p.result, 'UTF8'),"
         " ARRAY['idem-business-key', 'idem-source-topic', 'idem-source-partition',"
         " 'idem-source-offset', 'idem-repeat'],"
         " ARRAY[convert_to(u.b, 'UTF8'), convert_to($3::text, 'UTF8'),"
         " convert_to($4::int::text, 'UTF8'), convert_to(u.o::text, 'UTF8'),"
-        " convert_to(u.r::text, 'UTF8')]"
+        " convert_to(u.r::text, 'UTF8')],"
+        " idem.event_id('reply', $2::text, $3::text, $4::int::text, u.o::text)"
         " FROM unnest($5::text[], $6::bytea[], $7::bigint[], $8::bool[]) WITH ORDINALITY"
         " AS u(b, k, o, r, n)"
         " JOIN idem.claims_of($2, $5::text[]) p ON p.business_key = u.b"
-        " ORDER BY u.n";
+        " ORDER BY u.n ON CONFLICT (event_id) DO NOTHING";
+
+/*
+ * The message a handler is about to apply, for idem.emit() (sql/0007_restore.sql): settings of
+ * the transaction, gone at its end. Sent before each row-mode handler and each set statement,
+ * only where the outbox is enabled.
+ */
+static const char sql_context[] = "SELECT set_config('idem.consumer', $1, true),"
+                                  " set_config('idem.message', $2, true)";
 
 /*
  * `idemctl replay` (idem_inspect_replay_mark()): make the next start read the partition again
@@ -167,6 +190,9 @@ static const char sql_replay_mark[] =
 static const char sql_schema_version[] =
         "SELECT coalesce(max(version), 0) FROM idem.schema_migrations";
 
+/* One row, made by sql/0007_restore.sql, carried by every copy of the database. */
+static const char sql_database_id[] = "SELECT id::text FROM idem.database_identity";
+
 static const char sql_schema_record[] =
         "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)";
 
@@ -179,11 +205,11 @@ static const char sql_outbox_lock[] = "SELECT pg_try_advisory_xact_lock(17681872
 
 /*
  * The oldest pending rows in id order, one result row per header (a message without headers
- * gives one row with a NULL name): id, topic, key, value, header name, header value. Read in
- * binary, so bytes need no decoding.
+ * gives one row with a NULL name): id, topic, key, value, header name, header value, event id
+ * (the header idem-outbox-id). Read in binary, so bytes need no decoding.
  */
 static const char sql_outbox_pending[] =
-        "SELECT o.id, o.topic, o.key, o.value, h.name, h.value"
+        "SELECT o.id, o.topic, o.key, o.value, h.name, h.value, o.event_id"
         " FROM (SELECT * FROM idem.outbox WHERE published_at IS NULL ORDER BY id"
         " LIMIT $1::int) AS o"
         " LEFT JOIN LATERAL unnest(o.header_names, o.header_values) WITH ORDINALITY"
@@ -206,12 +232,14 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results },
 	[IDEM_SQL_PROGRESS_GET] = { "idem_progress_get", 3, sql_progress_get },
 	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
-	[IDEM_SQL_PROGRESS] = { "idem_progress", 14, sql_progress },
+	[IDEM_SQL_PROGRESS] = { "idem_progress", 16, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
 	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 14, sql_quarantine_dlt },
 	[IDEM_SQL_REPLIES] = { "idem_replies", 8, sql_replies, true },
+	[IDEM_SQL_CONTEXT] = { "idem_context", 2, sql_context },
 	[IDEM_SQL_REPLAY_MARK] = { "idem_replay_mark", 4, sql_replay_mark },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
+	[IDEM_SQL_DATABASE_ID] = { "idem_database_id", 0, sql_database_id },
 	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },
 	[IDEM_SQL_OUTBOX_LOCK] = { "idem_outbox_lock", 0, sql_outbox_lock },
 	[IDEM_SQL_OUTBOX_PENDING] = { "idem_outbox_pending", 1, sql_outbox_pending },

@@ -21,13 +21,15 @@ enum idem_sql_id {
 	IDEM_SQL_CLAIM_MANY,     /* claim several partitions' keys: consumers[], keys[], topics[],
 	                            partitions[], offsets[], hashes[] -> key, topic, partition */
 	IDEM_SQL_RESULTS,        /* store handler results: consumer, keys[], results[] */
-	IDEM_SQL_PROGRESS_GET,   /* partitions' next_offset, replay_to: consumers[], topics[],
-	                            partitions[] (also read at assignment: idem_resume) */
+	IDEM_SQL_PROGRESS_GET,   /* partitions' next_offset, replay_to, reapply_to: consumers[],
+	                            topics[], partitions[] (also read by idem_resume) */
 	IDEM_SQL_CLAIMS_GET,     /* where keys were claimed: consumer, keys[] */
-	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (14 arrays) */
+	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (16 arrays) */
 	IDEM_SQL_QUARANTINE,     /* quarantine one message (13 parameters) */
 	IDEM_SQL_QUARANTINE_DLT, /* the same and its dead letter: 13 parameters, DLT topic */
 	IDEM_SQL_REPLIES,        /* replies of one batch's messages (8 parameters) */
+	IDEM_SQL_CONTEXT,        /* name the message being applied, for idem.emit(): consumer,
+	                            business key ('' in set mode) */
 	IDEM_SQL_N_BATCH,        /* the number of the above */
 
 	/* idemctl replay (idem_inspect.c). */
@@ -36,6 +38,7 @@ enum idem_sql_id {
 
 	/* The schema (idem_migrate.c). */
 	IDEM_SQL_SCHEMA_VERSION, /* the version migrated to, 0 if none */
+	IDEM_SQL_DATABASE_ID,    /* the database's identity (idem_resume, idemctl verify) */
 	IDEM_SQL_SCHEMA_RECORD,  /* record a migration: version, name */
 
 	/* The outbox relay (idem_relay.c). */

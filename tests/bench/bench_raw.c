@@ -283,8 +283,8 @@ static void check(idem_status r)
 static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *b,
                       struct raw_bufs *bf, uint64_t *applied, uint64_t *dups)
 {
-	char part[16], pr[14][64];
-	const char *cv[6], *pv[14], *hv[3];
+	char part[16], pr[16][64];
+	const char *cv[6], *pv[16], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
 	bool sync_sent = false, any_result = false;
 	PGresult *res;
@@ -414,7 +414,8 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	check(idem_pgarray_close(&bf->rvals));
 	/* The progress statement takes arrays (one element per partition; one here): consumer,
 	 * topic, partition, next offset, consumed, applied, duplicates, quarantined, the
-	 * duplicates by kind (all upstream: the topic is read once), payload mismatches, no halt.
+	 * duplicates by kind (all upstream: the topic is read once), payload mismatches, no halt,
+	 * nothing re-applied.
 	 */
 	snprintf(pr[0], sizeof(pr[0]), "{\"%s\"}", o->consumer);
 	snprintf(pr[1], sizeof(pr[1]), "{\"%s\"}", o->topic);
@@ -430,7 +431,9 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	snprintf(pr[11], sizeof(pr[11]), "{0}");
 	snprintf(pr[12], sizeof(pr[12]), "{NULL}");
 	snprintf(pr[13], sizeof(pr[13]), "{NULL}");
-	for (int k = 0; k < 14; k++)
+	snprintf(pr[14], sizeof(pr[14]), "{NULL}"); /* no gap being read again */
+	snprintf(pr[15], sizeof(pr[15]), "{0}");
+	for (int k = 0; k < 16; k++)
 		pv[k] = pr[k];
 	if (any_result) {
 		const char *rv[3] = { o->consumer, bf->rkeys.data, bf->rvals.data };

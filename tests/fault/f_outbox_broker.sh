@@ -56,8 +56,10 @@ idemd_stop a
 idem_psql >/dev/null <<SQL
 CREATE TABLE ev (part int, off bigint, key text, value text, headers text);
 \\copy ev FROM '$IDEM_TMP/events.tsv'
+-- The header names the row's event id; outbox_id is the row it names (NULL: none).
 ALTER TABLE ev ADD COLUMN outbox_id bigint;
-UPDATE ev SET outbox_id = substring(headers from 'idem-outbox-id=([0-9]+)')::bigint;
+UPDATE ev SET outbox_id = o.id FROM idem.outbox o
+	WHERE o.event_id = substring(ev.headers from 'idem-outbox-id=([^,]+)');
 SQL
 rows=$(idem_psql -c 'SELECT count(*) FROM idem.outbox')
 sent=$(idem_psql -c 'SELECT count(*) FROM ev')

@@ -23,13 +23,13 @@ idem_write_config "$IDEM_TMP/a.yaml" g-chain-a payments "${common[@]}" --route-n
 idem_write_config "$IDEM_TMP/b.yaml" g-chain-b events "${common[@]}" --route-name events \
 	--topic payment-applied --key '${header:idem-outbox-id}' --mode row \
 	--params '[business_key, "json:/payment_id", "json:/account", "json:/amount"]' \
-	--sql 'INSERT INTO applied_b (outbox_id, payment_id, account, amount) VALUES ($1::bigint, $2, $3, $4::bigint)'
+	--sql 'INSERT INTO applied_b (outbox_id, payment_id, account, amount) VALUES ($1, $2, $3, $4::bigint)'
 idem_setup_db "$IDEM_TMP/a.yaml"
 idem_psql >/dev/null <<'SQL'
 -- B's effect; no unique constraint, so an event applied twice shows as two rows.
 CREATE TABLE applied_b (
 	id bigserial PRIMARY KEY,
-	outbox_id bigint NOT NULL,
+	outbox_id text NOT NULL,
 	payment_id text NOT NULL,
 	account text NOT NULL,
 	amount bigint NOT NULL
@@ -105,5 +105,5 @@ idem_check_accounting events
 # Per account (the events' key), B applied them in outbox order: the order in which A's
 # transactions took the account's row lock and emitted, i.e. the order of its balance changes.
 idem_assert_eq "B rows out of outbox order within an account" 0 \
-	"$(idem_psql -c 'SELECT count(*) FROM (SELECT outbox_id < lag(outbox_id) OVER (PARTITION BY account ORDER BY id) AS bad FROM applied_b) x WHERE bad')"
+	"$(idem_psql -c 'SELECT count(*) FROM (SELECT o.id < lag(o.id) OVER (PARTITION BY b.account ORDER BY b.id) AS bad FROM applied_b b JOIN idem.outbox o ON o.event_id = b.outbox_id) x WHERE bad')"
 echo "ok: outbox chain: produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE applied_a=$(count ledger) emitted=$emitted kafka_events=$sent (re-sent=$((sent - IDEM_UNIQUE))) applied_b=$applied_b B: $(idem_counts events) kills while applying: A=$kills B=$kills postgres_restarts=1"

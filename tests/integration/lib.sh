@@ -380,3 +380,255 @@ idem_kafka_stop() {
 idem_kafkatool() {
 	"$IDEM_BIN/idem-kafkatool" "$@"
 }
+
+# ---- Postgres going back in time: base backups, restores, standbys, failover ---------------------
+#
+# For tests where the database loses its last commits while Kafka keeps the offsets committed
+# after them: an operator restores a base backup, or promotes an asynchronous standby that had
+# not received the last commits. Every cluster started here is stopped by the EXIT trap.
+#
+#   idem_pg_basebackup "$IDEM_TMP/backup"   # while clients write
+#   idem_pg_restore "$IDEM_TMP/backup"      # the database is back where the backup ended
+#
+#   idem_pg_standby_start [--sync]          # $IDEM_STANDBY_* and $IDEM_FAILOVER_CONNINFO
+#   idem_pg_standby_pause                   # the standby stops receiving: it falls behind
+#   idem_pg_failover                        # primary crashes, the standby is promoted
+
+# idem__pg_stop_dir DIR : stop the cluster of data dir DIR at once (-m immediate) if it runs;
+# for the EXIT trap (IDEM_CLEANUP_HOOKS).
+idem__pg_stop_dir() {
+	[ -f "$1/postmaster.pid" ] || return 0
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$1" -m immediate -s stop >/dev/null 2>&1
+}
+
+# idem__pg_mkdir DIR MODE : create DIR with MODE, owned by the user the server runs as.
+idem__pg_mkdir() {
+	mkdir -m "$2" "$1" || idem_fail "cannot create $1"
+	if [ "$(id -u)" -eq 0 ]; then
+		chown postgres: "$1" || idem_fail "cannot give $1 to the postgres user"
+	fi
+}
+
+# idem__pg_basebackup DIR HOST PORT ARGS... : a physical base backup of the cluster at HOST:PORT
+# into DIR (created, must not exist) with the WAL streamed alongside (-X stream), so that DIR
+# starts on its own; ARGS go to pg_basebackup (e.g. -R). An immediate checkpoint starts it: the
+# default (spread) one can take minutes. Its output goes to $IDEM_TMP/basebackup-NAME.log.
+idem__pg_basebackup() {
+	local dir=$1 host=$2 port=$3 log sync=--no-sync
+	shift 3
+	log=$IDEM_TMP/basebackup-$(basename "$dir").log
+	[ "${IDEM_PG_FSYNC:-0}" = 1 ] && sync=
+	[ ! -e "$dir" ] || idem_fail "idem_pg_basebackup: $dir already exists"
+	idem__pg_mkdir "$dir" 700
+	if ! idem__pg_run "$IDEM_PG_BINDIR/pg_basebackup" -h "$host" -p "$port" -U idem -D "$dir" \
+		-X stream --checkpoint=fast $sync -v "$@" >"$log" 2>&1; then
+		cat "$log" >&2
+		idem_fail "pg_basebackup into $dir failed"
+	fi
+}
+
+# idem_pg_basebackup DIR : take a base backup of the running cluster into DIR (created, mode
+# 700, owned by the server's user) while clients go on writing; the backup holds what was
+# committed when it ended. Exports IDEM_BACKUP_END_LSN (the WAL position it ends at).
+idem_pg_basebackup() {
+	[ -n "${IDEM_PGDATA:-}" ] || idem_fail "idem_pg_basebackup: postgres is not started"
+	idem__pg_basebackup "$1" "$PGHOST" "$PGPORT"
+	IDEM_BACKUP_END_LSN=$(sed -n 's/.*write-ahead log end point: \([0-9A-F/]*\).*/\1/p' \
+		"$IDEM_TMP/basebackup-$(basename "$1").log")
+	export IDEM_BACKUP_END_LSN
+	idem_log "base backup in $1 (ends at ${IDEM_BACKUP_END_LSN:-?})"
+}
+
+# idem_pg_restore DIR : the operator's restore of a base backup taken by idem_pg_basebackup:
+# stop the server (fast), move its data dir aside (to $IDEM_TMP/pg.before-restore, .2, ...),
+# put a copy of DIR in its place (same owner and mode; DIR stays as it is and can be restored
+# again) and start it; returns once it accepts connections. Port and socket dir are those of
+# the backed-up cluster (its postgresql.conf). Exports IDEM_PG_BEFORE_RESTORE (the old dir).
+idem_pg_restore() {
+	local aside=$IDEM_TMP/pg.before-restore n=1
+	[ -f "$1/backup_label" ] || idem_fail "idem_pg_restore: $1 is not a base backup (no backup_label)"
+	[ -n "${IDEM_PGDATA:-}" ] || idem_fail "idem_pg_restore: postgres is not started"
+	while [ -e "$aside" ]; do
+		n=$((n + 1))
+		aside=$IDEM_TMP/pg.before-restore.$n
+	done
+	idem_pg_stop fast
+	mv "$IDEM_PGDATA" "$aside" || idem_fail "cannot move $IDEM_PGDATA aside"
+	cp -a "$1" "$IDEM_PGDATA" || idem_fail "cannot copy the backup $1 to $IDEM_PGDATA"
+	IDEM_PG_BEFORE_RESTORE=$aside
+	export IDEM_PG_BEFORE_RESTORE
+	idem_pg_start_again
+	idem_log "restored $1 (the data dir before the restore is in $aside)"
+}
+
+# idem__pg_standby_streaming SYNC_STATE : true once the primary's pg_stat_replication shows the
+# standby (application_name idem_standby) streaming, and in SYNC_STATE (async, sync) if given.
+idem__pg_standby_streaming() {
+	local want="state = 'streaming'"
+	[ -z "${1:-}" ] || want="$want AND sync_state = '$1'"
+	[ "$(idem_psql -d postgres -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'idem_standby' AND $want")" = 1 ]
+}
+
+# idem_pg_standby_start [--sync] : a streaming standby of the running primary (hot standby,
+# readable): base backup with -R into $IDEM_TMP/pg-standby, its own port and socket dir
+# ($IDEM_TMP/pgrun-standby), log $IDEM_TMP/postgres-standby.log; primary_conninfo names it
+# idem_standby. With --sync the primary's synchronous_standby_names names it, so a COMMIT on the
+# primary waits until the standby has its WAL (synchronous_commit on: call
+# idem_pg_durable_commits first, the fixture turns it off). Returns once the primary shows it
+# streaming (and sync with --sync). Exports IDEM_STANDBY_PGDATA IDEM_STANDBY_HOST
+# IDEM_STANDBY_PORT IDEM_STANDBY_LOG IDEM_STANDBY_SYNC (0 or 1), and IDEM_FAILOVER_CONNINFO:
+# primary then standby, the first that accepts writes (for idemd's config, before the failover).
+idem_pg_standby_start() {
+	local sync=0 dir=$IDEM_TMP/pg-standby run=$IDEM_TMP/pgrun-standby tcp port try
+	case ${1:-} in
+	--sync) sync=1 ;;
+	'') ;;
+	*) idem_fail "idem_pg_standby_start: unknown option '$1'" ;;
+	esac
+	[ -n "${IDEM_PGDATA:-}" ] || idem_fail "idem_pg_standby_start: postgres is not started"
+	[ -z "${IDEM_STANDBY_PGDATA:-}" ] || idem_fail "idem_pg_standby_start: standby already started"
+	IDEM_CLEANUP_HOOKS+=("idem__pg_stop_dir '$dir'" "idem__pg_stop_dir '$IDEM_PGDATA'")
+	idem__pg_basebackup "$dir" "$PGHOST" "$PGPORT" -R
+	idem__pg_mkdir "$run" 755
+	tcp=$(idem_psql -d postgres -c 'SHOW listen_addresses')
+	for try in 1 2 3 4 5; do
+		port=$((20000 + RANDOM % 30000))
+		[ "$port" != "$PGPORT" ] || continue
+		if [ -n "$tcp" ] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			continue
+		fi
+		break
+	done
+	# Appended settings win over the primary's, copied by the backup; the primary_conninfo
+	# written by -R comes first in postgresql.auto.conf, this one after it wins.
+	# shellcheck disable=SC2016 # $1 is expanded by that sh
+	idem__pg_run sh -c 'cat >>"$1"' sh "$dir/postgresql.conf" <<-EOS
+		# idem test fixture: the standby
+		port = $port
+		unix_socket_directories = '$run'
+		hot_standby = on
+	EOS
+	# shellcheck disable=SC2016 # $1 is expanded by that sh
+	idem__pg_run sh -c 'cat >>"$1"' sh "$dir/postgresql.auto.conf" <<-EOS
+		primary_conninfo = 'host=$PGHOST port=$PGPORT user=idem application_name=idem_standby'
+	EOS
+	IDEM_STANDBY_PGDATA=$dir
+	IDEM_STANDBY_HOST=$run
+	IDEM_STANDBY_PORT=$port
+	IDEM_STANDBY_LOG=$IDEM_TMP/postgres-standby.log
+	IDEM_STANDBY_SYNC=$sync
+	IDEM_STANDBY_PAUSED=0
+	IDEM_FAILOVER_CONNINFO="host=$PGHOST,$run port=$PGPORT,$port dbname=idem user=idem target_session_attrs=read-write"
+	export IDEM_STANDBY_PGDATA IDEM_STANDBY_HOST IDEM_STANDBY_PORT IDEM_STANDBY_LOG \
+		IDEM_STANDBY_SYNC IDEM_STANDBY_PAUSED IDEM_FAILOVER_CONNINFO
+	# pg_ctl, as the server's user, appends to the log; $IDEM_TMP is not that user's.
+	: >"$IDEM_STANDBY_LOG"
+	if [ "$(id -u)" -eq 0 ]; then
+		chown postgres: "$IDEM_STANDBY_LOG" || idem_fail "cannot give $IDEM_STANDBY_LOG to postgres"
+	fi
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$dir" -l "$IDEM_STANDBY_LOG" -w -t 60 -s \
+		start >/dev/null || idem_fail "the standby did not start (log: $IDEM_STANDBY_LOG)"
+	if [ "$sync" = 1 ]; then
+		idem_psql -d postgres -c "ALTER SYSTEM SET synchronous_standby_names = '\"idem_standby\"'" >/dev/null
+		idem_psql -d postgres -c 'SELECT pg_reload_conf()' >/dev/null
+		idem_wait_until 60 "the standby streaming, synchronous" idem__pg_standby_streaming sync
+	else
+		idem_wait_until 60 "the standby streaming" idem__pg_standby_streaming
+	fi
+	idem_log "standby ($([ "$sync" = 1 ] && echo sync || echo async)) on $run port $port"
+}
+
+# idem_standby_psql ARGS... : idem_psql on the standby.
+idem_standby_psql() {
+	idem_psql -h "$IDEM_STANDBY_HOST" -p "$IDEM_STANDBY_PORT" "$@"
+}
+
+# idem_pg_standby_pause : make the asynchronous standby fall behind for good: it is stopped
+# (fast), so it receives no more WAL while the primary goes on committing. Pausing replay
+# (pg_wal_replay_pause) would not do: the standby would still receive the WAL, and a promotion
+# replays everything received. Exports IDEM_STANDBY_PAUSE_LSN (the WAL position the standby
+# had received just before it stopped; the primary's position just after is logged with it).
+idem_pg_standby_pause() {
+	local primary_lsn
+	[ -n "${IDEM_STANDBY_PGDATA:-}" ] || idem_fail "idem_pg_standby_pause: no standby"
+	[ "$IDEM_STANDBY_SYNC" = 0 ] ||
+		idem_fail "idem_pg_standby_pause: a synchronous standby would stop every commit"
+	[ "$IDEM_STANDBY_PAUSED" = 0 ] || idem_fail "idem_pg_standby_pause: already paused"
+	IDEM_STANDBY_PAUSE_LSN=$(idem_standby_psql -d postgres -c 'SELECT pg_last_wal_receive_lsn()')
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_STANDBY_PGDATA" -m fast -w -t 60 -s stop ||
+		idem_fail "cannot stop the standby"
+	primary_lsn=$(idem_psql -d postgres -c 'SELECT pg_current_wal_lsn()')
+	IDEM_STANDBY_PAUSED=1
+	export IDEM_STANDBY_PAUSED IDEM_STANDBY_PAUSE_LSN
+	idem_log "standby stopped: it has WAL up to ~$IDEM_STANDBY_PAUSE_LSN, the primary is at $primary_lsn and goes on"
+}
+
+# idem__pg_standby_run : start the stopped standby; returns once it accepts (read-only)
+# connections.
+idem__pg_standby_run() {
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_STANDBY_PGDATA" -l "$IDEM_STANDBY_LOG" -w \
+		-t 60 -s start >/dev/null || idem_fail "the standby did not start (log: $IDEM_STANDBY_LOG)"
+	idem_wait_until 60 "the standby to accept connections" "$IDEM_PG_BINDIR/pg_isready" -q \
+		-h "$IDEM_STANDBY_HOST" -p "$IDEM_STANDBY_PORT" -U idem -d postgres
+	IDEM_STANDBY_PAUSED=0
+}
+
+# idem_pg_standby_resume : start the paused standby again; it catches up with the primary and
+# streams; returns once the primary shows it streaming.
+idem_pg_standby_resume() {
+	[ "${IDEM_STANDBY_PAUSED:-0}" = 1 ] || idem_fail "idem_pg_standby_resume: the standby is not paused"
+	idem__pg_standby_run
+	idem_wait_until 60 "the standby streaming again" idem__pg_standby_streaming
+}
+
+# idem_pg_failover [CMD...] : the primary crashes (-m immediate) and the standby is promoted
+# (started first, without the primary, if it was paused: it comes up with only the WAL it had).
+# From then on this shell's Postgres is the standby: PGHOST PGPORT IDEM_CONNINFO IDEM_PGDATA
+# IDEM_PG_LOG point at it (idem_psql reaches it; the EXIT trap stops it); the old primary's are
+# kept in IDEM_OLD_PRIMARY_{PGDATA,HOST,PORT}. CMD, if given, runs (in this shell) once the
+# primary is down and before the promotion, when the standby holds exactly what it will start
+# with and nobody can write to it yet (e.g. to count rows). Clients configured with
+# $IDEM_FAILOVER_CONNINFO reach the promoted standby by themselves. Exports IDEM_PROMOTED_AT
+# ($EPOCHREALTIME once the promotion completed).
+idem_pg_failover() {
+	[ -n "${IDEM_STANDBY_PGDATA:-}" ] || idem_fail "idem_pg_failover: no standby"
+	idem_pg_stop immediate
+	if [ "$IDEM_STANDBY_PAUSED" = 1 ]; then
+		idem__pg_standby_run
+	fi
+	IDEM_OLD_PRIMARY_PGDATA=$IDEM_PGDATA
+	IDEM_OLD_PRIMARY_HOST=$PGHOST
+	IDEM_OLD_PRIMARY_PORT=$PGPORT
+	IDEM_PGDATA=$IDEM_STANDBY_PGDATA
+	IDEM_PG_LOG=$IDEM_STANDBY_LOG
+	PGHOST=$IDEM_STANDBY_HOST
+	PGPORT=$IDEM_STANDBY_PORT
+	IDEM_CONNINFO="host=$PGHOST port=$PGPORT dbname=idem user=idem"
+	export IDEM_OLD_PRIMARY_PGDATA IDEM_OLD_PRIMARY_HOST IDEM_OLD_PRIMARY_PORT IDEM_PGDATA \
+		IDEM_PG_LOG PGHOST PGPORT IDEM_CONNINFO
+	if [ $# -gt 0 ]; then
+		idem__pg_standby_replayed
+		"$@"
+	fi
+	idem__pg_run "$IDEM_PG_BINDIR/pg_ctl" -D "$IDEM_STANDBY_PGDATA" -w -t 60 -s promote ||
+		idem_fail "cannot promote the standby (log: $IDEM_STANDBY_LOG)"
+	IDEM_PROMOTED_AT=$EPOCHREALTIME
+	export IDEM_PROMOTED_AT
+	[ "$(idem_psql -c 'SELECT pg_is_in_recovery()')" = f ] ||
+		idem_fail "the promoted standby is still in recovery"
+	idem_log "failover: the primary is down, the standby promoted on $PGHOST port $PGPORT"
+}
+
+# idem__pg_standby_replayed : wait until the standby (this shell's Postgres), its primary gone,
+# has replayed all the WAL it has (what a promotion would replay first): its replay position
+# stays the same for half a second.
+idem__pg_standby_replayed() {
+	local prev='' cur i
+	for ((i = 0; i < 120; i++)); do
+		cur=$(idem_psql -d postgres -c 'SELECT pg_last_wal_replay_lsn()')
+		[ "$cur" != "$prev" ] || return 0
+		prev=$cur
+		sleep 0.5
+	done
+	idem_fail "the standby is still replaying after 60 s"
+}

@@ -32,13 +32,28 @@ idem_assert_eq "status totals" "t" "$(jsonq "$IDEM_TMP/status.json" "SELECT sum(
 
 # verify: all in step.
 ctl verify
-# A group whose committed offset runs ahead of the database is a loss alarm (exit 3).
-idem_psql -c "UPDATE idem.partition_progress SET next_offset = next_offset - 1 WHERE partition = 2"
+# A database behind what idemd committed (restored, failed over): idemd re-applies the gap at
+# the next assignment (exit 4), and verify says how much.
+idem_psql -c "UPDATE idem.partition_progress SET next_offset = next_offset - 3 WHERE partition = 2"
 rc=0
 ctl verify >"$IDEM_TMP/verify.txt" || rc=$?
-idem_assert_eq "verify exit status with Kafka ahead" 3 "$rc"
-grep -q "KAFKA AHEAD" "$IDEM_TMP/verify.txt" || idem_fail "verify did not name the partition"
-idem_psql -c "UPDATE idem.partition_progress SET next_offset = next_offset + 1 WHERE partition = 2"
+idem_assert_eq "verify exit status with the database behind" 4 "$rc"
+grep -q "^payments  *2 .*DATABASE BEHIND.*(3 message(s))" "$IDEM_TMP/verify.txt" ||
+	idem_fail "verify did not name the partition: $(cat "$IDEM_TMP/verify.txt")"
+idem_psql -c "UPDATE idem.partition_progress SET next_offset = next_offset + 3 WHERE partition = 2"
+# Offsets moved ahead by another client (Kafka's own tools commit no idemd metadata): the
+# messages between were skipped, a loss alarm (exit 3).
+p2=$(idem_psql -c "SELECT next_offset FROM idem.partition_progress WHERE partition = 2")
+"$IDEM_BIN/idem-kafkatool" reset --brokers "$IDEM_BROKERS" --group g-ops --topic payments \
+	--partition 2 --to-offset $((p2 + 5)) >/dev/null
+rc=0
+ctl verify >"$IDEM_TMP/verify.txt" || rc=$?
+idem_assert_eq "verify exit status with offsets moved ahead" 3 "$rc"
+grep -q "^payments  *2 .*OFFSETS MOVED AHEAD.*(5 message(s))" "$IDEM_TMP/verify.txt" ||
+	idem_fail "verify did not name the partition: $(cat "$IDEM_TMP/verify.txt")"
+"$IDEM_BIN/idem-kafkatool" reset --brokers "$IDEM_BROKERS" --group g-ops --topic payments \
+	--partition 2 --to-offset "$p2" >/dev/null
+ctl verify >/dev/null || idem_fail "verify after the offsets were put back"
 
 # lookup: where and when a key was applied, and its result (the balance after it).
 key=$(head -1 "$IDEM_TMP/manifest.csv" | cut -d, -f1)

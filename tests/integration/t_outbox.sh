@@ -2,7 +2,8 @@
 # The transactional outbox: a handler emits one event per payment with idem.emit() in the
 # transaction of the claim and the effect, and the relay publishes it to Kafka.
 #  - a handler that emits and then fails leaves no outbox row and publishes nothing;
-#  - each event reaches Kafka once, with its own headers and idem-outbox-id (the row's id);
+#  - each event reaches Kafka once, with its own headers and idem-outbox-id (the row's event id,
+#    named after the payment that emitted it: consumer, business key, ordinal);
 #  - per key (the account), events arrive in outbox id order;
 #  - every row is marked published, and the purge removes published rows after outbox.keep.
 set -euo pipefail
@@ -86,8 +87,8 @@ idem_assert_eq "outbox rows of the failed handler" 0 \
 idem_psql >/dev/null <<SQL
 CREATE TABLE ev (part int, off bigint, key text, value text, headers text);
 \\copy ev FROM '$IDEM_TMP/events.tsv'
-ALTER TABLE ev ADD COLUMN outbox_id bigint, ADD COLUMN payment_id text, ADD COLUMN source text;
-UPDATE ev SET outbox_id = substring(headers from 'idem-outbox-id=([0-9]+)')::bigint,
+ALTER TABLE ev ADD COLUMN outbox_id text, ADD COLUMN payment_id text, ADD COLUMN source text;
+UPDATE ev SET outbox_id = substring(headers from 'idem-outbox-id=([^,]+)'),
 	payment_id = value::jsonb->>'payment_id',
 	source = substring(headers from '(?:^|,)source=([^,]*)');
 SQL
@@ -95,7 +96,11 @@ idem_assert_eq "events in Kafka" "$IDEM_UNIQUE" "$(idem_psql -c 'SELECT count(*)
 idem_assert_eq "events published twice" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT outbox_id FROM ev GROUP BY 1 HAVING count(*) > 1) d')"
 idem_assert_eq "events whose idem-outbox-id is not their row" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM ev LEFT JOIN idem.outbox o ON o.id = ev.outbox_id WHERE o.id IS NULL OR convert_from(o.value, 'UTF8') <> ev.value OR convert_from(o.key, 'UTF8') <> ev.key")"
+	"$(idem_psql -c "SELECT count(*) FROM ev LEFT JOIN idem.outbox o ON o.event_id = ev.outbox_id WHERE o.id IS NULL OR convert_from(o.value, 'UTF8') <> ev.value OR convert_from(o.key, 'UTF8') <> ev.key")"
+# Named after the message that emitted it, so a restore that makes it apply again emits the
+# same id (sql/0007_restore.sql): its first event, consumer payments, business key payment_id.
+idem_assert_eq "events whose idem-outbox-id is not named after their payment" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM ev WHERE outbox_id IS DISTINCT FROM idem.event_id('emit', 'payments', payment_id, '0')")"
 idem_assert_eq "events without their headers" 0 \
 	"$(idem_psql -c "SELECT count(*) FROM ev WHERE source IS DISTINCT FROM payment_id OR headers NOT LIKE '%,empty=,%'")"
 idem_assert_eq "payments without their event" 0 \
@@ -105,7 +110,7 @@ idem_assert_eq "payments without their event" 0 \
 # partition may be applied from there, concurrently with its account's next payment, and the
 # ledger ids are drawn before the account's lock is taken.)
 idem_assert_eq "events out of outbox order within a key" 0 \
-	"$(idem_psql -c 'SELECT count(*) FROM (SELECT outbox_id < lag(outbox_id) OVER (PARTITION BY key ORDER BY part, off) AS bad FROM ev) x WHERE bad')"
+	"$(idem_psql -c 'SELECT count(*) FROM (SELECT o.id < lag(o.id) OVER (PARTITION BY ev.key ORDER BY part, off) AS bad FROM ev JOIN idem.outbox o ON o.event_id = ev.outbox_id) x WHERE bad')"
 idem_assert_eq "keys in more than one partition" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT key FROM ev GROUP BY 1 HAVING count(DISTINCT part) > 1) x')"
 

@@ -51,14 +51,15 @@ load_topic() { # TABLE TOPIC
 	idem_psql >/dev/null <<SQL
 CREATE TABLE $1 (part int, off bigint, key text, value text, headers text);
 \\copy $1 FROM '$IDEM_TMP/$1.tsv'
-ALTER TABLE $1 ADD COLUMN outbox_id bigint, ADD COLUMN bkey text, ADD COLUMN repeat text,
-	ADD COLUMN src text;
-UPDATE $1 SET outbox_id = substring(headers from 'idem-outbox-id=([0-9]+)')::bigint,
+ALTER TABLE $1 ADD COLUMN outbox_id text, ADD COLUMN bkey text, ADD COLUMN repeat text,
+	ADD COLUMN src text, ADD COLUMN row_id bigint;
+UPDATE $1 SET outbox_id = substring(headers from 'idem-outbox-id=([^,]+)'),
 	bkey = substring(headers from '(?:^|,)idem-business-key=([^,]*)'),
 	repeat = substring(headers from '(?:^|,)idem-repeat=([^,]*)'),
 	src = substring(headers from '(?:^|,)idem-source-topic=([^,]*)') || '/' ||
 		substring(headers from '(?:^|,)idem-source-partition=([^,]*)') || '/' ||
 		substring(headers from '(?:^|,)idem-source-offset=([^,]*)');
+UPDATE $1 SET row_id = o.id FROM idem.outbox o WHERE o.event_id = $1.outbox_id;
 SQL
 }
 # check_replies TABLE CONSUMER: every reply is one of the consumer's claims, keyed by the business
@@ -66,6 +67,9 @@ SQL
 check_replies() {
 	idem_assert_eq "$1: replies published twice" 0 \
 		"$(idem_psql -c "SELECT count(*) FROM (SELECT outbox_id FROM $1 GROUP BY 1 HAVING count(*) > 1) d")"
+	# Named after the message answered, so the same reply after a restore has the same id.
+	idem_assert_eq "$1: replies whose idem-outbox-id is not named after their message" 0 \
+		"$(idem_psql -c "SELECT count(*) FROM $1 r WHERE r.row_id IS NULL OR r.outbox_id IS DISTINCT FROM idem.event_id('reply', '$2', split_part(r.src, '/', 1), split_part(r.src, '/', 2), split_part(r.src, '/', 3))")"
 	idem_assert_eq "$1: replies whose key, value or header is not their claim's" 0 \
 		"$(idem_psql -c "SELECT count(*) FROM $1 r LEFT JOIN idem.processed_messages p ON p.consumer = '$2' AND p.business_key = r.bkey WHERE p.business_key IS NULL OR r.key <> r.bkey OR r.value IS DISTINCT FROM p.result OR r.src IS NULL")"
 	idem_assert_eq "$1: replies whose source is not that payment" 0 \
@@ -104,7 +108,7 @@ idem_assert_eq "all: payments whose replies differ" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT bkey FROM allr GROUP BY 1 HAVING count(DISTINCT value) > 1) d')"
 # A repeat comes from a later message than the first reply's.
 idem_assert_eq "all: repeats not after their first" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM allr r JOIN allr f ON f.bkey = r.bkey AND f.repeat = 'false' WHERE r.repeat = 'true' AND r.outbox_id < f.outbox_id")"
+	"$(idem_psql -c "SELECT count(*) FROM allr r JOIN allr f ON f.bkey = r.bkey AND f.repeat = 'false' WHERE r.repeat = 'true' AND r.row_id < f.row_id")"
 
 # Set mode: results are the (business key, result) rows the set statement returns, and the
 # replies carry them; re-sends get the stored one again.

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A database at schema version 5 upgrades to the latest with `idemctl migrate`, and the claim
 # lookups keep their answers: version 6 replaces the body of idem.claims_of() (a probe per key
-# in every plan). A version-5 database is made by putting version 5's functions back and
-# forgetting version 6; existing claims are then read and results stored through the upgraded
-# functions, the same as before.
+# in every plan). Version 7 (sql/0007_restore.sql) adds the database's identity, the re-apply
+# columns of idem.partition_progress and the outbox's event ids: a row written before it keeps
+# its numeric id as its event id (a relay may have sent it already under that id). A version-5
+# database is made by putting version 5's functions back, undoing version 7 and forgetting both;
+# existing claims are then read and results stored through the upgraded functions, the same as
+# before.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
@@ -21,7 +24,22 @@ latest=$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")
 # Back to version 5: its function definitions, and no record of anything later.
 sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/' "$IDEM_SRC/sql/0005_key_lookups.sql" |
 	idem_psql -v ON_ERROR_STOP=1 >/dev/null
+# Version 7 undone: idem.emit() as version 3 made it, and none of 7's objects.
+sed -n '/^CREATE FUNCTION idem.emit(topic text, key bytea/,/^\$\$;/p' "$IDEM_SRC/sql/0003_outbox.sql" |
+	sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/' | idem_psql -v ON_ERROR_STOP=1 >/dev/null
+idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+DROP FUNCTION idem.emit_for(text, text, text, jsonb, text[], text[]);
+DROP FUNCTION idem.emit_for(text, text, text, text, text[], text[]);
+DROP FUNCTION idem.emit_for(text, text, bytea, bytea, text[], bytea[]);
+DROP FUNCTION idem.emit_event(text, text, bytea, bytea, text[], bytea[]);
+DROP FUNCTION idem.event_id(text[]);
+ALTER TABLE idem.outbox DROP COLUMN event_id;
+ALTER TABLE idem.partition_progress DROP COLUMN reapply_to, DROP COLUMN reapplied;
+DROP TABLE idem.database_identity;
+SQL
 idem_psql -c "DELETE FROM idem.schema_migrations WHERE version > 5" >/dev/null
+old_event=$(idem_psql -c "SELECT idem.emit('t', 'k', 'before version 7')")
+idem_psql -c "INSERT INTO idem.partition_progress (consumer, topic, partition, next_offset) VALUES ('payments', 'payments', 3, 43)" >/dev/null
 lateral() {
 	idem_psql -c "SELECT prosrc ~ 'LATERAL' FROM pg_proc WHERE oid = 'idem.claims_of'::regproc"
 }
@@ -46,4 +64,13 @@ idem_assert_eq "stored after the upgrade" 1 "$(store r6)"
 idem_assert_eq "the other consumer's claim untouched" "-" \
 	"$(idem_psql -c "SELECT coalesce(result, '-') FROM idem.processed_messages WHERE consumer = 'other'")"
 idem_assert_eq "looked up after storing" "k-1 payments 3 41 0a0b r6;k-2 payments 3 42 - -;" "$(lookup)"
+# Version 7 on existing rows.
+idem_assert_eq "an event from before version 7 keeps its id" "$old_event" \
+	"$(idem_psql -c "SELECT event_id FROM idem.outbox WHERE id = $old_event")"
+idem_assert_eq "progress rows: nothing re-applied" "0 true" \
+	"$(idem_psql -c "SELECT reapplied || ' ' || (reapply_to IS NULL) FROM idem.partition_progress WHERE partition = 3")"
+idem_assert_eq "one database identity" 1 "$(idem_psql -c 'SELECT count(*) FROM idem.database_identity')"
+new_event=$(idem_psql -c "SELECT idem.emit('t', 'k', 'after version 7')")
+idem_psql -c "SELECT event_id FROM idem.outbox WHERE id = $new_event" | grep -Eq '^[0-9a-f]{8}-[0-9a-f]{4}-' ||
+	idem_fail "an event outside idemd's transaction did not get a random UUID"
 echo "ok: a version-5 database upgrades to version $latest and its claim lookups answer the same"

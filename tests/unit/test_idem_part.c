@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "idem_part.h"
-#include "idem_resume.h"
 
 static struct idem_cfg cfg;
 static struct idem_route routes[2];
@@ -279,17 +278,71 @@ static void test_take_back_refetches_after_it(void **state)
 	idem_parts_done(&ps);
 }
 
-/* Where an assigned partition starts: max(committed, database), the database only if known. */
-static void test_resume_start(void **state)
+/* The database's floor follows what commits; a rewind takes every offset back to the database. */
+static void test_rewind(void **state)
 {
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+	struct idem_msgview m = { .topic = "payments", .partition = 1, .key = "k", .key_len = 1 };
+
 	(void)state;
-	assert_int_equal(idem_resume_start(100, 250), 250); /* a crash: Kafka behind */
-	assert_int_equal(idem_resume_start(250, 250), 250);
-	assert_int_equal(idem_resume_start(300, 250), 300); /* skipped with Kafka's tools */
-	assert_int_equal(idem_resume_start(RD_KAFKA_OFFSET_INVALID, 250), 250); /* none yet */
-	assert_int_equal(idem_resume_start(0, 0), 0);                           /* a replay */
-	assert_int_equal(idem_resume_start(100, -1), RD_KAFKA_OFFSET_INVALID);  /* no row */
-	assert_int_equal(idem_resume_start(RD_KAFKA_OFFSET_INVALID, -1), RD_KAFKA_OFFSET_INVALID);
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 1, &p), IDEM_OK);
+	assert_int_equal(p->db_floor, -1);
+	assert_int_equal(p->reapply_to, -1);
+	/* Assigned where the database stood at 100; batches commit up to 180. */
+	p->db_floor = 100;
+	assert_true(idem_part_committed(p, 150));
+	idem_part_stored(p, 150);
+	assert_true(idem_part_committed(p, 180));
+	idem_part_stored(p, 180);
+	assert_int_equal(p->db_floor, 180);
+	/* A redelivered batch below it does not lower the floor. */
+	assert_false(idem_part_committed(p, 170));
+	assert_int_equal(p->db_floor, 180);
+	for (int i = 0; i < 3; i++) {
+		m.offset = 180 + i;
+		assert_int_equal(idem_batch_add(&p->batch, &m, &cfg, 0), IDEM_OK);
+	}
+	p->held = true;
+	p->halted = true;
+	p->retry_at_ms = 5;
+	p->failures = 2;
+
+	/* The database is found at 120: 60 offsets to read again, nothing in hand kept. */
+	assert_int_equal(idem_part_rewind(p, 120), 60);
+	assert_int_equal(p->batch.n_msgs, 0);
+	assert_int_equal(p->batch.bytes, 0);
+	assert_false(p->held);
+	assert_false(p->halted);
+	assert_int_equal(p->retry_at_ms, 0);
+	assert_int_equal(p->failures, 0);
+	assert_int_equal(p->db_floor, 120);
+	assert_int_equal(p->db_next, 120);
+	assert_int_equal(p->stored_next, 120); /* Kafka follows the database down */
+	assert_int_equal(p->fetch_next, 120);
+	assert_int_equal(p->reapply_to, 180);
+
+	/* Going back again inside the gap keeps the gap's end. */
+	assert_true(idem_part_committed(p, 130));
+	assert_int_equal(idem_part_rewind(p, 125), 55);
+	assert_int_equal(p->reapply_to, 180);
+	/* The gap ends once the database passes it. */
+	assert_true(idem_part_committed(p, 179));
+	assert_int_equal(p->reapply_to, 180);
+	assert_true(idem_part_committed(p, 180));
+	assert_int_equal(p->reapply_to, -1);
+
+	/* A database with no row at all: everything up to the furthest position is the gap. */
+	assert_int_equal(idem_part_rewind(p, -1), 180);
+	assert_int_equal(p->db_floor, -1);
+	assert_int_equal(p->reapply_to, 180);
+	/* Nothing known beyond the database: no gap. */
+	assert_int_equal(idem_part_rewind(p, -1), 180);
+	p->reapply_to = -1;
+	assert_int_equal(idem_part_rewind(p, 7), 0);
+	assert_int_equal(p->reapply_to, -1);
+	idem_parts_done(&ps);
 }
 
 static void test_halted_count(void **state)
@@ -321,7 +374,7 @@ int main(void)
 		cmocka_unit_test(test_bytes_follow_the_batches),
 		cmocka_unit_test(test_take_back_refetches_after_it),
 		cmocka_unit_test(test_halted_count),
-		cmocka_unit_test(test_resume_start),
+		cmocka_unit_test(test_rewind),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
