@@ -151,13 +151,15 @@ bool idem_batch_payload_differs(const struct idem_batch *b, size_t i,
                                 const struct idem_batch_claim *claim)
 {
 	const struct idem_span *h = &b->msgs[i].hash;
+	size_t n;
 
 	if (claim == NULL || !claim->found)
 		return false;
 	if (h->null || claim->hash.null)
 		return h->null != claim->hash.null;
-	return h->len != claim->hash.len ||
-	       memcmp(b->arena.data + h->off, b->arena.data + claim->hash.off, h->len) != 0;
+	/* A claim made before schema version 7's idemd kept all of SHA-256: the part both have. */
+	n = h->len < claim->hash.len ? h->len : claim->hash.len;
+	return memcmp(b->arena.data + h->off, b->arena.data + claim->hash.off, n) != 0;
 }
 
 idem_status idem_batch_set_reason(struct idem_batch *b, size_t i, const char *reason,
@@ -212,6 +214,8 @@ static idem_status put_hash(struct idem_batch *b, struct idem_batch_msg *msg, co
 	    EVP_DigestUpdate(b->md_ctx, p, n) != 1 ||
 	    EVP_DigestFinal_ex(b->md_ctx, md, &mdlen) != 1)
 		return IDEM_ERR_NOMEM;
+	if (mdlen > IDEM_BATCH_HASH_BYTES)
+		mdlen = IDEM_BATCH_HASH_BYTES;
 	for (unsigned int k = 0; k < mdlen; k++) {
 		text[2 * k] = hex[md[k] >> 4];
 		text[2 * k + 1] = hex[md[k] & 15];

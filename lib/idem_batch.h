@@ -61,7 +61,7 @@ struct idem_batch_msg {
 	size_t n_hdrs;
 	struct idem_span bkey;   /* the business key (text, NUL-terminated in the arena) */
 	size_t param_first;      /* index into batch->params; route->n_params of them */
-	struct idem_span hash;   /* SHA-256 of the value, hex, NUL-terminated */
+	struct idem_span hash;   /* payload hash of the value, hex, NUL-terminated */
 	struct idem_span reason; /* why it is BAD or failed; NUL-terminated */
 	struct idem_span result; /* the handler's result, if any */
 	char sqlstate[6];
@@ -117,6 +117,25 @@ struct idem_batch {
 	/* and what the last attempt found there: next_offset (-1: no row). */
 	int64_t db_next;
 };
+
+/*
+ * The payload hash a claim stores (processed_messages.payload_hash), to tell a duplicate with a
+ * different payload (routes[].on_payload_mismatch): the first 16 bytes (128 bits) of the value's
+ * SHA-256. Two different payloads of one business key agree by chance with probability 2^-128:
+ * nothing is lost against the whole digest, and each claim is 16 bytes smaller
+ * (ARCHITECTURE.md "What a claim costs").
+ */
+#define IDEM_BATCH_HASH_BYTES 16
+
+/*
+ * Transaction size follows the load. A batch that can go at once goes at batch.max_messages;
+ * one that must wait for its partition's batch in flight keeps filling meanwhile, up to
+ * IDEM_BATCH_GROW times that: waiting, it can go no sooner, and under a backlog the next
+ * transaction then spreads its commit over what arrived during the last one. batch.max_bytes
+ * and batch.max_bytes_total bound both (idem_daemon); a worker's transaction takes batches up to
+ * twice the largest one (idem_pool).
+ */
+#define IDEM_BATCH_GROW 2
 
 /* Arena and scratch memory a reset batch keeps for the next one; larger buffers are freed. */
 #define IDEM_BATCH_KEEP_BYTES ((size_t)256 * 1024)

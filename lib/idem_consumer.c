@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "idem_log.h"
@@ -17,13 +18,23 @@ static const struct {
 	 * itself, with metadata naming the database's position (idem_consumer_commit()). */
 	{ "enable.auto.offset.store", "false" },
 	{ "enable.auto.commit", "false" },
+	/* How often idemd commits (idem_consumer_commit_interval_ms()): a crash between the
+	 * database's commit and Kafka's is covered by the database's position, so a short
+	 * interval only keeps lag tools current. */
+	{ "auto.commit.interval.ms", "500" },
 	/* A group with no committed offset starts at the oldest message: idemd never skips
 	 * messages by default. */
 	{ "auto.offset.reset", "earliest" },
 	{ "enable.partition.eof", "false" },
-	/* Memory stays bounded whatever the backlog: librdkafka prefetches at most about this much
-	 * (its default is 64 MiB). Measured with a backlog of 1M messages: peak RSS 51 MiB at
-	 * the same throughput as with 64 MiB (tests/bench). */
+	/* librdkafka's prefetch, per assigned partition: each has its own queue, which idemd reads
+	 * only as far as the partition's batch has room (idem_consumer_queue_open()), so memory
+	 * stays bounded whatever the backlog: about this many messages or kilobytes per partition
+	 * (librdkafka's defaults, 100000 and 64 MiB, would hold most of a backlog). Enough for
+	 * librdkafka 2.0.2, which stops fetching a partition whose queue reached either and looks
+	 * again only when its broker thread wakes up (at most a second later): a partition holds
+	 * several batches, and a broker thread sleeps only when every partition it fetches is
+	 * that full (README, "Memory"; tests/bench). */
+	{ "queued.min.messages", "5000" },
 	{ "queued.max.messages.kbytes", "2048" },
 };
 
@@ -41,6 +52,14 @@ static const char *prop_value(const struct idem_cfg *cfg, const char *name)
 			v = cfg->kafka_props[i].value;
 	}
 	return v;
+}
+
+int idem_consumer_commit_interval_ms(const struct idem_cfg *cfg)
+{
+	const char *v = prop_value(cfg, "auto.commit.interval.ms");
+	int ms = v != NULL ? atoi(v) : 0;
+
+	return ms > 0 ? ms : 500;
 }
 
 int64_t idem_consumer_reset_offset(const struct idem_cfg *cfg)
@@ -132,6 +151,28 @@ idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group, rd_
 	return IDEM_OK;
 }
 
+rd_kafka_queue_t *idem_consumer_queue_open(rd_kafka_t *rk, const char *topic, int32_t partition,
+                                           void (*wake)(rd_kafka_t *rk, void *opaque), void *opaque)
+{
+	rd_kafka_queue_t *q = rd_kafka_queue_get_partition(rk, topic, partition);
+
+	if (q == NULL)
+		return NULL;
+	/* Also marks the queue as the application's, so that librdkafka does not forward it to
+	 * the consumer queue when fetching starts. */
+	rd_kafka_queue_forward(q, NULL);
+	rd_kafka_queue_cb_event_enable(q, wake, opaque);
+	return q;
+}
+
+void idem_consumer_queue_close(rd_kafka_queue_t *q)
+{
+	if (q == NULL)
+		return;
+	rd_kafka_queue_cb_event_enable(q, NULL, NULL);
+	rd_kafka_queue_destroy(q);
+}
+
 void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition)
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
@@ -153,13 +194,9 @@ void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition)
  * Messages that arrived while the partition waited were dropped by the daemon, so the position
  * is set explicitly. The partition is resumed first: a seek waits for the fetcher to take the
  * new position, which a paused partition's fetcher does not do. A seek with a timeout also
- * guarantees that nothing fetched before it reaches us afterwards. Without @wait (a held
- * partition: nothing was dropped, the position is already right) the seek only gets the fetcher
- * going at once, which a resume alone does only after a while, and is waited for briefly: the
- * consumer thread must not stall on it.
+ * guarantees that nothing fetched before it reaches us afterwards.
  */
-void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t offset,
-                          bool wait)
+void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t offset)
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_error_t *error;
@@ -173,17 +210,15 @@ void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, 
 		idem_log_error("kafka", "cannot resume topic=%s partition=%" PRId32 ": %s", topic,
 		               partition, rd_kafka_err2str(e));
 	list->elems[0].offset = offset;
-	error = rd_kafka_seek_partitions(rk, list, wait ? 5000 : 100);
+	error = rd_kafka_seek_partitions(rk, list, 5000);
 	if (error == NULL && list->elems[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		error = rd_kafka_error_new(list->elems[0].err, "%s",
 		                           rd_kafka_err2str(list->elems[0].err));
 	if (error != NULL) {
-		if (wait)
-			idem_log_warn("kafka",
-			              "cannot seek topic=%s partition=%" PRId32
-			              " to offset=%" PRId64
-			              ": %s, ignoring (the seek still applies when it can)",
-			              topic, partition, offset, rd_kafka_error_string(error));
+		idem_log_warn("kafka",
+		              "cannot seek topic=%s partition=%" PRId32 " to offset=%" PRId64
+		              ": %s, ignoring (the seek still applies when it can)",
+		              topic, partition, offset, rd_kafka_error_string(error));
 		rd_kafka_error_destroy(error);
 	}
 	rd_kafka_topic_partition_list_destroy(list);

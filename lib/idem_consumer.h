@@ -65,16 +65,31 @@ IDEM_NODISCARD idem_status idem_consumer_open(const struct idem_cfg *cfg,
                                               const struct idem_consumer_hooks *hooks,
                                               rd_kafka_t **ret_rk, idem_error *err);
 
+/*
+ * @brief The fetch queue of an assigned partition, as a queue of the caller's own: what is
+ * fetched for it is not forwarded to the consumer queue but waits there until the caller
+ * consumes it (rd_kafka_consume_batch_queue()), and librdkafka prefetches the partition up to
+ * queued.min.messages / queued.max.messages.kbytes of that queue. Not consuming a partition is
+ * its backpressure: no pause, so no fetch is dropped, done again, or left waiting behind a long
+ * poll of the broker's other partitions. @wake(@rk, @opaque) is called from a librdkafka thread
+ * when the queue gains a message while empty. Call it before the partition is assigned (in the
+ * assign hook). NULL when out of memory.
+ */
+rd_kafka_queue_t *idem_consumer_queue_open(rd_kafka_t *rk, const char *topic, int32_t partition,
+                                           void (*wake)(rd_kafka_t *rk, void *opaque),
+                                           void *opaque);
+
+/* @brief Stop the wake-ups and release the handle (NULL is ignored). */
+void idem_consumer_queue_close(rd_kafka_queue_t *q);
+
 /* @brief Stop fetching @topic/@partition. */
 void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition);
 
 /*
- * @brief Fetch @topic/@partition again from @offset: resume it, then seek there. With @wait the
- * seek is waited for (up to 5 s) so that nothing fetched before it arrives afterwards; without,
- * only briefly (100 ms), to get the fetcher going at once.
+ * @brief Fetch @topic/@partition again from @offset, after a pause: resume it, then seek there,
+ * waiting (up to 5 s) for the seek so that nothing fetched before it arrives afterwards.
  */
-void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t offset,
-                          bool wait);
+void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t offset);
 
 /*
  * @brief Where a partition without any position starts (auto.offset.reset as idemd runs it):
@@ -82,8 +97,12 @@ void idem_consumer_resume(rd_kafka_t *rk, const char *topic, int32_t partition, 
  */
 int64_t idem_consumer_reset_offset(const struct idem_cfg *cfg);
 
-/* How often the daemon commits the offsets it may commit (milliseconds). */
-#define IDEM_CONSUMER_COMMIT_MS 500
+/*
+ * @brief How often the daemon commits the offsets it may commit, in milliseconds:
+ * auto.commit.interval.ms as idemd runs it (500 unless kafka.properties says otherwise; idemd
+ * commits itself, with metadata, but keeps librdkafka's name for the interval).
+ */
+int idem_consumer_commit_interval_ms(const struct idem_cfg *cfg);
 
 /*
  * @brief Commit @offsets (each with its .metadata) to the group: @sync waits for the answer,

@@ -1,14 +1,16 @@
 /*
  * idem_daemon.c - the main loop.
  *
- * The consumer thread polls, fills one batch per partition (idem_part) and hands due batches to
- * the worker pool (idem_pool), where each worker commits them on its own Postgres connection.
- * Under load batches fill while the workers are busy. Each partition has at most one batch in
- * flight, so its batches commit in offset order; the next one fills meanwhile, and when it is
- * full too the partition is paused until the one in flight is done (backpressure). A batch is
- * full at batch.max_messages or batch.max_bytes; once the bytes held in all batches reach
- * batch.max_bytes_total, a partition with a batch in flight is paused the same way and one
- * without dispatches what it has, so memory stays bounded in bytes ("Memory bound").
+ * The consumer thread polls for events, takes each partition's messages from the partition's
+ * own queue into its batch (idem_part) and hands due batches to the worker pool (idem_pool),
+ * where each worker commits them on its own Postgres connection. Under load batches fill while
+ * the workers are busy. Each partition has at most one batch in flight, so its batches commit
+ * in offset order; the next one fills meanwhile, and when it is full too the partition's queue
+ * is not read until the one in flight is done (backpressure; librdkafka keeps prefetching it).
+ * A batch is full at batch.max_messages (twice that while one is in flight) or batch.max_bytes;
+ * once the bytes held in all batches reach batch.max_bytes_total, a partition with a batch in
+ * flight is held the same way and one without dispatches what it has, so memory stays bounded
+ * in bytes ("Memory bound").
  * Everything Kafka-side (idem_consumer) happens on the consumer thread: a worker only commits
  * and reports back, and the consumer thread stores the offset after that commit. See
  * ARCHITECTURE.md, "Data flow".
@@ -37,6 +39,7 @@ struct idem_daemon {
 	const struct idem_cfg *cfg;
 	idem_stop_fn stop;
 	rd_kafka_t *rk;
+	rd_kafka_queue_t *cq;             /* the consumer queue: events, and wake-ups of the poll */
 	struct idem_consumer_hooks hooks; /* the consumer's rebalance callbacks, into this */
 	idem_pool *pool;
 
@@ -54,6 +57,7 @@ struct idem_daemon {
 	idem_resume *resume;        /* where assigned partitions start (its own connection) */
 	char db_id[IDEM_DB_ID_LEN]; /* the database's identity, named in commit metadata */
 	int64_t last_commit_ms;     /* offsets last committed to Kafka */
+	int commit_ms;              /* and how often (auto.commit.interval.ms) */
 	uint64_t reconnects;        /* idem_pool_reconnects() as last checked */
 	int64_t check_at_ms;        /* no position check before (one failed) */
 };
@@ -90,7 +94,7 @@ static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 /*
  * Commit to Kafka the offsets Kafka does not have yet, each with its metadata: this database's
  * identity and the offset, which tells a later assignment that the database held it
- * (idem_resume; ARCHITECTURE.md "When the database goes back"). Every IDEM_CONSUMER_COMMIT_MS
+ * (idem_resume; ARCHITECTURE.md "When the database goes back"). Every auto.commit.interval.ms
  * asynchronously (what fails is sent again next time), and synchronously before partitions are
  * given up. @only_leaving: only the partitions being revoked.
  */
@@ -153,12 +157,12 @@ static void pause_part(idem_daemon *d, struct idem_part *p)
 }
 
 /*
- * Fetch @p again from @offset (idem_consumer_resume()). Messages that arrived while it waited
- * were dropped (take()); without @wait it is a held partition, where nothing was dropped.
+ * Fetch @p again from @offset (idem_consumer_resume()), after a pause for a retry: messages that
+ * arrived while it waited were dropped (take()).
  */
-static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset, bool wait)
+static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset)
 {
-	idem_consumer_resume(d->rk, p->topic, p->partition, offset, wait);
+	idem_consumer_resume(d->rk, p->topic, p->partition, offset);
 	p->fetch_next = offset;
 }
 
@@ -232,11 +236,13 @@ static void release(idem_daemon *d, struct idem_batch *b)
 	idem_batch_reset(b);
 }
 
-/* Is @b full (batch.max_messages or batch.max_bytes)? */
-static bool batch_full(const idem_daemon *d, const struct idem_batch *b)
+/* Is @b full (batch.max_messages, or IDEM_BATCH_GROW times that while @p's batch is in flight,
+ * or batch.max_bytes)? */
+static bool batch_full(const idem_daemon *d, const struct idem_part *p, const struct idem_batch *b)
 {
-	return b->n_msgs >= (size_t)d->cfg->batch_max_messages ||
-	       b->bytes >= d->cfg->batch_max_bytes;
+	size_t max = (size_t)d->cfg->batch_max_messages * (p->busy ? IDEM_BATCH_GROW : 1);
+
+	return b->n_msgs >= max || b->bytes >= d->cfg->batch_max_bytes;
 }
 
 /* Have all batches together reached batch.max_bytes_total? */
@@ -260,7 +266,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 {
 	struct idem_batch *b = &p->inflight;
 	const struct idem_flush_stats *st = &p->job.st;
-	bool was_retry = p->retry_at_ms != 0, was_held = p->held, was_halted = p->halted;
+	bool was_retry = p->retry_at_ms != 0, was_halted = p->halted;
 	int64_t first = p->job.first, last = st->next_offset - 1;
 
 	double stages[IDEM_METRICS_STAGES] = {
@@ -316,7 +322,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 		release(d, &p->batch);
 		p->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
 		p->fetch_next = st->next_offset;
-		if (!was_retry && !was_held)
+		if (!was_retry)
 			pause_part(d, p);
 		idem_log_error(
 		        "batch",
@@ -329,12 +335,12 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	}
 	/* A batch that filled up meanwhile goes at once, and so does any while the bytes held are
 	 * over budget: in flight is the only way they are ever released. */
-	if (p->batch.n_msgs > 0 && (batch_full(d, &p->batch) || over_budget(d)))
+	if (p->batch.n_msgs > 0 && (batch_full(d, p, &p->batch) || over_budget(d)))
 		dispatch(d, p);
 	if (p->leaving)
 		return;
-	if (was_retry || was_held)
-		resume_part(d, p, p->fetch_next >= 0 ? p->fetch_next : last + 1, was_retry);
+	if (was_retry)
+		resume_part(d, p, p->fetch_next >= 0 ? p->fetch_next : last + 1);
 }
 
 /*
@@ -365,7 +371,7 @@ static void went_back(idem_daemon *d, struct idem_part *p, int64_t db, const cha
 	              " message(s) to re-apply",
 	              p->topic, p->partition, db, was, how, gap);
 	/* Paused or fetching, the partition is resumed and sought there. */
-	resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg), true);
+	resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg));
 	if (db < 0)
 		p->fetch_next = -1;
 }
@@ -381,7 +387,7 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	const idem_error *e = &p->job.err;
 	enum idem_pg_class cls = idem_pg_classify(e->sqlstate);
 	struct idem_batch *b = &p->batch;
-	bool was_paused = p->retry_at_ms != 0 || p->held;
+	bool was_paused = p->retry_at_ms != 0;
 	size_t bytes = idem_part_bytes(p);
 	int64_t first, last;
 	int wait;
@@ -564,6 +570,15 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 	              db_id[0] ? db_id : "-");
 }
 
+/* A partition's queue gained a message while empty (a librdkafka thread): end the poll. */
+static void wake(rd_kafka_t *rk, void *opaque)
+{
+	idem_daemon *d = opaque;
+
+	(void)rk;
+	rd_kafka_queue_yield(d->cq);
+}
+
 /*
  * The group hands partitions over (idem_consumer assigns them after this): each one starts at
  * the database's position, unless Kafka's committed offset is beyond it and idemd did not commit
@@ -601,6 +616,12 @@ static void on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		if (p != NULL)
 			tp->offset = RD_KAFKA_OFFSET_INVALID;
 		r = idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, &p);
+		if (r == IDEM_OK && p->queue == NULL) {
+			p->queue =
+			        idem_consumer_queue_open(d->rk, tp->topic, tp->partition, wake, d);
+			if (p->queue == NULL)
+				r = IDEM_ERR_NOMEM;
+		}
 		if (r != IDEM_OK) {
 			idem_log_error("kafka",
 			               "cannot take partition topic=%s partition=%" PRId32 ": %s",
@@ -679,8 +700,11 @@ static void on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
-		if (p != NULL)
+		if (p != NULL) {
 			d->bytes_held -= idem_part_bytes(p);
+			idem_consumer_queue_close(p->queue);
+			p->queue = NULL;
+		}
 		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
 		idem_metrics_partition_remove(d->metrics, list->elems[i].topic,
 		                              list->elems[i].partition);
@@ -703,6 +727,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->stop = stop;
 	d->seed = (unsigned int)now_ms() ^ (unsigned int)(uintptr_t)d;
 	d->last_stats_ms = now_ms();
+	d->commit_ms = idem_consumer_commit_interval_ms(cfg);
 	idem_parts_init(&d->parts);
 	if ((r = idem_pool_new(cfg, &d->pool, err)) != IDEM_OK)
 		goto out_free;
@@ -724,6 +749,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	        (struct idem_consumer_hooks){ on_assign, on_assigned, on_revoke, on_committed, d };
 	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
 		goto out_free;
+	d->cq = rd_kafka_queue_get_consumer(d->rk);
 	if ((r = idem_pool_start(d->pool, d->rk, err)) != IDEM_OK)
 		goto out_free;
 	idem_log_info("daemon", "%zu worker(s), one Postgres connection each",
@@ -751,6 +777,12 @@ void idem_daemon_free(idem_daemon *d)
 	idem_retention_stop(d->retention);
 	/* The workers are done before the consumer whose queue they wake goes. */
 	idem_pool_stop(d->pool);
+	for (size_t i = 0; i < d->parts.n; i++) {
+		idem_consumer_queue_close(d->parts.v[i]->queue);
+		d->parts.v[i]->queue = NULL;
+	}
+	if (d->cq != NULL)
+		rd_kafka_queue_destroy(d->cq);
 	if (d->rk != NULL)
 		rd_kafka_destroy(d->rk);
 	idem_metrics_free(d->metrics);
@@ -848,27 +880,28 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		p->batch.opened_us = idem_mono_us();
 		p->batch.first_lag_ms = m.timestamp_ms >= 0 ? idem_wall_ms() - m.timestamp_ms : -1;
 	}
-	if (!batch_full(d, &p->batch) && !over_budget(d))
+	if (!batch_full(d, p, &p->batch) && !over_budget(d))
 		return IDEM_OK;
 	/* Over budget, a partition with nothing in flight dispatches what it has (one message
-	 * at least, however large: never stuck), one with a batch in flight pauses instead of
-	 * growing. Every paused partition has a batch in flight, which releases its bytes and
-	 * resumes it (committed()), so waiting for the budget cannot deadlock. */
+	 * at least, however large: never stuck), one with a batch in flight is held instead of
+	 * growing. Every held partition has a batch in flight, which releases its bytes and its
+	 * hold (committed()), so waiting for the budget cannot deadlock. */
 	if (!p->busy) {
 		dispatch(d, p);
-	} else if (!p->held) {
-		/* Full (or over budget) while the one before it commits: pause the partition until
-		 * then. What librdkafka still hands over is kept (it stops at the pause), so
-		 * nothing is dropped and the partition resumes where it stopped. */
+	} else {
+		/* Full (or over budget) while the one before it commits: its queue is not consumed
+		 * until then (can_take()). */
 		p->held = true;
-		pause_part(d, p);
 	}
 	return IDEM_OK;
 }
 
-/* Hand over every batch that is due (@all: every non-empty one), and the retries whose time came.
+/*
+ * Hand over every batch that is due (full ones went at once: take()), and the retries whose
+ * time came. A batch is due when it is batch.max_wait_ms old, or when its partition's queue had
+ * nothing more (p->drained: nothing is worth waiting for).
  */
-static void flush_due(idem_daemon *d, bool all)
+static void flush_due(idem_daemon *d)
 {
 	int64_t now = now_ms();
 
@@ -891,11 +924,11 @@ static void flush_due(idem_daemon *d, bool all)
 				              p->halted ? "halted" : "paused", p->topic,
 				              p->partition, p->fetch_next);
 				p->retry_at_ms = 0;
-				resume_part(d, p, p->fetch_next, true);
+				resume_part(d, p, p->fetch_next);
 				continue;
 			}
 		} else if (b->n_msgs == 0 ||
-		           (!all && now - b->opened_ms < d->cfg->batch_max_wait_ms)) {
+		           (!p->drained && now - b->opened_ms < d->cfg->batch_max_wait_ms)) {
 			continue;
 		}
 		dispatch(d, p);
@@ -924,6 +957,8 @@ size_t idem_daemon_retry_now(idem_daemon *d)
 	return n;
 }
 
+static bool can_take(const idem_daemon *d, const struct idem_part *p);
+
 static int poll_timeout(const idem_daemon *d)
 {
 	int64_t now = now_ms(), t = 100;
@@ -933,6 +968,8 @@ static int poll_timeout(const idem_daemon *d)
 		const struct idem_batch *b = &p->batch;
 		int64_t left;
 
+		if (p->queue != NULL && !p->drained && can_take(d, p))
+			return 0; /* its queue has more to take at once */
 		if (p->busy)
 			continue; /* its worker wakes the poll when it is done */
 		if (p->retry_at_ms != 0)
@@ -1054,54 +1091,106 @@ out:
 	rd_kafka_topic_partition_list_destroy(list);
 }
 
+/*
+ * May @p's queue be consumed? Not while it waits for a retry (it is paused), nor while its next
+ * batch is full, or the bytes are over budget, with one in flight (backpressure: p->held). What
+ * is not consumed stays in librdkafka, which prefetches the partition only up to
+ * queued.min.messages / queued.max.messages.kbytes of its queue: no pause, no seek, no fetch done
+ * again, and no wait for a fetch slot behind a long poll of the broker's other partitions (up to
+ * fetch.wait.max.ms) that a paused partition would meet when resumed.
+ */
+static bool can_take(const idem_daemon *d, const struct idem_part *p)
+{
+	return p->retry_at_ms == 0 && !p->leaving &&
+	       !(p->busy && (batch_full(d, p, &p->batch) || over_budget(d)));
+}
+
+/* A message, or an error, taken from a queue. */
+static idem_status take_one(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err)
+{
+	idem_status r = IDEM_OK;
+
+	if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		r = take(d, rkm, err);
+	else
+		idem_log_warn("kafka", "consume error topic=%s partition=%" PRId32 ": %s",
+		              rkm->rkt ? rd_kafka_topic_name(rkm->rkt) : "-", rkm->partition,
+		              rd_kafka_message_errstr(rkm));
+	rd_kafka_message_destroy(rkm);
+	return r;
+}
+
+/*
+ * Take what the partitions' queues hold, without waiting, each as far as its batch has room,
+ * at most @budget messages in all, a chunk of a partition at a time so that partitions take
+ * turns. p->drained says whether a partition's queue had nothing more.
+ */
+static idem_status take_queued(idem_daemon *d, int budget, idem_error *err)
+{
+	rd_kafka_message_t *msgs[64];
+	bool more = true;
+	idem_status r = IDEM_OK;
+
+	while (more && budget > 0 && !stopping(d)) {
+		more = false;
+		for (size_t i = 0; i < d->parts.n && budget > 0; i++) {
+			struct idem_part *p = d->parts.v[i];
+			size_t room = (size_t)d->cfg->batch_max_messages *
+			              (p->busy ? IDEM_BATCH_GROW : 1),
+			       want;
+			ssize_t n;
+
+			if (p->queue == NULL || !can_take(d, p))
+				continue;
+			if (p->batch.n_msgs < room)
+				room -= p->batch.n_msgs;
+			want = room < IDEM_ARRAY_SIZE(msgs) ? room : IDEM_ARRAY_SIZE(msgs);
+			if (want > (size_t)budget)
+				want = (size_t)budget;
+			n = rd_kafka_consume_batch_queue(p->queue, 0, msgs, want);
+			p->drained = n < (ssize_t)want;
+			for (ssize_t k = 0; k < n; k++) {
+				if (r == IDEM_OK)
+					r = take_one(d, msgs[k], err);
+				else
+					rd_kafka_message_destroy(msgs[k]);
+			}
+			if (r != IDEM_OK)
+				return r;
+			budget -= n > 0 ? (int)n : 0;
+			more |= !p->drained;
+		}
+	}
+	return r;
+}
+
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 {
 	rd_kafka_message_t *rkm;
-	int budget = d->cfg->batch_max_messages * 4;
 	idem_status r;
 
 	publish(d);
-	if (now_ms() - d->last_commit_ms >= IDEM_CONSUMER_COMMIT_MS)
+	if (now_ms() - d->last_commit_ms >= d->commit_ms)
 		commit_offsets(d, false, false, "interval");
 	if (idem_pool_reconnects(d->pool) != d->reconnects && now_ms() >= d->check_at_ms)
 		check_positions(d);
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
+	/* Events (rebalances, commits, errors) and the wake-ups: a partition's queue gaining a
+	 * message, a worker done. The partitions' messages wait in their own queues. */
 	rkm = rd_kafka_consumer_poll(d->rk, poll_timeout(d));
-	/* A worker's wake-up also ends the poll empty-handed: look once more before taking the
-	 * queue for drained. */
-	if (rkm == NULL)
-		rkm = rd_kafka_consumer_poll(d->rk, 0);
-	if ((r = collect(d, err)) != IDEM_OK) {
-		if (rkm != NULL)
-			rd_kafka_message_destroy(rkm);
-		return r;
-	}
-	if (rkm == NULL) {
-		flush_due(d, true); /* idle: nothing is worth waiting for */
-		log_stats(d);
-		return IDEM_OK;
-	}
-	/* Drain what is already fetched without waiting, so batches fill under load. */
 	while (rkm != NULL) {
-		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-			r = take(d, rkm, err);
-		} else {
-			idem_log_warn("kafka", "consume error topic=%s partition=%" PRId32 ": %s",
-			              rkm->rkt ? rd_kafka_topic_name(rkm->rkt) : "-",
-			              rkm->partition, rd_kafka_message_errstr(rkm));
-			r = IDEM_OK;
-		}
-		rd_kafka_message_destroy(rkm);
-		if (r != IDEM_OK)
+		if ((r = take_one(d, rkm, err)) != IDEM_OK)
 			return r;
-		if (--budget <= 0 || stopping(d))
-			break;
 		rkm = rd_kafka_consumer_poll(d->rk, 0);
 	}
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
-	flush_due(d, rkm == NULL);
+	if ((r = take_queued(d, d->cfg->batch_max_messages * 4, err)) != IDEM_OK)
+		return r;
+	if ((r = collect(d, err)) != IDEM_OK)
+		return r;
+	flush_due(d);
 	log_stats(d);
 	return IDEM_OK;
 }
@@ -1114,6 +1203,12 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 		d->parts.v[i]->leaving = true;
 	r = drain(d, 5, err);
 	commit_offsets(d, true, false, "shutdown");
+	/* No more wake-ups: one during rd_kafka_consumer_close() would end its wait for the
+	 * group's termination early (a yield of the consumer queue), and leave it half done. */
+	for (size_t i = 0; i < d->parts.n; i++) {
+		idem_consumer_queue_close(d->parts.v[i]->queue);
+		d->parts.v[i]->queue = NULL;
+	}
 	/* Leaves the group; the revoke callback finds nothing left to do. */
 	rd_kafka_consumer_close(d->rk);
 	idem_pool_stop(d->pool);

@@ -24,6 +24,8 @@
 #ifndef IDEM_PART_H
 #define IDEM_PART_H
 
+#include <librdkafka/rdkafka.h>
+
 #include "idem_batch.h"
 #include "idem_cfg.h"
 #include "idem_common.h"
@@ -45,6 +47,9 @@ struct idem_part {
 	char *topic; /* owned */
 	int32_t partition;
 	const struct idem_route *route;
+	rd_kafka_queue_t *queue; /* its own fetch queue (idem_consumer_queue_open()), owned by
+	                            the daemon, which closes it before the entry goes */
+	bool drained;            /* @queue had nothing more when last consumed */
 	struct idem_batch batch; /* messages received, not yet committed, nor handed over */
 	/* While busy, a worker owns @inflight (the batch before @batch) and @job; nothing else
 	 * touches them. One batch per partition is in flight at a time, so batches commit in
@@ -52,8 +57,8 @@ struct idem_part {
 	struct idem_batch inflight;
 	struct idem_part_job job;
 	bool busy;
-	bool held;            /* paused because @batch is full, or batch.max_bytes_total is reached,
-	                         while @inflight commits */
+	bool held;            /* not consumed because @batch is full, or batch.max_bytes_total is
+	                         reached, while @inflight commits */
 	bool leaving;         /* being revoked or shut down: drained, not fetched again */
 	bool halted;          /* stopped at a poison message (on_poison: halt), from the batch that
 	                         halted to the first that commits past it, its retries included */

@@ -16,7 +16,7 @@
 
 #include "idem_flush.h"
 
-/* Most batches one transaction carries, and most messages (in batch.max_messages units). */
+/* Most batches one transaction carries, and most messages (in units of the largest batch). */
 #define GROUP_MAX_BATCHES 32
 #define GROUP_MAX_FULL    2
 /* How often an idle worker checks its connection (idem_flush_check()). */
@@ -178,7 +178,8 @@ int64_t idem_pool_stalled_ms(const struct idem_parts *ps, int64_t now_ms)
 /* Take the next group of ready batches, under pool->mu. */
 static size_t take_group(idem_pool *pool, struct idem_part **group)
 {
-	size_t n = 0, msgs = 0, cap = (size_t)pool->cfg->batch_max_messages * GROUP_MAX_FULL;
+	size_t n = 0, msgs = 0,
+	       cap = (size_t)pool->cfg->batch_max_messages * IDEM_BATCH_GROW * GROUP_MAX_FULL;
 
 	while (pool->ready != NULL && n < GROUP_MAX_BATCHES &&
 	       (n == 0 || msgs + pool->ready->inflight.n_msgs <= cap)) {

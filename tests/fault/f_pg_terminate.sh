@@ -13,7 +13,7 @@ idem_pg_start
 idem_kafka_start payments:8
 idem_write_config "$IDEM_TMP/idemd.yaml" g-terminate payments --max 50 --retry max_ms=500
 idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce_bg 40000 0.3 71 2000
+idem_produce_bg 50000 0.3 71 2000
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "first payments applied" idem_claims_above 0

@@ -21,16 +21,16 @@ BUDGET=$((8 * 1024 * 1024))
 MAX_BYTES=$((1024 * 1024))
 # The stated constant: what idemd holds besides its batches (KiB), measured with this test's
 # settings. Its own footprint (this test with 2 KiB values: 14 MiB, 26 MiB under ASan), taken as
-# 16 MiB (28 under ASan); librdkafka's prefetch, queued.max.messages.kbytes (1 MiB) plus one
-# fetch in progress (fetch.max.bytes, 2 MiB); one message per partition beyond the budget (a
+# 16 MiB (28 under ASan); librdkafka's prefetch, per partition (each has its own queue)
+# queued.max.messages.kbytes (512 KiB, passed by up to one message: 16 x 1 MiB) plus one fetch
+# in progress (fetch.max.bytes, 2 MiB); one message per partition beyond the budget (a
 # partition with nothing in flight always takes one: 16 x 512 KiB); 10 MiB of slack (arenas
-# kept for reuse, allocator). Measured: 34 MiB peak (46 to 49 MiB under ASan) against bounds of
-# 45 (57); before the byte bound 70 MiB.
+# kept for reuse, allocator). Measured: 33 to 42 MiB peak against a bound of 60.
 FOOTPRINT_KIB=$((16 * 1024))
 if grep -q '^CMAKE_BUILD_TYPE:STRING=Asan$' "$IDEM_BIN/CMakeCache.txt" 2>/dev/null; then
 	FOOTPRINT_KIB=$((28 * 1024))
 fi
-CONSTANT_KIB=${IDEM_MEM_CONSTANT_KIB:-$((FOOTPRINT_KIB + 3 * 1024 + PARTS * VALUE_BYTES / 1024 + 10 * 1024))}
+CONSTANT_KIB=${IDEM_MEM_CONSTANT_KIB:-$((FOOTPRINT_KIB + PARTS * 1024 + 2 * 1024 + PARTS * VALUE_BYTES / 1024 + 10 * 1024))}
 
 idem_tmp_init
 idem_pg_start
@@ -38,7 +38,7 @@ idem_kafka_start --brokers 1 payments:$PARTS
 idem_write_config "$IDEM_TMP/idemd.yaml" g-mem payments --max 500 --wait 20 \
 	--batch max_bytes=$MAX_BYTES --batch max_bytes_total=$BUDGET \
 	--limits max_message_bytes=$((2 * VALUE_BYTES)) --postgres lock_timeout_ms=60000 \
-	--kafka-prop queued.max.messages.kbytes=1024 --kafka-prop fetch.max.bytes=2097152
+	--kafka-prop queued.max.messages.kbytes=512 --kafka-prop fetch.max.bytes=2097152
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 
 # Values: payments JSON padded to VALUE_BYTES; manifest for idem_check_exactly_once.

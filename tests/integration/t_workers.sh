@@ -2,8 +2,9 @@
 # Parallel workers and combined transactions, checked in the database:
 #  1. batch.workers: 2 commits on two connections at once (transactions of two backends
 #     overlap in time), while each partition's messages are still applied in offset order, and
-#     no batch exceeds batch.max_messages although the partitions fill faster than the slow
-#     handler drains them (the next batch waits, its partition is paused);
+#     as the partitions fill faster than the slow handler drains them, a partition's next batch
+#     grows while it waits, beyond batch.max_messages but never beyond twice that (transaction
+#     size follows the load; then the partition's queue is not read);
 #  2. batch.workers: 1 with small batches of many partitions ready at once commits them in
 #     one transaction, and the same business key arriving on two partitions in that
 #     transaction is applied once and counted once as an upstream duplicate.
@@ -57,9 +58,10 @@ overlaps=$(idem_psql -c "WITH t AS (SELECT pid, xid, min(at) s, max(at) e FROM w
 [ "$overlaps" -gt 0 ] || idem_fail "no two transactions of the two workers overlapped in time"
 idem_assert_eq "messages applied out of offset order within a partition" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT id, lag(id) OVER (PARTITION BY part ORDER BY off) AS prev FROM work_log) x WHERE prev > id')"
-idem_assert_eq "largest batch of one partition in one transaction" t \
-	"$(idem_psql -c 'SELECT max(n) <= 40 AND max(n) > 1 FROM (SELECT count(*) n FROM idem.processed_messages GROUP BY processed_at, partition) x')"
-echo "ok: 2 workers: $overlaps overlapping transaction pair(s), per-partition order kept, batches <= 40"
+largest=$(idem_psql -c 'SELECT max(n) FROM (SELECT count(*) n FROM idem.processed_messages GROUP BY processed_at, partition) x')
+[ "$largest" -gt 40 ] && [ "$largest" -le 80 ] ||
+	idem_fail "largest batch of one partition in one transaction: $largest, expected 41..80 (a waiting batch grows up to twice batch.max_messages, 40)"
+echo "ok: 2 workers: $overlaps overlapping transaction pair(s), per-partition order kept, batches grew to $largest (<= 80)"
 
 # ---- 2. one worker, many partitions in one transaction -----------------------------------------
 idem_psql -c 'TRUNCATE work_log, ledger, accounts, idem.processed_messages, idem.partition_progress' >/dev/null
