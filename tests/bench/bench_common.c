@@ -170,7 +170,6 @@ static bool copy_string(json_object *root, const char *name, char *out, size_t o
 bool bench_payment_decode(const void *value, size_t len, struct bench_payment *ret_pay,
                           char *errbuf, size_t errlen)
 {
-	static const char hex[] = "0123456789abcdef";
 	struct bench_payment pay;
 	json_tokener *tok;
 	json_object *root, *amount;
@@ -201,11 +200,7 @@ bool bench_payment_decode(const void *value, size_t len, struct bench_payment *r
 		snprintf(errbuf, errlen, "sha256 failed");
 		goto out_put;
 	}
-	for (unsigned int k = 0; k < mdlen; k++) {
-		pay.hash[2 * k] = hex[md[k] >> 4];
-		pay.hash[2 * k + 1] = hex[md[k] & 15];
-	}
-	pay.hash[64] = '\0';
+	bench_hash_hex(md, pay.hash);
 	*ret_pay = pay;
 	ok = true;
 out_put:
@@ -235,4 +230,15 @@ void bench_pg_prepare(PGconn *conn, const char *name, const char *sql)
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		bench_die("prepare '%s' failed: %s", name, PQresultErrorMessage(res));
 	PQclear(res);
+}
+
+void bench_hash_hex(const unsigned char *md, char out[2 * IDEM_BATCH_HASH_BYTES + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (unsigned int k = 0; k < IDEM_BATCH_HASH_BYTES; k++) {
+		out[2 * k] = hex[md[k] >> 4];
+		out[2 * k + 1] = hex[md[k] & 15];
+	}
+	out[2 * IDEM_BATCH_HASH_BYTES] = '\0';
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "idem_batch.h"
 #include "idem_common.h"
 #include "idem_sql.h"
 
@@ -52,7 +53,8 @@ struct bench_payment {
 	char payment_id[64]; /* the business key, json:/payment_id */
 	char account[64];    /* json:/account */
 	char amount[24];     /* json:/amount, as decimal text */
-	char hash[65];       /* SHA-256 of the value, lowercase hex (idemd's payload_hash) */
+	char hash[2 * IDEM_BATCH_HASH_BYTES +
+	          1]; /* idemd's payload_hash of the value, lowercase hex */
 };
 
 /*
@@ -76,5 +78,11 @@ IDEM_NORETURN void bench_die(const char *fmt, ...) IDEM_PRINTF(1, 2);
 
 /* @brief Set the program name used in messages. */
 void bench_set_prog(const char *name);
+
+/*
+ * @brief @out = idemd's payload hash of a value whose SHA-256 is @md (32 bytes): its first
+ * IDEM_BATCH_HASH_BYTES bytes in lowercase hex, NUL-terminated.
+ */
+void bench_hash_hex(const unsigned char *md, char out[2 * IDEM_BATCH_HASH_BYTES + 1]);
 
 #endif

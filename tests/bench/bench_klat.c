@@ -1,15 +1,20 @@
 /*
  * bench_klat - the Kafka-only latency floor of the latency run (phase K of the benchmark).
  *
- *   bench_klat --brokers B --topic T --group G --count N [--timeout S]
+ *   bench_klat --brokers B --topic T --group G --count N [--timeout S] [--config FILE]
  *              [--kafka-prop NAME=VALUE]...
  *
- * A consumer in group G with idemd's fetch settings (the properties run.sh gives idemd in the
- * latency run, passed as --kafka-prop, a later one replacing an earlier one) that does nothing but
- * note, for each of the first N messages, the wall-clock time it was handed over minus the
- * message's Kafka timestamp (set by the producer). Run it while idem-kafkatool produces at the
- * latency run's rate: what remains of the end-to-end latency target after Kafka (producer linger,
- * broker, fetch) has taken its share.
+ * A consumer in group G with idemd's Kafka properties that does nothing but note, for each of the
+ * first N messages, the wall-clock time it was handed over minus the message's Kafka timestamp (set
+ * by the producer). Run it while idem-kafkatool produces at the latency run's rate: what remains of
+ * the end-to-end latency target after Kafka (producer linger, broker, fetch) has taken its share.
+ *
+ * With --config (the idemd configuration of the latency run), the consumer is configured exactly
+ * as idemd configures its own (idem_consumer_conf(): the brokers, idemd's defaults, then the
+ * file's kafka.properties), only the group replaced by G. Without it: session.timeout.ms 6000,
+ * heartbeat.interval.ms 500, fetch.wait.max.ms 10, queued.min.messages 1000000 (the benchmark's
+ * tuned settings before idemd was measured at its defaults). --kafka-prop comes last either way
+ * (a later one replaces an earlier one).
  *
  * Says "bench_klat: assigned N partitions" on stderr once the group is joined (produce only
  * then), and at the end prints one line: klat messages=N p50_ms=X p99_ms=Y max_ms=Z
@@ -22,6 +27,8 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "idem_cfg.h"
+#include "idem_consumer.h"
 
 static int dbl_cmp(const void *a, const void *b)
 {
@@ -54,7 +61,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: bench_klat --brokers B --topic T --group G --count N [--timeout S]\n"
-	           "                  [--kafka-prop NAME=VALUE]...\n");
+	           "                  [--config FILE] [--kafka-prop NAME=VALUE]...\n");
 }
 
 int main(int argc, char **argv)
@@ -66,10 +73,11 @@ int main(int argc, char **argv)
 		{ "count", required_argument, NULL, 'n' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "kafka-prop", required_argument, NULL, 'X' },
+		{ "config", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *brokers = NULL, *topic = NULL, *group = NULL;
+	const char *brokers = NULL, *topic = NULL, *group = NULL, *config = NULL;
 	rd_kafka_topic_partition_list_t *topics;
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
@@ -98,6 +106,9 @@ int main(int argc, char **argv)
 		case 'T':
 			timeout = atof(optarg);
 			break;
+		case 'C':
+			config = optarg;
+			break;
 		case 'X':
 			if (n_props == (int)(sizeof(props) / sizeof(props[0])) ||
 			    strchr(optarg, '=') == NULL)
@@ -117,16 +128,30 @@ int main(int argc, char **argv)
 	if (lat == NULL)
 		bench_die("out of memory");
 
-	/* The properties of idemd's benchmark configuration (run.sh). */
-	conf = rd_kafka_conf_new();
-	conf_set(conf, "bootstrap.servers", brokers);
+	if (config != NULL) {
+		/* idemd's own consumer configuration, from its configuration file. */
+		struct idem_cfg *cfg = NULL;
+		char *errors = NULL;
+		idem_error err;
+
+		if (idem_cfg_load(config, &cfg, &errors) != IDEM_OK)
+			bench_die("%s", errors != NULL ? errors : "cannot load the configuration");
+		if (idem_consumer_conf(cfg, &conf, &err) != IDEM_OK)
+			bench_die("%s", err.msg);
+		idem_cfg_free(cfg);
+		conf_set(conf, "bootstrap.servers", brokers);
+	} else {
+		/* The benchmark's tuned settings of before. */
+		conf = rd_kafka_conf_new();
+		conf_set(conf, "bootstrap.servers", brokers);
+		conf_set(conf, "auto.offset.reset", "earliest");
+		conf_set(conf, "session.timeout.ms", "6000");
+		conf_set(conf, "heartbeat.interval.ms", "500");
+		conf_set(conf, "fetch.wait.max.ms", "10");
+		conf_set(conf, "queued.min.messages", "1000000");
+	}
 	conf_set(conf, "group.id", group);
 	conf_set(conf, "enable.auto.commit", "false");
-	conf_set(conf, "auto.offset.reset", "earliest");
-	conf_set(conf, "session.timeout.ms", "6000");
-	conf_set(conf, "heartbeat.interval.ms", "500");
-	conf_set(conf, "fetch.wait.max.ms", "10");
-	conf_set(conf, "queued.min.messages", "1000000");
 	conf_set(conf, "log_level", "4");
 	for (int i = 0; i < n_props; i++) {
 		char *eq = strchr(props[i], '=');

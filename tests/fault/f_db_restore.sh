@@ -24,8 +24,11 @@ case $instances in
 1 | 2) ;;
 *) idem_fail "IDEM_RESTORE_INSTANCES must be 1 or 2, not '$instances'" ;;
 esac
-count=12000
-dups=0.2
+# The rig ran 39,042 messages (30,000 payments): IDEM_RESTORE_COUNT=39042
+# IDEM_RESTORE_DUPS=0.2316 IDEM_RESTORE_RATE=1000 runs it at that size.
+count=${IDEM_RESTORE_COUNT:-12000}
+dups=${IDEM_RESTORE_DUPS:-0.2}
+rate=${IDEM_RESTORE_RATE:-500}
 idem_tmp_init
 idem_pg_start
 idem_pg_durable_commits
@@ -60,8 +63,8 @@ ledger_at_least() { [ "$(rows ledger)" -ge "$1" ]; }
 drained() { [ "$(pending)" = 0 ]; }
 
 # ---- before: apply everything, with a base backup taken about 40% in -----------------------------
-# ~25 s of stream (20% duplicates: ~9,600 unique payments).
-idem_produce_bg "$count" "$dups" 171 500
+# ~25 s of stream at the defaults (20% duplicates: ~9,600 unique payments).
+idem_produce_bg "$count" "$dups" 171 "$rate"
 idemd_start a "$a_cfg"
 idem_wait_until 120 "40% of the payments in the ledger" ledger_at_least $((count * 32 / 100))
 idem_producer_running || idem_fail "the stream ended before the backup"

@@ -38,6 +38,12 @@ idem__kv_set() {
 #   --kafka-prop NAME=VALUE  a librdkafka property; replaces a default of the same name
 #                            [session.timeout.ms=6000 heartbeat.interval.ms=500
 #                            fetch.wait.max.ms=50 queued.min.messages=1000000]
+#   --kafka-defaults         leave out the defaults fetch.wait.max.ms and queued.min.messages
+#                            (idemd's and librdkafka's own apply; session.timeout.ms and
+#                            heartbeat.interval.ms stay: they only make the group form faster);
+#                            a --kafka-prop of the same name is still written
+#   --batch-defaults         write max_messages and max_wait_ms only if --max / --wait give them
+#                            (workers only if --workers does, as always): idemd's own defaults
 #   --retry NAME=VALUE       a retry key; replaces a default of the same name
 #                            [initial_ms=50 max_ms=2000]
 #   --no-retry               no retry section at all: idemd's own defaults
@@ -52,7 +58,8 @@ idem_write_config() {
 	local topic=payments route_name=payments key='${json:/payment_id}' sql= mode=
 	local params='[business_key, "json:/account", "json:/amount"]' max=500 wait=20 workers=
 	local level=${IDEM_LOG_LEVEL:-info} with_retry=1 q="'" name
-	local -A kafka=() retry=()
+	local kafka_defaults=0 batch_defaults=0 max_given=0 wait_given=0
+	local -A kafka=() retry=() kafka_given=()
 	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=() batch=()
 	for name in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=50 \
 		queued.min.messages=1000000; do
@@ -63,6 +70,8 @@ idem_write_config() {
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--no-retry) with_retry=0; shift; continue ;;
+		--kafka-defaults) kafka_defaults=1; shift; continue ;;
+		--batch-defaults) batch_defaults=1; shift; continue ;;
 		--topic | --route-name | --key | --sql | --mode | --params | --max | --wait | --workers | \
 			--log-level | --kafka-prop | --retry | --route | --postgres | --limits | --outbox | --batch)
 			[ $# -ge 2 ] || idem_fail "idem_write_config: $1 needs a value" ;;
@@ -75,11 +84,11 @@ idem_write_config() {
 		--sql) sql=$2 ;;
 		--mode) mode=$2 ;;
 		--params) params=$2 ;;
-		--max) max=$2 ;;
-		--wait) wait=$2 ;;
+		--max) max=$2 max_given=1 ;;
+		--wait) wait=$2 wait_given=1 ;;
 		--workers) workers=$2 ;;
 		--log-level) level=$2 ;;
-		--kafka-prop) idem__kv_set kafka kafka_order "$2" ;;
+		--kafka-prop) idem__kv_set kafka kafka_order "$2" && kafka_given[${2%%=*}]=1 ;;
 		--retry) idem__kv_set retry retry_order "$2" ;;
 		--route) route+=("$2") ;;
 		--postgres) pg+=("$2") ;;
@@ -94,10 +103,19 @@ idem_write_config() {
 		if [ "$mode" = set ]; then sql=$IDEM_PAYMENTS_SET_SQL; else sql=$IDEM_PAYMENTS_SQL; fi
 	fi
 	: "${mode:=row}"
+	if [ "$kafka_defaults" = 1 ]; then
+		for name in fetch.wait.max.ms queued.min.messages; do
+			[ -n "${kafka_given[$name]:-}" ] || unset "kafka[$name]"
+		done
+	fi
+	if [ "$batch_defaults" = 1 ]; then
+		[ "$max_given" = 1 ] || max=
+		[ "$wait_given" = 1 ] || wait=
+	fi
 	{
 		printf 'kafka:\n  brokers: "%s"\n  group_id: "%s"\n  properties:\n' "$IDEM_BROKERS" "$group"
 		for name in "${kafka_order[@]}"; do
-			printf '    %s: "%s"\n' "$name" "${kafka[$name]}"
+			[ -z "${kafka[$name]+x}" ] || printf '    %s: "%s"\n' "$name" "${kafka[$name]}"
 		done
 		printf 'postgres:\n  conninfo: "%s"\n' "$IDEM_CONNINFO"
 		for name in "${pg[@]}"; do
@@ -111,11 +129,15 @@ idem_write_config() {
 		for name in "${route[@]}"; do
 			printf '    %s: %s\n' "${name%%=*}" "${name#*=}"
 		done
-		printf 'batch:\n  max_messages: %s\n  max_wait_ms: %s\n' "$max" "$wait"
-		[ -z "$workers" ] || printf '  workers: %s\n' "$workers"
-		for name in "${batch[@]}"; do
-			printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
-		done
+		if [ -n "$max$wait$workers" ] || [ ${#batch[@]} -gt 0 ]; then
+			echo "batch:"
+			[ -z "$max" ] || printf '  max_messages: %s\n' "$max"
+			[ -z "$wait" ] || printf '  max_wait_ms: %s\n' "$wait"
+			[ -z "$workers" ] || printf '  workers: %s\n' "$workers"
+			for name in "${batch[@]}"; do
+				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
+			done
+		fi
 		if [ "$with_retry" = 1 ]; then
 			echo "retry:"
 			for name in "${retry_order[@]}"; do

@@ -1,0 +1,882 @@
+/*
+ * bench_peer - phase P_set of the benchmark: the honest peer, a hand-written exactly-once
+ * consumer with set-based SQL, tuned as well as we know how.
+ *
+ *   bench_peer --conninfo C --brokers B --topic T --group G [--consumer NAME] [--batch N]
+ *              [--connections K] [--postmaster PID] [--no-pipeline] [--prepared-handler]
+ *              [--kafka-prop NAME=VALUE]... [--timeout S]
+ *
+ * What a good engineer would write by hand to consume a topic exactly once into Postgres,
+ * without idemd: a librdkafka consumer in group G (eager assignment), K connections to Postgres,
+ * each on its own thread with every K-th partition of the assignment. A thread reads its
+ * partitions from their own fetch queues (rd_kafka_queue_get_partition(), not forwarded to the
+ * consumer queue), in turn, and per transaction takes up to N messages of one partition (what
+ * its queue holds, without waiting for more) and, in libpq pipeline mode:
+ *   1. BEGIN; the claim of the messages' keys with idemd's claim statement (IDEM_SQL_CLAIM of
+ *      lib/idem_sql.h: INSERT ... SELECT FROM unnest() ON CONFLICT DO NOTHING RETURNING
+ *      business_key), keys sorted, duplicates within the transaction collapsed (the lowest
+ *      offset wins);
+ *   2. the set handler of sql/examples/payments_set.sql once over the newly claimed messages
+ *      (text[] parameters, sent with its text so that it is planned for these arrays, as idemd
+ *      sends it; --prepared-handler: prepared once), COMMIT;
+ * then commits the partition's offset to Kafka (asynchronously: the claims make a redelivery
+ * harmless), after the database commit. No progress table, no quarantine, no retries beyond
+ * running again a transaction that deadlocked with another connection (a cross-partition
+ * duplicate touching another partition's account). --no-pipeline sends BEGIN, claim, handler
+ * and COMMIT one after the other (four round trips instead of two).
+ *
+ * It stops once every partition is consumed up to the high watermark it had at the start (the
+ * benchmark's topic is produced before: a backlog). Messages are decoded as the benchmark's
+ * route does (json:/payment_id, json:/account, json:/amount, SHA-256 of the value), with a
+ * one-pass scanner for plain documents (json-c for anything else), as a tuned consumer would.
+ *
+ * Kafka properties: bootstrap.servers, group.id, enable.auto.commit=false,
+ * enable.auto.offset.store=false, auto.offset.reset=earliest, session.timeout.ms=6000 and
+ * heartbeat.interval.ms=500 (only how fast the group forms), librdkafka's defaults for the
+ * rest (no property measured faster: tests/bench/README.md, "The peer"), then --kafka-prop (a
+ * later one replaces an earlier one).
+ *
+ * Defaults (the tuning that won on the 2-core bench machine): N = 5000, K = 4, pipeline mode,
+ * the handler sent with its text.
+ *
+ * Prints one line: peer messages=M batches=T applied=U duplicates=D seconds=S rate=R
+ * cpu_self=X pg_cpu=Y connections=K retries=Z hwm_kib=H. seconds: from the first BEGIN to the
+ * last COMMIT; cpu_self: this process, all threads (librdkafka's included), from before it
+ * joins the group to the end; pg_cpu: the whole Postgres cluster from the assignment to the end
+ * (-1 without --postmaster); hwm_kib: this process's peak RSS.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "idem_json.h"
+
+/* The tuned defaults (tests/bench/README.md, "The peer"). */
+#define PEER_BATCH       5000
+#define PEER_MAX_PROPS   32
+#define PEER_MAX_THREADS 64
+
+struct peer_opts {
+	const char *conninfo;
+	const char *brokers;
+	const char *topic;
+	const char *group;
+	const char *consumer;
+	int batch;
+	int connections;
+	pid_t postmaster;
+	bool pipeline;
+	bool prepared_handler;
+	double timeout;
+	char *props[PEER_MAX_PROPS];
+	int n_props;
+};
+
+struct peer_part {
+	rd_kafka_queue_t *q; /* its fetch queue, set on assignment */
+	int64_t high;        /* the high watermark at the start: consumed up to here */
+	int64_t next;        /* the next offset to take (owned by its thread) */
+	atomic_bool done;    /* consumed up to high (set by its thread, read by main) */
+};
+
+struct peer_msg {
+	int64_t offset;
+	struct bench_payment pay;
+};
+
+enum peer_state { PEER_PENDING, PEER_DUP_IN_BATCH, PEER_APPLIED };
+
+struct peer_batch {
+	struct peer_msg *msgs;
+	size_t n;
+	int32_t partition;
+	enum peer_state *state;
+	size_t *order; /* unique keys, sorted by key (the claim order) */
+	size_t n_order;
+	size_t *applied; /* newly claimed messages, in offset order */
+	size_t n_applied;
+};
+
+struct peer_bufs {
+	struct idem_buf keys, offs, hashes, ids, accounts, amounts;
+};
+
+struct peer_thread {
+	pthread_t thread;
+	int id, n_threads;
+	const struct peer_opts *o;
+	rd_kafka_t *rk;
+	struct peer_part *parts;
+	int nparts;
+	PGconn *conn;
+	EVP_MD_CTX *md_ctx;
+	double first_begin, last_commit;
+	uint64_t messages, applied, dups, batches, retries;
+};
+
+static EVP_MD *sha256;
+static struct peer_part *g_parts;
+static int g_nparts;
+static const char *g_topic;
+static pid_t g_postmaster;
+static double g_pg0 = -1;
+static atomic_int g_assigned;
+static atomic_int g_running;
+
+static void nap_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void check(idem_status r)
+{
+	if (r != IDEM_OK)
+		bench_die("out of memory");
+}
+
+static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
+{
+	char errstr[512];
+
+	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		bench_die("kafka property '%s': %s", name, errstr);
+}
+
+/* Eager rebalancing: the partitions' own queues are taken over before fetching starts. */
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *list, void *opaque)
+{
+	(void)opaque;
+	if (err != RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		if (atomic_load(&g_running))
+			bench_die("partitions revoked while consuming (another member?)");
+		rd_kafka_assign(rk, NULL);
+		return;
+	}
+	for (int i = 0; i < list->cnt; i++) {
+		int32_t p = list->elems[i].partition;
+
+		if (strcmp(list->elems[i].topic, g_topic) != 0 || p < 0 || p >= g_nparts)
+			bench_die("unexpected assignment %s/%" PRId32, list->elems[i].topic, p);
+		if (g_parts[p].q == NULL) {
+			g_parts[p].q = rd_kafka_queue_get_partition(rk, g_topic, p);
+			if (g_parts[p].q == NULL)
+				bench_die("no queue for partition %" PRId32, p);
+			/* The application's queue: librdkafka does not forward it to the consumer
+			 * queue when fetching starts. */
+			rd_kafka_queue_forward(g_parts[p].q, NULL);
+		}
+	}
+	if (rd_kafka_assign(rk, list) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		bench_die("assign failed");
+	fprintf(stderr, "bench_peer: assigned %d partitions\n", list->cnt);
+	if (list->cnt != g_nparts)
+		bench_die("assigned %d of %d partitions (another member?)", list->cnt, g_nparts);
+	if (g_postmaster > 0)
+		g_pg0 = bench_pg_cpu(g_postmaster);
+	atomic_store(&g_running, 1);
+	atomic_store(&g_assigned, 1);
+}
+
+/* json:/NAME of a plain document, else false (the caller asks json-c). */
+static bool scalar(const rd_kafka_message_t *rkm, const char *ptr, char *out, size_t outlen)
+{
+	const char *p;
+	size_t n;
+
+	if (!idem_json_scalar(rkm->payload, rkm->len, ptr, &p, &n) || n >= outlen)
+		return false;
+	memcpy(out, p, n);
+	out[n] = '\0';
+	return true;
+}
+
+static bool integer_text(const char *s)
+{
+	if (*s == '-')
+		s++;
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9')
+			return false;
+	}
+	return true;
+}
+
+static void decode(struct peer_thread *t, const rd_kafka_message_t *rkm, struct peer_msg *m)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	char why[128];
+
+	m->offset = rkm->offset;
+	if (rkm->payload == NULL)
+		bench_die("partition %" PRId32 " offset %" PRId64 ": no value", rkm->partition,
+		          rkm->offset);
+	if (!scalar(rkm, "/payment_id", m->pay.payment_id, sizeof(m->pay.payment_id)) ||
+	    !scalar(rkm, "/account", m->pay.account, sizeof(m->pay.account)) ||
+	    !scalar(rkm, "/amount", m->pay.amount, sizeof(m->pay.amount)) ||
+	    !integer_text(m->pay.amount)) {
+		if (!bench_payment_decode(rkm->payload, rkm->len, &m->pay, why, sizeof(why)))
+			bench_die("partition %" PRId32 " offset %" PRId64 ": %s", rkm->partition,
+			          rkm->offset, why);
+		return;
+	}
+	if (EVP_DigestInit_ex(t->md_ctx, sha256, NULL) != 1 ||
+	    EVP_DigestUpdate(t->md_ctx, rkm->payload, rkm->len) != 1 ||
+	    EVP_DigestFinal_ex(t->md_ctx, md, &mdlen) != 1 || mdlen != 32)
+		bench_die("sha256 failed");
+	bench_hash_hex(md, m->pay.hash);
+}
+
+static _Thread_local const struct peer_batch *sort_b;
+
+static int order_cmp(const void *pa, const void *pb)
+{
+	size_t x = *(const size_t *)pa, y = *(const size_t *)pb;
+	int c = strcmp(sort_b->msgs[x].pay.payment_id, sort_b->msgs[y].pay.payment_id);
+
+	return c != 0 ? c : (x > y) - (x < y);
+}
+
+/* Keys sorted; a key given twice keeps its lowest offset, the others are duplicates. */
+static void collapse(struct peer_batch *b)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; i < b->n; i++) {
+		b->state[i] = PEER_PENDING;
+		b->order[i] = i;
+	}
+	sort_b = b;
+	qsort(b->order, b->n, sizeof(*b->order), order_cmp);
+	sort_b = NULL;
+	for (size_t k = 0; k < b->n; k++) {
+		if (w > 0 && strcmp(b->msgs[b->order[w - 1]].pay.payment_id,
+		                    b->msgs[b->order[k]].pay.payment_id) == 0) {
+			b->state[b->order[k]] = PEER_DUP_IN_BATCH;
+			continue;
+		}
+		b->order[w++] = b->order[k];
+	}
+	b->n_order = w;
+}
+
+static ssize_t find_key(const struct peer_batch *b, const char *k)
+{
+	size_t lo = 0, hi = b->n_order;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(b->msgs[b->order[mid]].pay.payment_id, k);
+
+		if (c == 0)
+			return (ssize_t)b->order[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+static bool retryable(const PGresult *res)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	return state != NULL && (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0);
+}
+
+/*
+ * The next pipelined result and the NULL that ends it. NULL for a deadlock or serialization
+ * failure (the transaction is to be run again); dies otherwise.
+ */
+static PGresult *next_result(PGconn *conn, ExecStatusType want, const char *what)
+{
+	PGresult *res = PQgetResult(conn), *extra;
+
+	if (res == NULL)
+		bench_die("%s: no result: %s", what, PQerrorMessage(conn));
+	if (PQresultStatus(res) != want) {
+		if (retryable(res)) {
+			PQclear(res);
+			while ((extra = PQgetResult(conn)) != NULL)
+				PQclear(extra);
+			return NULL;
+		}
+		bench_die("%s failed: %s", what, PQresultErrorMessage(res));
+	}
+	if (want != PGRES_PIPELINE_SYNC) {
+		while ((extra = PQgetResult(conn)) != NULL)
+			PQclear(extra);
+	}
+	return res;
+}
+
+/* Without pipeline mode: one statement, one round trip. NULL to run the transaction again. */
+static PGresult *exec_one(PGconn *conn, PGresult *res, ExecStatusType want, const char *what)
+{
+	if (PQresultStatus(res) == want)
+		return res;
+	if (retryable(res)) {
+		PQclear(res);
+		PQclear(PQexec(conn, "ROLLBACK"));
+		return NULL;
+	}
+	bench_die("%s failed: %s", what, PQresultErrorMessage(res));
+}
+
+/* The arrays of the claim (sorted unique keys) into bf->keys, offs, hashes; cv[0..5]. */
+static void claim_params(const struct peer_opts *o, const struct peer_batch *b,
+                         struct peer_bufs *bf, char part[16], const char *cv[6])
+{
+	check(idem_pgarray_open(&bf->keys));
+	check(idem_pgarray_open(&bf->offs));
+	check(idem_pgarray_open(&bf->hashes));
+	for (size_t k = 0; k < b->n_order; k++) {
+		const struct peer_msg *m = &b->msgs[b->order[k]];
+		char off[24];
+
+		snprintf(off, sizeof(off), "%" PRId64, m->offset);
+		check(bench_arr_add(&bf->keys, m->pay.payment_id));
+		check(bench_arr_add(&bf->offs, off));
+		check(bench_arr_add(&bf->hashes, m->pay.hash));
+	}
+	check(idem_pgarray_close(&bf->keys));
+	check(idem_pgarray_close(&bf->offs));
+	check(idem_pgarray_close(&bf->hashes));
+	snprintf(part, 16, "%" PRId32, b->partition);
+	cv[0] = o->consumer;
+	cv[1] = o->topic;
+	cv[2] = part;
+	cv[3] = bf->keys.data;
+	cv[4] = bf->offs.data;
+	cv[5] = bf->hashes.data;
+}
+
+/* The claim's rows: the keys newly claimed; their messages in offset order in b->applied. */
+static void claimed(struct peer_batch *b, const PGresult *res)
+{
+	for (int r = 0; r < PQntuples(res); r++) {
+		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
+
+		if (i >= 0)
+			b->state[i] = PEER_APPLIED;
+	}
+	b->n_applied = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->state[i] == PEER_APPLIED)
+			b->applied[b->n_applied++] = i;
+	}
+}
+
+/* The set handler's text[] parameters over the newly claimed messages, in offset order. */
+static void handler_params(const struct peer_batch *b, struct peer_bufs *bf, const char *sv[3])
+{
+	check(idem_pgarray_open(&bf->ids));
+	check(idem_pgarray_open(&bf->accounts));
+	check(idem_pgarray_open(&bf->amounts));
+	for (size_t k = 0; k < b->n_applied; k++) {
+		const struct peer_msg *m = &b->msgs[b->applied[k]];
+
+		check(bench_arr_add(&bf->ids, m->pay.payment_id));
+		check(bench_arr_add(&bf->accounts, m->pay.account));
+		check(bench_arr_add(&bf->amounts, m->pay.amount));
+	}
+	check(idem_pgarray_close(&bf->ids));
+	check(idem_pgarray_close(&bf->accounts));
+	check(idem_pgarray_close(&bf->amounts));
+	sv[0] = bf->ids.data;
+	sv[1] = bf->accounts.data;
+	sv[2] = bf->amounts.data;
+}
+
+static int send_handler(PGconn *conn, const struct peer_opts *o, const char *const sv[3])
+{
+	if (o->prepared_handler)
+		return PQsendQueryPrepared(conn, "peer_handler", 3, sv, NULL, NULL, 0);
+	return PQsendQueryParams(conn, bench_sql_payments_set, 3, NULL, sv, NULL, NULL, 0);
+}
+
+/* One transaction in pipeline mode: two round trips. false: deadlocked, rolled back. */
+static bool run_tx_pipeline(struct peer_thread *t, struct peer_batch *b, struct peer_bufs *bf)
+{
+	PGconn *conn = t->conn;
+	const char *cv[6], *sv[3];
+	char part[16];
+	bool sync_sent = false;
+	PGresult *res;
+
+	claim_params(t->o, b, bf, part, cv);
+	if (!PQenterPipelineMode(conn))
+		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
+	/* Round trip 1: BEGIN and the claim. */
+	if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
+	    PQflush(conn) != 0)
+		bench_die("send claim: %s", PQerrorMessage(conn));
+	if ((res = next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
+		goto retry;
+	PQclear(res);
+	if ((res = next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
+		goto retry;
+	claimed(b, res);
+	PQclear(res);
+	/* Round trip 2: the set handler over the newly claimed messages, COMMIT. */
+	if (b->n_applied > 0) {
+		handler_params(b, bf, sv);
+		if (!send_handler(conn, t->o, sv))
+			bench_die("send handler: %s", PQerrorMessage(conn));
+	}
+	if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !PQpipelineSync(conn))
+		bench_die("send commit: %s", PQerrorMessage(conn));
+	sync_sent = true;
+	if (b->n_applied > 0) {
+		if ((res = next_result(conn, PGRES_COMMAND_OK, "handler")) == NULL)
+			goto retry;
+		PQclear(res);
+	}
+	if ((res = next_result(conn, PGRES_COMMAND_OK, "commit")) == NULL)
+		goto retry;
+	PQclear(res);
+	PQclear(next_result(conn, PGRES_PIPELINE_SYNC, "sync"));
+	if (!PQexitPipelineMode(conn))
+		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
+	return true;
+
+retry:
+	/* Drain to the sync, leave pipeline mode, roll back. */
+	if (!sync_sent && !PQpipelineSync(conn))
+		bench_die("sync: %s", PQerrorMessage(conn));
+	for (;;) {
+		res = PQgetResult(conn);
+		if (res == NULL) {
+			if (PQstatus(conn) != CONNECTION_OK)
+				bench_die("connection lost: %s", PQerrorMessage(conn));
+			continue;
+		}
+		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+			PQclear(res);
+			break;
+		}
+		PQclear(res);
+	}
+	if (!PQexitPipelineMode(conn))
+		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
+	PQclear(PQexec(conn, "ROLLBACK"));
+	return false;
+}
+
+/* The same without pipeline mode: BEGIN, claim, handler, COMMIT, a round trip each. */
+static bool run_tx_plain(struct peer_thread *t, struct peer_batch *b, struct peer_bufs *bf)
+{
+	const struct idem_sql_stmt *claim = idem_sql(IDEM_SQL_CLAIM);
+	PGconn *conn = t->conn;
+	const char *cv[6], *sv[3];
+	char part[16];
+	PGresult *res;
+
+	claim_params(t->o, b, bf, part, cv);
+	PQclear(exec_one(conn, PQexec(conn, "BEGIN"), PGRES_COMMAND_OK, "begin"));
+	res = exec_one(conn, PQexecPrepared(conn, claim->name, claim->n_params, cv, NULL, NULL, 0),
+	               PGRES_TUPLES_OK, "claim");
+	if (res == NULL)
+		return false;
+	claimed(b, res);
+	PQclear(res);
+	if (b->n_applied > 0) {
+		handler_params(b, bf, sv);
+		res = t->o->prepared_handler
+		              ? PQexecPrepared(conn, "peer_handler", 3, sv, NULL, NULL, 0)
+		              : PQexecParams(conn, bench_sql_payments_set, 3, NULL, sv, NULL, NULL,
+		                             0);
+		if ((res = exec_one(conn, res, PGRES_COMMAND_OK, "handler")) == NULL)
+			return false;
+		PQclear(res);
+	}
+	if ((res = exec_one(conn, PQexec(conn, "COMMIT"), PGRES_COMMAND_OK, "commit")) == NULL)
+		return false;
+	PQclear(res);
+	return true;
+}
+
+/* After the database commit: the partition's next offset to Kafka, asynchronously. */
+static void commit_offset(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t next)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_resp_err_t e;
+
+	rd_kafka_topic_partition_list_add(list, topic, partition)->offset = next;
+	e = rd_kafka_commit(rk, list, 1);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		fprintf(stderr, "bench_peer: offset commit of partition %" PRId32 ": %s\n",
+		        partition, rd_kafka_err2str(e));
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+static void *peer_thread_main(void *arg)
+{
+	struct peer_thread *t = arg;
+	const struct peer_opts *o = t->o;
+	size_t cap = (size_t)o->batch;
+	rd_kafka_message_t **rkms = calloc(cap, sizeof(*rkms));
+	struct peer_bufs bf = { 0 };
+	struct peer_batch b = { 0 };
+	int left = 0;
+
+	b.msgs = calloc(cap, sizeof(*b.msgs));
+	b.state = calloc(cap, sizeof(*b.state));
+	b.order = calloc(cap, sizeof(*b.order));
+	b.applied = calloc(cap, sizeof(*b.applied));
+	t->md_ctx = EVP_MD_CTX_new();
+	if (rkms == NULL || b.msgs == NULL || b.state == NULL || b.order == NULL ||
+	    b.applied == NULL || t->md_ctx == NULL)
+		bench_die("out of memory");
+	while (!atomic_load(&g_assigned))
+		nap_us(1000);
+	for (int p = t->id; p < t->nparts; p += t->n_threads)
+		left += !atomic_load(&t->parts[p].done);
+	while (left > 0) {
+		bool got = false;
+
+		/* Its partitions in turn, one transaction each with what its queue holds. */
+		for (int p = t->id; p < t->nparts; p += t->n_threads) {
+			struct peer_part *pp = &t->parts[p];
+			ssize_t n;
+
+			if (atomic_load(&pp->done))
+				continue;
+			n = rd_kafka_consume_batch_queue(pp->q, 0, rkms, cap);
+			if (n < 0)
+				bench_die("consume: %s", rd_kafka_err2str(rd_kafka_last_error()));
+			b.n = 0;
+			b.partition = p;
+			for (ssize_t i = 0; i < n; i++) {
+				const rd_kafka_message_t *m = rkms[i];
+
+				if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+					if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+						fprintf(stderr, "bench_peer: consume error: %s\n",
+						        rd_kafka_message_errstr(m));
+				} else if (m->offset >= pp->next && m->offset < pp->high) {
+					decode(t, m, &b.msgs[b.n++]);
+				}
+				rd_kafka_message_destroy(rkms[i]);
+			}
+			if (b.n == 0)
+				continue;
+			got = true;
+			collapse(&b);
+			for (;;) {
+				double now = bench_now();
+
+				if (t->first_begin == 0)
+					t->first_begin = now;
+				if (o->pipeline ? run_tx_pipeline(t, &b, &bf)
+				                : run_tx_plain(t, &b, &bf))
+					break;
+				t->retries++;
+				collapse(&b);
+			}
+			t->last_commit = bench_now();
+			t->messages += b.n;
+			t->applied += b.n_applied;
+			t->dups += b.n - b.n_applied;
+			t->batches++;
+			pp->next = b.msgs[b.n - 1].offset + 1;
+			commit_offset(t->rk, o->topic, p, pp->next);
+			if (pp->next >= pp->high) {
+				atomic_store(&pp->done, true);
+				left--;
+			}
+		}
+		if (!got)
+			nap_us(200);
+	}
+	idem_buf_done(&bf.keys);
+	idem_buf_done(&bf.offs);
+	idem_buf_done(&bf.hashes);
+	idem_buf_done(&bf.ids);
+	idem_buf_done(&bf.accounts);
+	idem_buf_done(&bf.amounts);
+	EVP_MD_CTX_free(t->md_ctx);
+	free(b.msgs);
+	free(b.state);
+	free(b.order);
+	free(b.applied);
+	free(rkms);
+	return NULL;
+}
+
+/* Number of partitions and their high watermarks. */
+static int topic_watermarks(rd_kafka_t *rk, const char *topic, struct peer_part **ret_parts)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	struct peer_part *parts;
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+	int nparts;
+
+	if (rkt == NULL ||
+	    rd_kafka_metadata(rk, 0, rkt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+	    md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		bench_die("cannot read metadata of topic '%s'", topic);
+	nparts = md->topics[0].partition_cnt;
+	rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	parts = calloc((size_t)nparts, sizeof(*parts));
+	if (parts == NULL)
+		bench_die("out of memory");
+	for (int p = 0; p < nparts; p++) {
+		int64_t low;
+		rd_kafka_resp_err_t e =
+		        rd_kafka_query_watermark_offsets(rk, topic, p, &low, &parts[p].high, 10000);
+
+		if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+			bench_die("watermarks of partition %d: %s", p, rd_kafka_err2str(e));
+		parts[p].next = low;
+		atomic_init(&parts[p].done, low >= parts[p].high);
+	}
+	*ret_parts = parts;
+	return nparts;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: bench_peer --conninfo C --brokers B --topic T --group G [--consumer NAME]\n"
+	        "         [--batch N] [--connections K] [--postmaster PID] [--no-pipeline]\n"
+	        "         [--prepared-handler] [--kafka-prop NAME=VALUE]... [--timeout S]\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "conninfo", required_argument, NULL, 'c' },
+		{ "brokers", required_argument, NULL, 'b' },
+		{ "topic", required_argument, NULL, 't' },
+		{ "group", required_argument, NULL, 'g' },
+		{ "consumer", required_argument, NULL, 'n' },
+		{ "batch", required_argument, NULL, 'B' },
+		{ "connections", required_argument, NULL, 'K' },
+		{ "postmaster", required_argument, NULL, 'p' },
+		{ "no-pipeline", no_argument, NULL, 'P' },
+		{ "prepared-handler", no_argument, NULL, 'H' },
+		{ "kafka-prop", required_argument, NULL, 'X' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct peer_opts o = { .consumer = "payments",
+		               .batch = PEER_BATCH,
+		               .connections = 4,
+		               .pipeline = true,
+		               .timeout = 900 };
+	rd_kafka_topic_partition_list_t *topics;
+	struct peer_thread *th;
+	rd_kafka_conf_t *conf;
+	rd_kafka_t *rk;
+	char errstr[512];
+	uint64_t messages = 0, applied = 0, dups = 0, batches = 0, retries = 0;
+	double t0 = 0, t1 = 0, cpu0, cpu1, pg1 = -1, deadline;
+	int64_t total = 0;
+	idem_error err;
+	int c;
+
+	bench_set_prog("bench_peer");
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			o.conninfo = optarg;
+			break;
+		case 'b':
+			o.brokers = optarg;
+			break;
+		case 't':
+			o.topic = optarg;
+			break;
+		case 'g':
+			o.group = optarg;
+			break;
+		case 'n':
+			o.consumer = optarg;
+			break;
+		case 'B':
+			o.batch = atoi(optarg);
+			break;
+		case 'K':
+			o.connections = atoi(optarg);
+			break;
+		case 'p':
+			o.postmaster = (pid_t)atoi(optarg);
+			break;
+		case 'P':
+			o.pipeline = false;
+			break;
+		case 'H':
+			o.prepared_handler = true;
+			break;
+		case 'X':
+			if (o.n_props == PEER_MAX_PROPS || strchr(optarg, '=') == NULL)
+				bench_die("--kafka-prop: NAME=VALUE, at most %d of them",
+				          PEER_MAX_PROPS);
+			o.props[o.n_props++] = optarg;
+			break;
+		case 'T':
+			o.timeout = atof(optarg);
+			break;
+		default:
+			usage(c == 'h' ? stdout : stderr);
+			return c == 'h' ? 0 : 1;
+		}
+	}
+	if (o.conninfo == NULL || o.brokers == NULL || o.topic == NULL || o.group == NULL ||
+	    o.batch < 1 || o.connections < 1 || o.connections > PEER_MAX_THREADS ||
+	    o.timeout <= 0) {
+		usage(stderr);
+		return 1;
+	}
+	sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+	if (sha256 == NULL)
+		bench_die("no SHA-256");
+	g_topic = o.topic;
+	g_postmaster = o.postmaster;
+
+	th = calloc((size_t)o.connections, sizeof(*th));
+	if (th == NULL)
+		bench_die("out of memory");
+	for (int i = 0; i < o.connections; i++) {
+		th[i].conn = bench_pg_connect(o.conninfo);
+		if (idem_sql_prepare(th[i].conn, IDEM_SQL_CLAIM, &err) != IDEM_OK)
+			bench_die("%s", err.msg);
+		if (o.prepared_handler)
+			bench_pg_prepare(th[i].conn, "peer_handler", bench_sql_payments_set);
+	}
+
+	cpu0 = bench_self_cpu();
+	conf = rd_kafka_conf_new();
+	conf_set(conf, "bootstrap.servers", o.brokers);
+	conf_set(conf, "group.id", o.group);
+	conf_set(conf, "client.id", "bench_peer");
+	conf_set(conf, "enable.auto.commit", "false");
+	conf_set(conf, "enable.auto.offset.store", "false");
+	conf_set(conf, "auto.offset.reset", "earliest");
+	conf_set(conf, "session.timeout.ms", "6000");
+	conf_set(conf, "heartbeat.interval.ms", "500");
+	conf_set(conf, "log_level", "4");
+	for (int i = 0; i < o.n_props; i++) {
+		char *eq = strchr(o.props[i], '=');
+
+		*eq = '\0';
+		conf_set(conf, o.props[i], eq + 1);
+		*eq = '=';
+	}
+	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	if (rk == NULL)
+		bench_die("cannot create kafka consumer: %s", errstr);
+	rd_kafka_poll_set_consumer(rk);
+	g_nparts = topic_watermarks(rk, o.topic, &g_parts);
+	for (int p = 0; p < g_nparts; p++)
+		total += g_parts[p].high - g_parts[p].next;
+	if (total == 0)
+		bench_die("topic '%s' is empty", o.topic);
+	for (int i = 0; i < o.connections; i++) {
+		th[i].id = i;
+		th[i].n_threads = o.connections;
+		th[i].o = &o;
+		th[i].rk = rk;
+		th[i].parts = g_parts;
+		th[i].nparts = g_nparts;
+		if (pthread_create(&th[i].thread, NULL, peer_thread_main, &th[i]) != 0)
+			bench_die("cannot start a thread");
+	}
+	fprintf(stderr,
+	        "bench_peer: %" PRId64 " messages in %d partitions, %d connection(s), up to %d"
+	        " messages per transaction, pipeline %s, handler %s\n",
+	        total, g_nparts, o.connections, o.batch, o.pipeline ? "on" : "off",
+	        o.prepared_handler ? "prepared" : "sent with its text");
+	topics = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(topics, o.topic, RD_KAFKA_PARTITION_UA);
+	if (rd_kafka_subscribe(rk, topics) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		bench_die("cannot subscribe to '%s'", o.topic);
+	rd_kafka_topic_partition_list_destroy(topics);
+
+	/* The consumer queue carries only the group's events: serve them until the threads end. */
+	deadline = bench_now() + o.timeout;
+	for (;;) {
+		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 50);
+		bool done = true;
+
+		if (rkm != NULL) {
+			if (rkm->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+				fprintf(stderr, "bench_peer: %s\n", rd_kafka_message_errstr(rkm));
+			else
+				bench_die("a message on the consumer queue (partition %" PRId32 ")",
+				          rkm->partition);
+			rd_kafka_message_destroy(rkm);
+		}
+		for (int p = 0; p < g_nparts; p++)
+			done = done && atomic_load(&g_parts[p].done);
+		if (done)
+			break;
+		if (bench_now() > deadline)
+			bench_die("timed out after %.0f s", o.timeout);
+	}
+	for (int i = 0; i < o.connections; i++) {
+		pthread_join(th[i].thread, NULL);
+		messages += th[i].messages;
+		applied += th[i].applied;
+		dups += th[i].dups;
+		batches += th[i].batches;
+		retries += th[i].retries;
+		if (th[i].first_begin > 0 && (t0 == 0 || th[i].first_begin < t0))
+			t0 = th[i].first_begin;
+		if (th[i].last_commit > t1)
+			t1 = th[i].last_commit;
+	}
+	cpu1 = bench_self_cpu();
+	if (o.postmaster > 0)
+		pg1 = bench_pg_cpu(o.postmaster);
+
+	printf("peer messages=%" PRIu64 " batches=%" PRIu64 " applied=%" PRIu64
+	       " duplicates=%" PRIu64 " seconds=%.3f rate=%.1f cpu_self=%.3f pg_cpu=%.3f"
+	       " connections=%d retries=%" PRIu64 " hwm_kib=%ld\n",
+	       messages, batches, applied, dups, t1 - t0, (double)messages / (t1 - t0), cpu1 - cpu0,
+	       g_pg0 >= 0 && pg1 >= 0 ? pg1 - g_pg0 : -1.0, o.connections, retries,
+	       bench_proc_hwm_kib(getpid()));
+	fflush(stdout);
+
+	/* Untimed: the offsets once more, synchronously, then leave the group. */
+	atomic_store(&g_running, 0);
+	topics = rd_kafka_topic_partition_list_new(g_nparts);
+	for (int p = 0; p < g_nparts; p++)
+		rd_kafka_topic_partition_list_add(topics, o.topic, p)->offset = g_parts[p].next;
+	if (rd_kafka_commit(rk, topics, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		fprintf(stderr, "bench_peer: the last offset commit failed\n");
+	rd_kafka_topic_partition_list_destroy(topics);
+	for (int p = 0; p < g_nparts; p++) {
+		if (g_parts[p].q != NULL)
+			rd_kafka_queue_destroy(g_parts[p].q);
+	}
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	for (int i = 0; i < o.connections; i++)
+		PQfinish(th[i].conn);
+	EVP_MD_free(sha256);
+	free(th);
+	free(g_parts);
+	return 0;
+}
