@@ -5,7 +5,7 @@
 #   tests/bench/run.sh [--messages N] [--runs R] [--partitions P] [--dup-ratio D]
 #                      [--batch B] [--workers W] [--max-wait-ms MS] [--tuned]
 #                      [--latency-max-wait-ms MS] [--latency-fetch-wait-ms MS]
-#                      [--history H] [--naive-max M] [--naive-seconds S]
+#                      [--history H] [--history-purge H] [--naive-max M] [--naive-seconds S]
 #                      [--latency-seconds S] [--latency-rate R] [--latency-rates R1,R2,...]
 #                      [--kafka-prop NAME=VALUE]... [--pg-setting NAME=VALUE]...
 #                      [--peer-batch N] [--peer-connections K] [--peer-arg ARG]...
@@ -41,7 +41,12 @@
 #      set handler, tuned (--peer-batch messages per transaction, default 5000, on
 #      --peer-connections connections, default 4; --peer-arg passes more to bench_peer), then
 #      the ledger and balances checked;
-#   Cs idemd the same as C with handler.mode set (C_set), and its exactly-once check;
+#   Cs idemd the same as C with handler.mode set (C_set), and its exactly-once check; then the
+#      bytes per claim (the claims table and its indexes over its rows, vacuumed);
+#   Hs with --history-purge H: C_set over a claims table that holds H claims older than
+#      retention.keep, which idemd's retention purges while it applies the backlog (H_set):
+#      its rate against C_set's, and the purge's rate (claims deleted per second of the run)
+#      against the ingest rate;
 #   K  bench_klat: Kafka alone at the latency run's rate (the latency floor), configured from
 #      idemd's own configuration file of that run, before each L;
 #   L  idemd fed at half of C's rate: end-to-end latency, producer timestamp to the commit of
@@ -76,6 +81,7 @@ latency_rate=0
 latency_rates=
 tuned=0
 history=0
+history_purge=0
 modes=row,set
 naive_max=20000
 naive_seconds=20
@@ -115,6 +121,7 @@ while [ $# -gt 0 ]; do
 		lat_fetch_wait_ms=$2 && given_lat+=(--kafka-prop "fetch.wait.max.ms=$2") && shift 2
 		;;
 	--history) history=$2 && shift 2 ;;
+	--history-purge) history_purge=$2 && shift 2 ;;
 	--naive-max) naive_max=$2 && shift 2 ;;
 	--naive-seconds) naive_seconds=$2 && shift 2 ;;
 	--latency-seconds) latency_seconds=$2 && shift 2 ;;
@@ -139,7 +146,7 @@ for v in messages runs partitions batch workers naive_max naive_seconds latency_
 	peer_batch peer_connections; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2 && exit 2; }
 done
-for v in max_wait_ms lat_max_wait_ms lat_fetch_wait_ms history latency_rate; do
+for v in max_wait_ms lat_max_wait_ms lat_fetch_wait_ms history history_purge latency_rate; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "run.sh: --${v//_/-} must be a non-negative integer" >&2 && exit 2; }
 done
 case $modes in
@@ -423,12 +430,22 @@ phase_p() {
 	rec "$r.Ps.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
 }
 
-# phase_c RUN MODE: C (row) or Cs (set).
+# phase_c RUN MODE [PURGE]: C (row) or Cs (set); with PURGE > 0, Hs: set mode over a claims
+# table that holds PURGE claims older than retention.keep (30 days, idemd's default), which
+# idemd's retention purges while it applies the backlog (it starts at once, retention.batch
+# rows per transaction, and has work the whole run if PURGE is large enough).
 phase_c() {
-	local r=$1 mode=$2 ph=C name line pg0 pid
+	local r=$1 mode=$2 purge=${3:-0} ph=C name line pg0 pid left
 	[ "$mode" = row ] || ph=Cs
+	[ "$purge" = 0 ] || ph=Hs
 	name=${ph,,}$r
 	reset_db
+	if [ "$purge" -gt 0 ]; then
+		idem_log "run $r: $ph: $purge claims older than retention.keep"
+		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash, processed_at) SELECT 'payments', 'old-' || g, 'history', 0, g, substring(sha256(g::text::bytea) FROM 1 FOR 16), now() - interval '31 days' - make_interval(secs => g / 1000.0) FROM generate_series(1, $purge) g"
+		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
+		idem_psql -c "CHECKPOINT"
+	fi
 	idem_log "run $r: $ph idemd (handler.mode $mode) over a backlog of $messages messages"
 	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" payments payments "$(handler_sql "$mode")" \
 		'[business_key, "json:/account", "json:/amount"]' "$mode" backlog
@@ -450,8 +467,19 @@ phase_c() {
 	rec "$r.$ph.pg" "$(calc "$(kv "$line" pg_cpu) - $pg0")"
 	rec "$r.$ph.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
 	rec "$r.$ph.tx" "$(kv "$line" transactions)"
+	if [ "$purge" -gt 0 ]; then
+		# What the purge deleted while idemd applied the backlog, per second of that.
+		left=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic = 'history'")
+		rec "$r.$ph.purged" "$((purge - left))"
+		rec "$r.$ph.purge_rate" "$(calc "($purge - $left) / $(kv "$line" seconds)")"
+		echo "run $r $ph: purged $((purge - left)) of $purge older claims while applying ($left left)" >>"$results"
+		idem_psql -c "DELETE FROM idem.processed_messages WHERE topic = 'history'"
+	fi
 	idem_log "run $r: exactly-once check of idemd's $ph run"
 	drop_history
+	# Bytes per claim: the claims table with its indexes over its rows, vacuumed.
+	idem_psql -c "VACUUM idem.processed_messages"
+	rec "$r.$ph.bpc" "$(idem_psql -c "SELECT round(pg_total_relation_size('idem.processed_messages')::numeric / greatest(count(*), 1), 1) FROM idem.processed_messages")"
 	IDEM_HANDLER_MODE=$mode idem_check_exactly_once payments
 	rec "$r.$ph.exactly_once" OK
 	echo "run $r $ph: exactly-once check OK (unique=$IDEM_UNIQUE produced=$IDEM_PRODUCED)" >>"$results"
@@ -654,6 +682,11 @@ for ((r = 1; r <= runs; r++)); do
 	if [ "$run_row" = 1 ] && [ "$run_set" = 1 ]; then
 		rec "$r.CsC" "$(calc "${V[$r.Cs.rate]} / ${V[$r.C.rate]}")"
 	fi
+	if [ "$run_set" = 1 ] && [ "$history_purge" -gt 0 ]; then
+		phase_c "$r" set "$history_purge"
+		rec "$r.HsCs" "$(calc "${V[$r.Hs.rate]} / ${V[$r.Cs.rate]}")"
+		rec "$r.PurgeIngest" "$(calc "${V[$r.Hs.purge_rate]} / ${V[$r.Hs.rate]}")"
+	fi
 	if [ "$skip_latency" = 1 ]; then
 		continue
 	fi
@@ -693,6 +726,7 @@ phase_name() {
 	As) echo A_set ;;
 	Ps) echo P_set ;;
 	Cs) echo C_set ;;
+	Hs) echo H_set ;;
 	*) echo "$1" ;;
 	esac
 }
@@ -724,6 +758,7 @@ report() {
 	phases+=(B)
 	[ "$run_row" = 0 ] || phases+=(C)
 	[ "$run_set" = 0 ] || phases+=(Ps Cs)
+	[ "$run_set" = 0 ] || [ "$history_purge" = 0 ] || phases+=(Hs)
 	if [ ${#rates[@]} -gt 0 ]; then
 		for rate in "${rates[@]}"; do
 			lphases+=("Ls$rate")
@@ -784,6 +819,28 @@ report() {
 		[ -n "${V[1.$ph.rss]:-}" ] || continue
 		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (target <= 64 MiB for 1,000,000)"
 	done
+	for ph in C Cs; do
+		[ -n "${V[1.$ph.bpc]:-}" ] || continue
+		echo "bytes per claim after $(phase_name "$ph") (idem.processed_messages with its indexes over its rows, vacuumed): median $(medof "$ph.bpc")"
+	done
+	if [ "$history_purge" -gt 0 ] && [ -n "${V[1.Hs.rate]:-}" ]; then
+		echo
+		echo "Claims history with retention purging: H_set = C_set over a claims table holding $history_purge claims older"
+		echo "than retention.keep, purged by idemd's retention (retention.batch rows per transaction) while it applies."
+		printf '%-7s %10s %10s %10s %12s %12s %14s
+' run H_set C_set H_set/C_set purged purge/s purge/ingest
+		for ((r = 1; r <= runs; r++)); do
+			printf '%-7s %10.0f %10.0f %10s %12s %12.0f %14s
+' "$r" "${V[$r.Hs.rate]}" "${V[$r.Cs.rate]}" \
+				"$(fmt %.3f "${V[$r.HsCs]}")" "${V[$r.Hs.purged]}" "${V[$r.Hs.purge_rate]}" \
+				"$(fmt %.2f "${V[$r.PurgeIngest]}")"
+		done
+		printf '%-7s %10.0f %10.0f %10s %12s %12.0f %14s
+' median "$(medof Hs.rate)" "$(medof Cs.rate)" \
+			"$(fmt %.3f "$(medof HsCs)")" "$(medof Hs.purged)" "$(medof Hs.purge_rate)" \
+			"$(fmt %.2f "$(medof PurgeIngest)")"
+		echo "(targets: H_set/C_set >= 0.8 with >= 5,000,000 older claims, purge/ingest >= 1)"
+	fi
 	if [ "$skip_latency" = 0 ] && [ ${#rates[@]} -gt 0 ]; then
 		echo
 		echo "End-to-end latency at fixed rates, set mode (producer timestamp -> commit of the applying transaction),"
