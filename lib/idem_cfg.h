@@ -97,7 +97,7 @@ struct idem_cfg {
 	                                 partitions pause, default 256 MiB, 1 KiB..64 GiB; at least
 	                                 batch_max_bytes */
 	int batch_max_wait_ms;        /* batch.max_wait_ms, default 20, 0..60000 */
-	int batch_workers; /* batch.workers, 0..64, default 0: one per CPU, at most 8 (see
+	int batch_workers; /* batch.workers, 0..64, default 0: two per CPU, at most 8 (see
 	                      idem_cfg_workers()) */
 
 	/* limits: */

@@ -10,6 +10,9 @@
 
 #include "idem_log.h"
 
+/* Reading a topic's metadata (its partition count). */
+#define METADATA_TIMEOUT_MS 10000
+
 static const struct {
 	const char *name;
 	const char *value;
@@ -26,14 +29,8 @@ static const struct {
 	 * messages by default. */
 	{ "auto.offset.reset", "earliest" },
 	{ "enable.partition.eof", "false" },
-	/* librdkafka's prefetch, per assigned partition: each has its own queue, which idemd reads
-	 * only as far as the partition's batch has room (idem_consumer_queue_open()), so memory
-	 * stays bounded whatever the backlog: about this many messages or kilobytes per partition
-	 * (librdkafka's defaults, 100000 and 64 MiB, would hold most of a backlog). Enough for
-	 * librdkafka 2.0.2, which stops fetching a partition whose queue reached either and looks
-	 * again only when its broker thread wakes up (at most a second later): a partition holds
-	 * several batches, and a broker thread sleeps only when every partition it fetches is
-	 * that full (README, "Memory"; tests/bench). */
+	/* librdkafka's prefetch, per assigned partition, when the topics' partitions cannot be
+	 * counted (else idem_consumer_conf() divides IDEM_CONSUMER_PREFETCH_* among them). */
 	{ "queued.min.messages", "5000" },
 	{ "queued.max.messages.kbytes", "2048" },
 };
@@ -95,8 +92,27 @@ static idem_status set(rd_kafka_conf_t *conf, const char *name, const char *valu
 	return IDEM_OK;
 }
 
-idem_status idem_consumer_conf(const struct idem_cfg *cfg, rd_kafka_conf_t **ret_conf,
-                               idem_error *err)
+/* Did kafka.properties set @name? */
+static bool user_set(const struct idem_cfg *cfg, const char *name)
+{
+	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
+		if (strcmp(cfg->kafka_props[i].name, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+void idem_consumer_prefetch(int partitions, long *ret_messages, long *ret_kbytes)
+{
+	long m = IDEM_CONSUMER_PREFETCH_MESSAGES / (partitions > 0 ? partitions : 1);
+	long k = IDEM_CONSUMER_PREFETCH_KBYTES / (partitions > 0 ? partitions : 1);
+
+	*ret_messages = m < 1000 ? 1000 : m > 100000 ? 100000 : m;
+	*ret_kbytes = k < 256 ? 256 : k;
+}
+
+idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,
+                               rd_kafka_conf_t **ret_conf, idem_error *err)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	idem_status r;
@@ -109,6 +125,20 @@ idem_status idem_consumer_conf(const struct idem_cfg *cfg, rd_kafka_conf_t **ret
 		goto out_destroy;
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(idem_defaults); i++) {
 		if ((r = set(conf, idem_defaults[i].name, idem_defaults[i].value, err)) != IDEM_OK)
+			goto out_destroy;
+	}
+	if (partitions > 0) {
+		char v[24];
+		long m, k;
+
+		idem_consumer_prefetch(partitions, &m, &k);
+		snprintf(v, sizeof(v), "%ld", m);
+		if (!user_set(cfg, "queued.min.messages") &&
+		    (r = set(conf, "queued.min.messages", v, err)) != IDEM_OK)
+			goto out_destroy;
+		snprintf(v, sizeof(v), "%ld", k);
+		if (!user_set(cfg, "queued.max.messages.kbytes") &&
+		    (r = set(conf, "queued.max.messages.kbytes", v, err)) != IDEM_OK)
 			goto out_destroy;
 	}
 	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
@@ -133,7 +163,7 @@ idem_status idem_consumer_new(const struct idem_cfg *cfg, const char *group, rd_
 	rd_kafka_t *rk;
 	idem_status r;
 
-	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
+	if ((r = idem_consumer_conf(cfg, 0, &conf, err)) != IDEM_OK)
 		return r;
 	/* A tool must never commit anything on its own: only what it commits explicitly. */
 	if ((group != NULL && (r = set(conf, "group.id", group, err)) != IDEM_OK) ||
@@ -322,6 +352,56 @@ static void error_cb(rd_kafka_t *rk, int e, const char *reason, void *opaque)
 	idem_log_warn("kafka", "%s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)e), reason);
 }
 
+idem_status idem_consumer_partition_count(rd_kafka_t *rk, const char *topic, int *ret_n,
+                                          idem_error *err)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+	rd_kafka_resp_err_t e;
+	idem_status r = IDEM_OK;
+
+	if (rkt == NULL)
+		return idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
+		                      rd_kafka_err2str(rd_kafka_last_error()));
+	e = rd_kafka_metadata(rk, 0, rkt, &md, METADATA_TIMEOUT_MS);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "metadata of topic '%s': %s", topic,
+		                   rd_kafka_err2str(e));
+	else if (md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		r = idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
+		                   md->topic_cnt ? rd_kafka_err2str(md->topics[0].err)
+		                                 : "not found");
+	else
+		*ret_n = md->topics[0].partition_cnt;
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	return r;
+}
+
+/* How many partitions the subscribed topics have in all (0: unknown), asked with a handle of
+ * its own, before the consumer is made: its prefetch is divided among them. */
+static int count_partitions(const struct idem_cfg *cfg)
+{
+	rd_kafka_t *rk;
+	int total = 0;
+
+	if (idem_consumer_new(cfg, NULL, &rk, NULL) != IDEM_OK)
+		return 0;
+	for (size_t t = 0; t < cfg->n_topics; t++) {
+		int n = 0;
+
+		if (idem_consumer_partition_count(rk, cfg->topics[t], &n, NULL) != IDEM_OK ||
+		    n <= 0) {
+			total = 0;
+			break;
+		}
+		total += n;
+	}
+	rd_kafka_destroy(rk);
+	return total;
+}
+
 idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_consumer_hooks *hooks,
                                rd_kafka_t **ret_rk, idem_error *err)
 {
@@ -331,8 +411,27 @@ idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_con
 	rd_kafka_resp_err_t e;
 	rd_kafka_t *rk;
 	idem_status r;
+	int partitions = count_partitions(cfg);
+	long m, k;
 
-	if ((r = idem_consumer_conf(cfg, &conf, err)) != IDEM_OK)
+	idem_consumer_prefetch(partitions, &m, &k);
+	if (partitions > 0)
+		idem_log_info("kafka",
+		              "prefetch per partition: %ld messages, %ld KiB, the topics' %d "
+		              "partitions sharing %d messages and %d KiB%s",
+		              m, k, partitions, IDEM_CONSUMER_PREFETCH_MESSAGES,
+		              IDEM_CONSUMER_PREFETCH_KBYTES,
+		              user_set(cfg, "queued.min.messages") ||
+		                              user_set(cfg, "queued.max.messages.kbytes")
+		                      ? " (kafka.properties sets its own)"
+		                      : "");
+	else
+		idem_log_warn("kafka",
+		              "cannot count the topics' partitions: prefetch per partition %s "
+		              "messages, %s KiB",
+		              prop_value(cfg, "queued.min.messages"),
+		              prop_value(cfg, "queued.max.messages.kbytes"));
+	if ((r = idem_consumer_conf(cfg, partitions, &conf, err)) != IDEM_OK)
 		return r;
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
 	rd_kafka_conf_set_offset_commit_cb(conf, offset_commit_cb);

@@ -21,13 +21,38 @@
 #include "idem_common.h"
 
 /*
+ * librdkafka's prefetch, shared by the partitions of the subscribed topics (each has its own
+ * queue, which idemd reads only as far as the partition's batch has room:
+ * idem_consumer_queue_open()). librdkafka 2.0.2 stops fetching a partition whose queue holds
+ * queued.min.messages or queued.max.messages.kbytes, and looks again only when its broker
+ * thread wakes up, up to a second later: the prefetch must hold about a second of what idemd
+ * applies, or it waits. These are that second on a small machine (50,000 messages of about
+ * 100 bytes a second), divided among the partitions (at least 1,000 messages and 256 KiB
+ * each), so memory stays bounded whatever the backlog and the partition count
+ * (README, "Memory"; tests/bench).
+ */
+#define IDEM_CONSUMER_PREFETCH_MESSAGES 48000
+#define IDEM_CONSUMER_PREFETCH_KBYTES   32768
+
+/*
+ * @brief The prefetch per partition for @partitions partitions in all (0: unknown, counted as
+ * one): queued.min.messages and queued.max.messages.kbytes.
+ */
+void idem_consumer_prefetch(int partitions, long *ret_messages, long *ret_kbytes);
+
+/*
  * @brief Build the consumer configuration: brokers and group from @cfg, idemd's own settings
  * (offsets are committed by idemd itself, only after the Postgres commit and with metadata:
- * enable.auto.offset.store and enable.auto.commit off), then kafka.properties.
+ * enable.auto.offset.store and enable.auto.commit off), the prefetch divided among
+ * @partitions (idem_consumer_prefetch(); 0: unknown, fixed defaults), then kafka.properties.
  * @param ret_conf on success, a new configuration the caller owns.
  */
-IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg,
+IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,
                                               rd_kafka_conf_t **ret_conf, idem_error *err);
+
+/* @brief How many partitions @topic has (metadata through @rk, up to 10 s). */
+IDEM_NODISCARD idem_status idem_consumer_partition_count(rd_kafka_t *rk, const char *topic,
+                                                         int *ret_n, idem_error *err);
 
 /*
  * @brief Make a consumer (no subscription) for tools: the same settings, optionally another

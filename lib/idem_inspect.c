@@ -24,32 +24,6 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static idem_status partition_count(rd_kafka_t *rk, const char *topic, int *ret_n, idem_error *err)
-{
-	const struct rd_kafka_metadata *md = NULL;
-	rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-	rd_kafka_resp_err_t e;
-	idem_status r = IDEM_OK;
-
-	if (rkt == NULL)
-		return idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
-		                      rd_kafka_err2str(rd_kafka_last_error()));
-	e = rd_kafka_metadata(rk, 0, rkt, &md, KAFKA_TIMEOUT_MS);
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "metadata of topic '%s': %s", topic,
-		                   rd_kafka_err2str(e));
-	else if (md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
-		                   md->topic_cnt ? rd_kafka_err2str(md->topics[0].err)
-		                                 : "not found");
-	else
-		*ret_n = md->topics[0].partition_cnt;
-	if (md != NULL)
-		rd_kafka_metadata_destroy(md);
-	rd_kafka_topic_destroy(rkt);
-	return r;
-}
-
 void idem_status_report_done(struct idem_status_report *r)
 {
 	if (r == NULL)
@@ -132,7 +106,7 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 		const struct idem_route *route = idem_cfg_route_for(cfg, cfg->topics[t]);
 		int n = 0;
 
-		if ((r = partition_count(rk, cfg->topics[t], &n, err)) != IDEM_OK)
+		if ((r = idem_consumer_partition_count(rk, cfg->topics[t], &n, err)) != IDEM_OK)
 			goto out_fail;
 		for (int p = 0; p < n; p++) {
 			if ((r = add_part(&rep, cfg->topics[t], route, p, err)) != IDEM_OK)
@@ -480,7 +454,7 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 		return idem_error_set(err, IDEM_ERR_INVALID,
 		                      "topic '%s' is not served by any route of the configuration",
 		                      topic);
-	if ((r = partition_count(rk, topic, &n, err)) != IDEM_OK)
+	if ((r = idem_consumer_partition_count(rk, topic, &n, err)) != IDEM_OK)
 		return r;
 	if (partition >= n)
 		return idem_error_set(err, IDEM_ERR_INVALID,
@@ -624,7 +598,7 @@ idem_status idem_inspect_reset(const struct idem_cfg *cfg, const struct idem_rep
 		return IDEM_OK;
 	if ((r = idem_consumer_new(cfg, NULL, &rk, err)) != IDEM_OK)
 		return r;
-	if ((r = partition_count(rk, plan->plans[0].topic, &n, err)) != IDEM_OK)
+	if ((r = idem_consumer_partition_count(rk, plan->plans[0].topic, &n, err)) != IDEM_OK)
 		goto out_destroy;
 	offs = rd_kafka_topic_partition_list_new((int)plan->n_plans);
 	for (size_t i = 0; i < plan->n_plans; i++)

@@ -242,3 +242,62 @@ void bench_hash_hex(const unsigned char *md, char out[2 * IDEM_BATCH_HASH_BYTES 
 	}
 	out[2 * IDEM_BATCH_HASH_BYTES] = '\0';
 }
+
+bool bench_retryable(const PGresult *res)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	return state != NULL && (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0);
+}
+
+PGresult *bench_next_result(PGconn *conn, ExecStatusType want, const char *what)
+{
+	PGresult *res = PQgetResult(conn), *extra;
+
+	if (res == NULL)
+		bench_die("%s: no result: %s", what, PQerrorMessage(conn));
+	if (PQresultStatus(res) != want) {
+		if (bench_retryable(res)) {
+			PQclear(res);
+			while ((extra = PQgetResult(conn)) != NULL)
+				PQclear(extra);
+			return NULL;
+		}
+		bench_die("%s failed: %s", what, PQresultErrorMessage(res));
+	}
+	if (want != PGRES_PIPELINE_SYNC) {
+		while ((extra = PQgetResult(conn)) != NULL)
+			PQclear(extra);
+	}
+	return res;
+}
+
+void bench_pipeline_abort(PGconn *conn, bool sync_sent)
+{
+	PGresult *res;
+
+	if (!sync_sent && !PQpipelineSync(conn))
+		bench_die("sync: %s", PQerrorMessage(conn));
+	for (;;) {
+		res = PQgetResult(conn);
+		if (res == NULL) {
+			if (PQstatus(conn) != CONNECTION_OK)
+				bench_die("connection lost: %s", PQerrorMessage(conn));
+			continue;
+		}
+		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+			PQclear(res);
+			break;
+		}
+		PQclear(res);
+	}
+	if (!PQexitPipelineMode(conn))
+		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
+	PQclear(PQexec(conn, "ROLLBACK"));
+}
+
+void bench_check(idem_status r)
+{
+	if (r != IDEM_OK)
+		bench_die("out of memory");
+}

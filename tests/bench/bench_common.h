@@ -85,4 +85,23 @@ void bench_set_prog(const char *name);
  */
 void bench_hash_hex(const unsigned char *md, char out[2 * IDEM_BATCH_HASH_BYTES + 1]);
 
+/* @brief Is @res a deadlock or serialization failure, which a transaction is run again for? */
+bool bench_retryable(const PGresult *res);
+
+/*
+ * @brief The next result of a pipeline, which must have status @want (@what names it): NULL for
+ * a deadlock or serialization failure (the rest of that query's results drained), exits on any
+ * other failure.
+ */
+PGresult *bench_next_result(PGconn *conn, ExecStatusType want, const char *what);
+
+/*
+ * @brief After a failure in pipeline mode: drain to the sync (sent first unless @sync_sent),
+ * leave pipeline mode, roll back.
+ */
+void bench_pipeline_abort(PGconn *conn, bool sync_sent);
+
+/* @brief Exit on IDEM_ERR_NOMEM (the benchmark does not recover from it). */
+void bench_check(idem_status r);
+
 #endif

@@ -136,7 +136,9 @@ int main(int argc, char **argv)
 
 		if (idem_cfg_load(config, &cfg, &errors) != IDEM_OK)
 			bench_die("%s", errors != NULL ? errors : "cannot load the configuration");
-		if (idem_consumer_conf(cfg, &conf, &err) != IDEM_OK)
+		/* The prefetch as for an unknown partition count: it reads the whole topic from
+		 * the consumer queue, where idemd divides it among partitions' own queues. */
+		if (idem_consumer_conf(cfg, 0, &conf, &err) != IDEM_OK)
 			bench_die("%s", err.msg);
 		idem_cfg_free(cfg);
 		conf_set(conf, "bootstrap.servers", brokers);

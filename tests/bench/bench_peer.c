@@ -139,12 +139,6 @@ static void nap_us(long us)
 	nanosleep(&ts, NULL);
 }
 
-static void check(idem_status r)
-{
-	if (r != IDEM_OK)
-		bench_die("out of memory");
-}
-
 static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
 {
 	char errstr[512];
@@ -292,45 +286,12 @@ static ssize_t find_key(const struct peer_batch *b, const char *k)
 	return -1;
 }
 
-static bool retryable(const PGresult *res)
-{
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-	return state != NULL && (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0);
-}
-
-/*
- * The next pipelined result and the NULL that ends it. NULL for a deadlock or serialization
- * failure (the transaction is to be run again); dies otherwise.
- */
-static PGresult *next_result(PGconn *conn, ExecStatusType want, const char *what)
-{
-	PGresult *res = PQgetResult(conn), *extra;
-
-	if (res == NULL)
-		bench_die("%s: no result: %s", what, PQerrorMessage(conn));
-	if (PQresultStatus(res) != want) {
-		if (retryable(res)) {
-			PQclear(res);
-			while ((extra = PQgetResult(conn)) != NULL)
-				PQclear(extra);
-			return NULL;
-		}
-		bench_die("%s failed: %s", what, PQresultErrorMessage(res));
-	}
-	if (want != PGRES_PIPELINE_SYNC) {
-		while ((extra = PQgetResult(conn)) != NULL)
-			PQclear(extra);
-	}
-	return res;
-}
-
 /* Without pipeline mode: one statement, one round trip. NULL to run the transaction again. */
 static PGresult *exec_one(PGconn *conn, PGresult *res, ExecStatusType want, const char *what)
 {
 	if (PQresultStatus(res) == want)
 		return res;
-	if (retryable(res)) {
+	if (bench_retryable(res)) {
 		PQclear(res);
 		PQclear(PQexec(conn, "ROLLBACK"));
 		return NULL;
@@ -342,21 +303,21 @@ static PGresult *exec_one(PGconn *conn, PGresult *res, ExecStatusType want, cons
 static void claim_params(const struct peer_opts *o, const struct peer_batch *b,
                          struct peer_bufs *bf, char part[16], const char *cv[6])
 {
-	check(idem_pgarray_open(&bf->keys));
-	check(idem_pgarray_open(&bf->offs));
-	check(idem_pgarray_open(&bf->hashes));
+	bench_check(idem_pgarray_open(&bf->keys));
+	bench_check(idem_pgarray_open(&bf->offs));
+	bench_check(idem_pgarray_open(&bf->hashes));
 	for (size_t k = 0; k < b->n_order; k++) {
 		const struct peer_msg *m = &b->msgs[b->order[k]];
 		char off[24];
 
 		snprintf(off, sizeof(off), "%" PRId64, m->offset);
-		check(bench_arr_add(&bf->keys, m->pay.payment_id));
-		check(bench_arr_add(&bf->offs, off));
-		check(bench_arr_add(&bf->hashes, m->pay.hash));
+		bench_check(bench_arr_add(&bf->keys, m->pay.payment_id));
+		bench_check(bench_arr_add(&bf->offs, off));
+		bench_check(bench_arr_add(&bf->hashes, m->pay.hash));
 	}
-	check(idem_pgarray_close(&bf->keys));
-	check(idem_pgarray_close(&bf->offs));
-	check(idem_pgarray_close(&bf->hashes));
+	bench_check(idem_pgarray_close(&bf->keys));
+	bench_check(idem_pgarray_close(&bf->offs));
+	bench_check(idem_pgarray_close(&bf->hashes));
 	snprintf(part, 16, "%" PRId32, b->partition);
 	cv[0] = o->consumer;
 	cv[1] = o->topic;
@@ -385,19 +346,19 @@ static void claimed(struct peer_batch *b, const PGresult *res)
 /* The set handler's text[] parameters over the newly claimed messages, in offset order. */
 static void handler_params(const struct peer_batch *b, struct peer_bufs *bf, const char *sv[3])
 {
-	check(idem_pgarray_open(&bf->ids));
-	check(idem_pgarray_open(&bf->accounts));
-	check(idem_pgarray_open(&bf->amounts));
+	bench_check(idem_pgarray_open(&bf->ids));
+	bench_check(idem_pgarray_open(&bf->accounts));
+	bench_check(idem_pgarray_open(&bf->amounts));
 	for (size_t k = 0; k < b->n_applied; k++) {
 		const struct peer_msg *m = &b->msgs[b->applied[k]];
 
-		check(bench_arr_add(&bf->ids, m->pay.payment_id));
-		check(bench_arr_add(&bf->accounts, m->pay.account));
-		check(bench_arr_add(&bf->amounts, m->pay.amount));
+		bench_check(bench_arr_add(&bf->ids, m->pay.payment_id));
+		bench_check(bench_arr_add(&bf->accounts, m->pay.account));
+		bench_check(bench_arr_add(&bf->amounts, m->pay.amount));
 	}
-	check(idem_pgarray_close(&bf->ids));
-	check(idem_pgarray_close(&bf->accounts));
-	check(idem_pgarray_close(&bf->amounts));
+	bench_check(idem_pgarray_close(&bf->ids));
+	bench_check(idem_pgarray_close(&bf->accounts));
+	bench_check(idem_pgarray_close(&bf->amounts));
 	sv[0] = bf->ids.data;
 	sv[1] = bf->accounts.data;
 	sv[2] = bf->amounts.data;
@@ -427,10 +388,10 @@ static bool run_tx_pipeline(struct peer_thread *t, struct peer_batch *b, struct 
 	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
 	    PQflush(conn) != 0)
 		bench_die("send claim: %s", PQerrorMessage(conn));
-	if ((res = next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
+	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
 		goto retry;
 	PQclear(res);
-	if ((res = next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
+	if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
 		goto retry;
 	claimed(b, res);
 	PQclear(res);
@@ -445,38 +406,20 @@ static bool run_tx_pipeline(struct peer_thread *t, struct peer_batch *b, struct 
 		bench_die("send commit: %s", PQerrorMessage(conn));
 	sync_sent = true;
 	if (b->n_applied > 0) {
-		if ((res = next_result(conn, PGRES_COMMAND_OK, "handler")) == NULL)
+		if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "handler")) == NULL)
 			goto retry;
 		PQclear(res);
 	}
-	if ((res = next_result(conn, PGRES_COMMAND_OK, "commit")) == NULL)
+	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "commit")) == NULL)
 		goto retry;
 	PQclear(res);
-	PQclear(next_result(conn, PGRES_PIPELINE_SYNC, "sync"));
+	PQclear(bench_next_result(conn, PGRES_PIPELINE_SYNC, "sync"));
 	if (!PQexitPipelineMode(conn))
 		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
 	return true;
 
 retry:
-	/* Drain to the sync, leave pipeline mode, roll back. */
-	if (!sync_sent && !PQpipelineSync(conn))
-		bench_die("sync: %s", PQerrorMessage(conn));
-	for (;;) {
-		res = PQgetResult(conn);
-		if (res == NULL) {
-			if (PQstatus(conn) != CONNECTION_OK)
-				bench_die("connection lost: %s", PQerrorMessage(conn));
-			continue;
-		}
-		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
-			PQclear(res);
-			break;
-		}
-		PQclear(res);
-	}
-	if (!PQexitPipelineMode(conn))
-		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
-	PQclear(PQexec(conn, "ROLLBACK"));
+	bench_pipeline_abort(conn, sync_sent);
 	return false;
 }
 

@@ -237,44 +237,10 @@ static ssize_t find_key(const struct raw_batch *b, const char *k)
 	return -1;
 }
 
-/*
- * The next pipelined result: one PGresult, then the NULL that ends it (as lib/idem_flush.c).
- * NULL for a deadlock or serialization failure (the batch is to be retried); dies otherwise.
- */
-static PGresult *next_result(PGconn *conn, ExecStatusType want, const char *what)
-{
-	PGresult *res = PQgetResult(conn), *extra;
-
-	if (res == NULL)
-		bench_die("%s: no result: %s", what, PQerrorMessage(conn));
-	if (PQresultStatus(res) != want) {
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-		if (state != NULL && (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0)) {
-			PQclear(res);
-			while ((extra = PQgetResult(conn)) != NULL)
-				PQclear(extra);
-			return NULL;
-		}
-		bench_die("%s failed: %s", what, PQresultErrorMessage(res));
-	}
-	if (want != PGRES_PIPELINE_SYNC) {
-		while ((extra = PQgetResult(conn)) != NULL)
-			PQclear(extra);
-	}
-	return res;
-}
-
 struct raw_bufs {
 	struct idem_buf keys, offs, hashes, rkeys, rvals;
 	struct idem_buf ids, accounts, amounts; /* set mode: the handler's text[] */
 };
-
-static void check(idem_status r)
-{
-	if (r != IDEM_OK)
-		bench_die("out of memory");
-}
 
 /*
  * One batch, exactly as idemd's fast path. Adds to *applied and *dups. false: it ran into a
@@ -294,21 +260,21 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
 
 	/* Round trip 1: BEGIN and the claim. */
-	check(idem_pgarray_open(&bf->keys));
-	check(idem_pgarray_open(&bf->offs));
-	check(idem_pgarray_open(&bf->hashes));
+	bench_check(idem_pgarray_open(&bf->keys));
+	bench_check(idem_pgarray_open(&bf->offs));
+	bench_check(idem_pgarray_open(&bf->hashes));
 	for (size_t k = 0; k < b->n_order; k++) {
 		const struct raw_msg *m = &b->msgs[b->order[k]];
 		char off[24];
 
 		snprintf(off, sizeof(off), "%" PRId64, m->offset);
-		check(bench_arr_add(&bf->keys, m->pay.payment_id));
-		check(bench_arr_add(&bf->offs, off));
-		check(bench_arr_add(&bf->hashes, m->pay.hash));
+		bench_check(bench_arr_add(&bf->keys, m->pay.payment_id));
+		bench_check(bench_arr_add(&bf->offs, off));
+		bench_check(bench_arr_add(&bf->hashes, m->pay.hash));
 	}
-	check(idem_pgarray_close(&bf->keys));
-	check(idem_pgarray_close(&bf->offs));
-	check(idem_pgarray_close(&bf->hashes));
+	bench_check(idem_pgarray_close(&bf->keys));
+	bench_check(idem_pgarray_close(&bf->offs));
+	bench_check(idem_pgarray_close(&bf->hashes));
 	snprintf(part, sizeof(part), "%" PRId32, b->msgs[0].partition);
 	cv[0] = o->consumer;
 	cv[1] = o->topic;
@@ -320,10 +286,10 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
 	    PQflush(conn) != 0)
 		bench_die("send claim: %s", PQerrorMessage(conn));
-	if ((res = next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
+	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
 		goto retry;
 	PQclear(res);
-	if ((res = next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
+	if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
 		goto retry;
 	for (int r = 0; r < PQntuples(res); r++) {
 		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
@@ -348,26 +314,26 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	if (o->set && b->n_applied > 0) {
 		const char *sv[3];
 
-		check(idem_pgarray_open(&bf->ids));
-		check(idem_pgarray_open(&bf->accounts));
-		check(idem_pgarray_open(&bf->amounts));
+		bench_check(idem_pgarray_open(&bf->ids));
+		bench_check(idem_pgarray_open(&bf->accounts));
+		bench_check(idem_pgarray_open(&bf->amounts));
 		for (size_t k = 0; k < b->n_applied; k++) {
 			const struct raw_msg *m = &b->msgs[b->applied[k]];
 
-			check(bench_arr_add(&bf->ids, m->pay.payment_id));
-			check(bench_arr_add(&bf->accounts, m->pay.account));
-			check(bench_arr_add(&bf->amounts, m->pay.amount));
+			bench_check(bench_arr_add(&bf->ids, m->pay.payment_id));
+			bench_check(bench_arr_add(&bf->accounts, m->pay.account));
+			bench_check(bench_arr_add(&bf->amounts, m->pay.amount));
 		}
-		check(idem_pgarray_close(&bf->ids));
-		check(idem_pgarray_close(&bf->accounts));
-		check(idem_pgarray_close(&bf->amounts));
+		bench_check(idem_pgarray_close(&bf->ids));
+		bench_check(idem_pgarray_close(&bf->accounts));
+		bench_check(idem_pgarray_close(&bf->amounts));
 		sv[0] = bf->ids.data;
 		sv[1] = bf->accounts.data;
 		sv[2] = bf->amounts.data;
 		if (!PQsendQueryParams(conn, bench_sql_payments_set, 3, NULL, sv, NULL, NULL, 0) ||
 		    !PQsendFlushRequest(conn) || PQflush(conn) != 0)
 			bench_die("send set handler: %s", PQerrorMessage(conn));
-		if ((res = next_result(conn, PGRES_COMMAND_OK, "set handler")) == NULL)
+		if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "set handler")) == NULL)
 			goto retry;
 		PQclear(res);
 	}
@@ -387,7 +353,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		for (size_t k = 0; k < b->n_applied; k++) {
 			size_t i = b->applied[k];
 
-			if ((res = next_result(conn, PGRES_TUPLES_OK, "handler")) == NULL)
+			if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "handler")) == NULL)
 				goto retry;
 			if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0)) {
 				snprintf(b->result[i], sizeof(b->result[i]), "%s",
@@ -399,19 +365,19 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	}
 
 	/* Round trip 3: results, progress, COMMIT. */
-	check(idem_pgarray_open(&bf->rkeys));
-	check(idem_pgarray_open(&bf->rvals));
+	bench_check(idem_pgarray_open(&bf->rkeys));
+	bench_check(idem_pgarray_open(&bf->rvals));
 	for (size_t k = 0; k < b->n_applied; k++) {
 		size_t i = b->applied[k];
 
 		if (!b->has_result[i])
 			continue;
 		any_result = true;
-		check(bench_arr_add(&bf->rkeys, b->msgs[i].pay.payment_id));
-		check(bench_arr_add(&bf->rvals, b->result[i]));
+		bench_check(bench_arr_add(&bf->rkeys, b->msgs[i].pay.payment_id));
+		bench_check(bench_arr_add(&bf->rvals, b->result[i]));
 	}
-	check(idem_pgarray_close(&bf->rkeys));
-	check(idem_pgarray_close(&bf->rvals));
+	bench_check(idem_pgarray_close(&bf->rkeys));
+	bench_check(idem_pgarray_close(&bf->rvals));
 	/* The progress statement takes arrays (one element per partition; one here): consumer,
 	 * topic, partition, next offset, consumed, applied, duplicates, quarantined, the
 	 * duplicates by kind (all upstream: the topic is read once), payload mismatches, no halt,
@@ -447,15 +413,15 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 		bench_die("send commit: %s", PQerrorMessage(conn));
 	sync_sent = true;
 	if (any_result) {
-		if ((res = next_result(conn, PGRES_TUPLES_OK, "results")) == NULL)
+		if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "results")) == NULL)
 			goto retry;
 		PQclear(res);
 	}
-	if ((res = next_result(conn, PGRES_COMMAND_OK, "progress")) == NULL ||
-	    (PQclear(res), res = next_result(conn, PGRES_COMMAND_OK, "commit")) == NULL)
+	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "progress")) == NULL ||
+	    (PQclear(res), res = bench_next_result(conn, PGRES_COMMAND_OK, "commit")) == NULL)
 		goto retry;
 	PQclear(res);
-	PQclear(next_result(conn, PGRES_PIPELINE_SYNC, "sync"));
+	PQclear(bench_next_result(conn, PGRES_PIPELINE_SYNC, "sync"));
 	if (!PQexitPipelineMode(conn))
 		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
 	*applied += n_app;
@@ -463,25 +429,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	return true;
 
 retry:
-	/* Drain to the sync, leave pipeline mode, roll back. */
-	if (!sync_sent && !PQpipelineSync(conn))
-		bench_die("sync: %s", PQerrorMessage(conn));
-	for (;;) {
-		res = PQgetResult(conn);
-		if (res == NULL) {
-			if (PQstatus(conn) != CONNECTION_OK)
-				bench_die("connection lost: %s", PQerrorMessage(conn));
-			continue;
-		}
-		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
-			PQclear(res);
-			break;
-		}
-		PQclear(res);
-	}
-	if (!PQexitPipelineMode(conn))
-		bench_die("exit pipeline mode: %s", PQerrorMessage(conn));
-	PQclear(PQexec(conn, "ROLLBACK"));
+	bench_pipeline_abort(conn, sync_sent);
 	return false;
 }
 

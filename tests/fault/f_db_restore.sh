@@ -40,21 +40,9 @@ b_cfg=$IDEM_TMP/b.yaml
 idem_write_config "$a_cfg" g-restore payments --route-name pay --sql "$IDEM_EMIT_SQL" \
 	--mode row --max 50 --retry max_ms=1000 --kafka-prop session.timeout.ms=4000 \
 	--outbox enabled=true --outbox poll_interval_ms=20
-# B: outbox_id is text, the header is not necessarily a number.
-idem_write_config "$b_cfg" g-restore-b events --route-name events --topic payment-applied \
-	--key '${header:idem-outbox-id}' --mode row --retry max_ms=1000 \
-	--params '[business_key, "json:/payment_id", "json:/account", "json:/amount"]' \
-	--sql 'INSERT INTO applied_b (outbox_id, payment_id, account, amount) VALUES ($1, $2, $3, $4::bigint)'
+idem_write_downstream_config "$b_cfg" g-restore-b --retry max_ms=1000
 idem_setup_db "$a_cfg"
-idem_psql >/dev/null <<'SQL'
--- B's effect; no unique constraint, so an event applied twice shows as two rows.
-CREATE TABLE applied_b (
-	outbox_id text NOT NULL,
-	payment_id text NOT NULL,
-	account text NOT NULL,
-	amount bigint NOT NULL
-);
-SQL
+idem_create_downstream_table
 idem_create_emit_fn
 
 rows() { idem_psql -c "SELECT count(*) FROM $1"; }

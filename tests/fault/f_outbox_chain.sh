@@ -20,21 +20,9 @@ common=(--max 20 --kafka-prop session.timeout.ms=2500 --retry max_ms=1000
 	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=200)
 idem_write_config "$IDEM_TMP/a.yaml" g-chain-a payments "${common[@]}" --route-name pay \
 	--sql "$IDEM_EMIT_SQL" --mode row
-idem_write_config "$IDEM_TMP/b.yaml" g-chain-b events "${common[@]}" --route-name events \
-	--topic payment-applied --key '${header:idem-outbox-id}' --mode row \
-	--params '[business_key, "json:/payment_id", "json:/account", "json:/amount"]' \
-	--sql 'INSERT INTO applied_b (outbox_id, payment_id, account, amount) VALUES ($1, $2, $3, $4::bigint)'
+idem_write_downstream_config "$IDEM_TMP/b.yaml" g-chain-b "${common[@]}"
 idem_setup_db "$IDEM_TMP/a.yaml"
-idem_psql >/dev/null <<'SQL'
--- B's effect; no unique constraint, so an event applied twice shows as two rows.
-CREATE TABLE applied_b (
-	id bigserial PRIMARY KEY,
-	outbox_id text NOT NULL,
-	payment_id text NOT NULL,
-	account text NOT NULL,
-	amount bigint NOT NULL
-);
-SQL
+idem_create_downstream_table
 idem_create_emit_fn
 idem_produce_bg 12000 0.2 131 200
 

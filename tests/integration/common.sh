@@ -381,6 +381,35 @@ END $$;
 SQL
 }
 
+# The downstream consumer of those events: another idemd (consumer "events", topic
+# payment-applied) that deduplicates on the header idem-outbox-id and inserts each event into
+# applied_b (idem_create_downstream_table), so that an event applied twice shows as two rows.
+# idem_write_downstream_config FILE GROUP [OPTION...]: its configuration (OPTIONs as for
+# idem_write_config).
+idem_write_downstream_config() {
+	local file=$1 group=$2
+	shift 2
+	# shellcheck disable=SC2016 # $n are SQL parameters
+	idem_write_config "$file" "$group" events --route-name events --topic payment-applied \
+		--key '${header:idem-outbox-id}' --mode row \
+		--params '[business_key, "json:/payment_id", "json:/account", "json:/amount"]' \
+		--sql 'INSERT INTO applied_b (outbox_id, payment_id, account, amount) VALUES ($1, $2, $3, $4::bigint)' \
+		"$@"
+}
+
+# idem_create_downstream_table: applied_b, in the order B applied the events (id).
+idem_create_downstream_table() {
+	idem_psql >/dev/null <<'SQL'
+CREATE TABLE applied_b (
+	id bigserial PRIMARY KEY,
+	outbox_id text NOT NULL,
+	payment_id text NOT NULL,
+	account text NOT NULL,
+	amount bigint NOT NULL
+);
+SQL
+}
+
 # The payments handler as a function, so tests can make it refuse, sleep or disappear:
 # apply_payment(id, account, amount) refuses (P0001) accounts listed in blocked_accounts and
 # sleeps pg_sleep(slow_accounts.seconds) for those listed there.
