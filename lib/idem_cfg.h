@@ -151,8 +151,8 @@ const struct idem_route *idem_cfg_route_for(const struct idem_cfg *cfg, const ch
 void idem_cfg_free(struct idem_cfg *cfg);
 
 /*
- * @brief How many workers commit batches: batch.workers, or for 0 one per online CPU, at least
- * 1 and at most 8 (Postgres does the work; more connections than cores only queue up there).
+ * @brief How many workers commit batches: batch.workers, or for 0 two per online CPU, at least
+ * 1 and at most 8 (a worker waits on Postgres much of its transaction; more only queue up there).
  */
 int idem_cfg_workers(const struct idem_cfg *cfg);
 
