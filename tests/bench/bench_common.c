@@ -213,6 +213,14 @@ idem_status bench_arr_add(struct idem_buf *a, const char *s)
 	return idem_pgarray_add(a, s, strlen(s), false);
 }
 
+void bench_kafka_set(rd_kafka_conf_t *conf, const char *name, const char *value)
+{
+	char errstr[512];
+
+	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		bench_die("kafka property '%s': %s", name, errstr);
+}
+
 PGconn *bench_pg_connect(const char *conninfo)
 {
 	PGconn *conn = PQconnectdb(conninfo);
@@ -300,4 +308,149 @@ void bench_check(idem_status r)
 {
 	if (r != IDEM_OK)
 		bench_die("out of memory");
+}
+
+static _Thread_local const struct bench_batch *sort_b;
+
+static int order_cmp(const void *pa, const void *pb)
+{
+	size_t x = *(const size_t *)pa, y = *(const size_t *)pb;
+	/* idemd compares key bytes with memcmp, then length: strcmp gives the same order for
+	 * NUL-free text. */
+	int c = strcmp(sort_b->msgs[x].pay.payment_id, sort_b->msgs[y].pay.payment_id);
+
+	return c != 0 ? c : (x > y) - (x < y);
+}
+
+void bench_batch_collapse(struct bench_batch *b)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; i < b->n; i++) {
+		b->state[i] = BENCH_PENDING;
+		b->order[i] = i;
+	}
+	sort_b = b;
+	qsort(b->order, b->n, sizeof(*b->order), order_cmp);
+	sort_b = NULL;
+	for (size_t k = 0; k < b->n; k++) {
+		if (w > 0 && strcmp(b->msgs[b->order[w - 1]].pay.payment_id,
+		                    b->msgs[b->order[k]].pay.payment_id) == 0) {
+			b->state[b->order[k]] = BENCH_DUP_IN_BATCH;
+			continue;
+		}
+		b->order[w++] = b->order[k];
+	}
+	b->n_order = w;
+	b->n_applied = 0;
+}
+
+static ssize_t find_key(const struct bench_batch *b, const char *k)
+{
+	size_t lo = 0, hi = b->n_order;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(b->msgs[b->order[mid]].pay.payment_id, k);
+
+		if (c == 0)
+			return (ssize_t)b->order[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+void bench_claim_params(const struct bench_batch *b, const char *consumer, const char *topic,
+                        struct bench_bufs *bf, char part[16], const char *cv[6])
+{
+	bench_check(idem_pgarray_open(&bf->keys));
+	bench_check(idem_pgarray_open(&bf->offs));
+	bench_check(idem_pgarray_open(&bf->hashes));
+	for (size_t k = 0; k < b->n_order; k++) {
+		const struct bench_msg *m = &b->msgs[b->order[k]];
+		char off[24];
+
+		snprintf(off, sizeof(off), "%" PRId64, m->offset);
+		bench_check(bench_arr_add(&bf->keys, m->pay.payment_id));
+		bench_check(bench_arr_add(&bf->offs, off));
+		bench_check(bench_arr_add(&bf->hashes, m->pay.hash));
+	}
+	bench_check(idem_pgarray_close(&bf->keys));
+	bench_check(idem_pgarray_close(&bf->offs));
+	bench_check(idem_pgarray_close(&bf->hashes));
+	snprintf(part, 16, "%" PRId32, b->msgs[0].partition);
+	cv[0] = consumer;
+	cv[1] = topic;
+	cv[2] = part;
+	cv[3] = bf->keys.data;
+	cv[4] = bf->offs.data;
+	cv[5] = bf->hashes.data;
+}
+
+void bench_batch_claimed(struct bench_batch *b, const PGresult *res)
+{
+	for (int r = 0; r < PQntuples(res); r++) {
+		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
+
+		if (i >= 0)
+			b->state[i] = BENCH_APPLIED;
+	}
+	b->n_applied = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->state[i] == BENCH_APPLIED)
+			b->applied[b->n_applied++] = i;
+	}
+}
+
+bool bench_claim_round_trip(PGconn *conn, struct bench_batch *b, const char *const cv[6])
+{
+	PGresult *res;
+
+	if (!PQenterPipelineMode(conn))
+		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
+	if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
+	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
+	    PQflush(conn) != 0)
+		bench_die("send claim: %s", PQerrorMessage(conn));
+	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
+		return false;
+	PQclear(res);
+	if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
+		return false;
+	bench_batch_claimed(b, res);
+	PQclear(res);
+	return true;
+}
+
+void bench_set_params(const struct bench_batch *b, struct bench_bufs *bf, const char *sv[3])
+{
+	bench_check(idem_pgarray_open(&bf->ids));
+	bench_check(idem_pgarray_open(&bf->accounts));
+	bench_check(idem_pgarray_open(&bf->amounts));
+	for (size_t k = 0; k < b->n_applied; k++) {
+		const struct bench_msg *m = &b->msgs[b->applied[k]];
+
+		bench_check(bench_arr_add(&bf->ids, m->pay.payment_id));
+		bench_check(bench_arr_add(&bf->accounts, m->pay.account));
+		bench_check(bench_arr_add(&bf->amounts, m->pay.amount));
+	}
+	bench_check(idem_pgarray_close(&bf->ids));
+	bench_check(idem_pgarray_close(&bf->accounts));
+	bench_check(idem_pgarray_close(&bf->amounts));
+	sv[0] = bf->ids.data;
+	sv[1] = bf->accounts.data;
+	sv[2] = bf->amounts.data;
+}
+
+void bench_bufs_done(struct bench_bufs *bf)
+{
+	idem_buf_done(&bf->keys);
+	idem_buf_done(&bf->offs);
+	idem_buf_done(&bf->hashes);
+	idem_buf_done(&bf->ids);
+	idem_buf_done(&bf->accounts);
+	idem_buf_done(&bf->amounts);
 }

@@ -9,6 +9,7 @@
 #define BENCH_COMMON_H
 
 #include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,8 +65,66 @@ struct bench_payment {
 bool bench_payment_decode(const void *value, size_t len, struct bench_payment *ret_pay,
                           char *errbuf, size_t errlen);
 
+/* One message of a benchmark batch: where it was read and what idemd extracts from it. */
+struct bench_msg {
+	int32_t partition;
+	int64_t offset;
+	struct bench_payment pay;
+};
+
+enum bench_state { BENCH_PENDING, BENCH_DUP_IN_BATCH, BENCH_APPLIED };
+
+/*
+ * One transaction's messages of one partition, in offset order, claimed as idemd claims them
+ * (the fast path of ARCHITECTURE.md, "The transaction"): keys sorted, a key given twice in the
+ * batch kept at its lowest offset. The arrays hold at least @n elements each.
+ */
+struct bench_batch {
+	const struct bench_msg *msgs;
+	size_t n;
+	enum bench_state *state;
+	size_t *order; /* unique keys, sorted by key (the claim order) */
+	size_t n_order;
+	size_t *applied; /* newly claimed messages, in offset order */
+	size_t n_applied;
+};
+
+/* The array literals a batch binds, reused from batch to batch. */
+struct bench_bufs {
+	struct idem_buf keys, offs, hashes;     /* the claim */
+	struct idem_buf ids, accounts, amounts; /* the set handler's text[] */
+};
+
+/* @brief Every message pending; b->order = the unique keys sorted (as idem_batch_collapse). */
+void bench_batch_collapse(struct bench_batch *b);
+
+/*
+ * @brief IDEM_SQL_CLAIM's parameters for @b (the arrays in @bf, the partition's text in @part):
+ * @cv[0..5].
+ */
+void bench_claim_params(const struct bench_batch *b, const char *consumer, const char *topic,
+                        struct bench_bufs *bf, char part[16], const char *cv[6]);
+
+/* @brief The claim's rows (the keys newly claimed) applied: b->applied, in offset order. */
+void bench_batch_claimed(struct bench_batch *b, const PGresult *res);
+
+/*
+ * @brief Round trip 1 of idemd's transaction in pipeline mode (entered here): BEGIN and the
+ * claim with parameters @cv, then bench_batch_claimed(). false: a deadlock or serialization
+ * failure; the caller then calls bench_pipeline_abort(conn, false) and runs the batch again.
+ */
+bool bench_claim_round_trip(PGconn *conn, struct bench_batch *b, const char *const cv[6]);
+
+/* @brief The set handler's text[] parameters over b->applied: @sv[0..2]. */
+void bench_set_params(const struct bench_batch *b, struct bench_bufs *bf, const char *sv[3]);
+
+void bench_bufs_done(struct bench_bufs *bf);
+
 /* @brief idem_pgarray_add() of a C string, as lib/idem_pg.c builds its array literals. */
 IDEM_NODISCARD idem_status bench_arr_add(struct idem_buf *a, const char *s);
+
+/* @brief rd_kafka_conf_set(); exits the program with a message on failure. */
+void bench_kafka_set(rd_kafka_conf_t *conf, const char *name, const char *value);
 
 /* @brief Connect to @conninfo; exits the program with a message on failure. */
 PGconn *bench_pg_connect(const char *conninfo);

@@ -37,14 +37,6 @@ static int dbl_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
-{
-	char errstr[512];
-
-	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		bench_die("kafka property '%s': %s", name, errstr);
-}
-
 /* Eager rebalancing (the default strategies); says on stderr when partitions arrive. */
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *list, void *opaque)
@@ -141,25 +133,25 @@ int main(int argc, char **argv)
 		if (idem_consumer_conf(cfg, 0, &conf, &err) != IDEM_OK)
 			bench_die("%s", err.msg);
 		idem_cfg_free(cfg);
-		conf_set(conf, "bootstrap.servers", brokers);
+		bench_kafka_set(conf, "bootstrap.servers", brokers);
 	} else {
 		/* The benchmark's tuned settings of before. */
 		conf = rd_kafka_conf_new();
-		conf_set(conf, "bootstrap.servers", brokers);
-		conf_set(conf, "auto.offset.reset", "earliest");
-		conf_set(conf, "session.timeout.ms", "6000");
-		conf_set(conf, "heartbeat.interval.ms", "500");
-		conf_set(conf, "fetch.wait.max.ms", "10");
-		conf_set(conf, "queued.min.messages", "1000000");
+		bench_kafka_set(conf, "bootstrap.servers", brokers);
+		bench_kafka_set(conf, "auto.offset.reset", "earliest");
+		bench_kafka_set(conf, "session.timeout.ms", "6000");
+		bench_kafka_set(conf, "heartbeat.interval.ms", "500");
+		bench_kafka_set(conf, "fetch.wait.max.ms", "10");
+		bench_kafka_set(conf, "queued.min.messages", "1000000");
 	}
-	conf_set(conf, "group.id", group);
-	conf_set(conf, "enable.auto.commit", "false");
-	conf_set(conf, "log_level", "4");
+	bench_kafka_set(conf, "group.id", group);
+	bench_kafka_set(conf, "enable.auto.commit", "false");
+	bench_kafka_set(conf, "log_level", "4");
 	for (int i = 0; i < n_props; i++) {
 		char *eq = strchr(props[i], '=');
 
 		*eq = '\0';
-		conf_set(conf, props[i], eq + 1);
+		bench_kafka_set(conf, props[i], eq + 1);
 	}
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));

@@ -109,14 +109,6 @@ static void usage(FILE *f)
 	           "         [--consumer NAME] [--max N] [--seconds S] [--postmaster PID]\n");
 }
 
-static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
-{
-	char errstr[512];
-
-	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		bench_die("kafka property '%s': %s", name, errstr);
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -185,15 +177,15 @@ int main(int argc, char **argv)
 	bench_pg_prepare(conn, "result", SQL_RESULT_ONE);
 
 	conf = rd_kafka_conf_new();
-	conf_set(conf, "bootstrap.servers", o.brokers);
-	conf_set(conf, "group.id", o.group);
-	conf_set(conf, "client.id", "bench_naive");
-	conf_set(conf, "enable.auto.commit", "false");
-	conf_set(conf, "auto.offset.reset", "earliest");
-	conf_set(conf, "session.timeout.ms", "6000");
-	conf_set(conf, "heartbeat.interval.ms", "500");
-	conf_set(conf, "fetch.wait.max.ms", "10");
-	conf_set(conf, "log_level", "4");
+	bench_kafka_set(conf, "bootstrap.servers", o.brokers);
+	bench_kafka_set(conf, "group.id", o.group);
+	bench_kafka_set(conf, "client.id", "bench_naive");
+	bench_kafka_set(conf, "enable.auto.commit", "false");
+	bench_kafka_set(conf, "auto.offset.reset", "earliest");
+	bench_kafka_set(conf, "session.timeout.ms", "6000");
+	bench_kafka_set(conf, "heartbeat.interval.ms", "500");
+	bench_kafka_set(conf, "fetch.wait.max.ms", "10");
+	bench_kafka_set(conf, "log_level", "4");
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (rk == NULL)
 		bench_die("cannot create kafka consumer: %s", errstr);

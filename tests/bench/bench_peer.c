@@ -88,28 +88,6 @@ struct peer_part {
 	atomic_bool done;    /* consumed up to high (set by its thread, read by main) */
 };
 
-struct peer_msg {
-	int64_t offset;
-	struct bench_payment pay;
-};
-
-enum peer_state { PEER_PENDING, PEER_DUP_IN_BATCH, PEER_APPLIED };
-
-struct peer_batch {
-	struct peer_msg *msgs;
-	size_t n;
-	int32_t partition;
-	enum peer_state *state;
-	size_t *order; /* unique keys, sorted by key (the claim order) */
-	size_t n_order;
-	size_t *applied; /* newly claimed messages, in offset order */
-	size_t n_applied;
-};
-
-struct peer_bufs {
-	struct idem_buf keys, offs, hashes, ids, accounts, amounts;
-};
-
 struct peer_thread {
 	pthread_t thread;
 	int id, n_threads;
@@ -137,14 +115,6 @@ static void nap_us(long us)
 	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
 
 	nanosleep(&ts, NULL);
-}
-
-static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
-{
-	char errstr[512];
-
-	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		bench_die("kafka property '%s': %s", name, errstr);
 }
 
 /* Eager rebalancing: the partitions' own queues are taken over before fetching starts. */
@@ -209,12 +179,13 @@ static bool integer_text(const char *s)
 	return true;
 }
 
-static void decode(struct peer_thread *t, const rd_kafka_message_t *rkm, struct peer_msg *m)
+static void decode(struct peer_thread *t, const rd_kafka_message_t *rkm, struct bench_msg *m)
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int mdlen = 0;
 	char why[128];
 
+	m->partition = rkm->partition;
 	m->offset = rkm->offset;
 	if (rkm->payload == NULL)
 		bench_die("partition %" PRId32 " offset %" PRId64 ": no value", rkm->partition,
@@ -235,57 +206,6 @@ static void decode(struct peer_thread *t, const rd_kafka_message_t *rkm, struct 
 	bench_hash_hex(md, m->pay.hash);
 }
 
-static _Thread_local const struct peer_batch *sort_b;
-
-static int order_cmp(const void *pa, const void *pb)
-{
-	size_t x = *(const size_t *)pa, y = *(const size_t *)pb;
-	int c = strcmp(sort_b->msgs[x].pay.payment_id, sort_b->msgs[y].pay.payment_id);
-
-	return c != 0 ? c : (x > y) - (x < y);
-}
-
-/* Keys sorted; a key given twice keeps its lowest offset, the others are duplicates. */
-static void collapse(struct peer_batch *b)
-{
-	size_t w = 0;
-
-	for (size_t i = 0; i < b->n; i++) {
-		b->state[i] = PEER_PENDING;
-		b->order[i] = i;
-	}
-	sort_b = b;
-	qsort(b->order, b->n, sizeof(*b->order), order_cmp);
-	sort_b = NULL;
-	for (size_t k = 0; k < b->n; k++) {
-		if (w > 0 && strcmp(b->msgs[b->order[w - 1]].pay.payment_id,
-		                    b->msgs[b->order[k]].pay.payment_id) == 0) {
-			b->state[b->order[k]] = PEER_DUP_IN_BATCH;
-			continue;
-		}
-		b->order[w++] = b->order[k];
-	}
-	b->n_order = w;
-}
-
-static ssize_t find_key(const struct peer_batch *b, const char *k)
-{
-	size_t lo = 0, hi = b->n_order;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(b->msgs[b->order[mid]].pay.payment_id, k);
-
-		if (c == 0)
-			return (ssize_t)b->order[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
-}
-
 /* Without pipeline mode: one statement, one round trip. NULL to run the transaction again. */
 static PGresult *exec_one(PGconn *conn, PGresult *res, ExecStatusType want, const char *what)
 {
@@ -299,71 +219,6 @@ static PGresult *exec_one(PGconn *conn, PGresult *res, ExecStatusType want, cons
 	bench_die("%s failed: %s", what, PQresultErrorMessage(res));
 }
 
-/* The arrays of the claim (sorted unique keys) into bf->keys, offs, hashes; cv[0..5]. */
-static void claim_params(const struct peer_opts *o, const struct peer_batch *b,
-                         struct peer_bufs *bf, char part[16], const char *cv[6])
-{
-	bench_check(idem_pgarray_open(&bf->keys));
-	bench_check(idem_pgarray_open(&bf->offs));
-	bench_check(idem_pgarray_open(&bf->hashes));
-	for (size_t k = 0; k < b->n_order; k++) {
-		const struct peer_msg *m = &b->msgs[b->order[k]];
-		char off[24];
-
-		snprintf(off, sizeof(off), "%" PRId64, m->offset);
-		bench_check(bench_arr_add(&bf->keys, m->pay.payment_id));
-		bench_check(bench_arr_add(&bf->offs, off));
-		bench_check(bench_arr_add(&bf->hashes, m->pay.hash));
-	}
-	bench_check(idem_pgarray_close(&bf->keys));
-	bench_check(idem_pgarray_close(&bf->offs));
-	bench_check(idem_pgarray_close(&bf->hashes));
-	snprintf(part, 16, "%" PRId32, b->partition);
-	cv[0] = o->consumer;
-	cv[1] = o->topic;
-	cv[2] = part;
-	cv[3] = bf->keys.data;
-	cv[4] = bf->offs.data;
-	cv[5] = bf->hashes.data;
-}
-
-/* The claim's rows: the keys newly claimed; their messages in offset order in b->applied. */
-static void claimed(struct peer_batch *b, const PGresult *res)
-{
-	for (int r = 0; r < PQntuples(res); r++) {
-		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
-
-		if (i >= 0)
-			b->state[i] = PEER_APPLIED;
-	}
-	b->n_applied = 0;
-	for (size_t i = 0; i < b->n; i++) {
-		if (b->state[i] == PEER_APPLIED)
-			b->applied[b->n_applied++] = i;
-	}
-}
-
-/* The set handler's text[] parameters over the newly claimed messages, in offset order. */
-static void handler_params(const struct peer_batch *b, struct peer_bufs *bf, const char *sv[3])
-{
-	bench_check(idem_pgarray_open(&bf->ids));
-	bench_check(idem_pgarray_open(&bf->accounts));
-	bench_check(idem_pgarray_open(&bf->amounts));
-	for (size_t k = 0; k < b->n_applied; k++) {
-		const struct peer_msg *m = &b->msgs[b->applied[k]];
-
-		bench_check(bench_arr_add(&bf->ids, m->pay.payment_id));
-		bench_check(bench_arr_add(&bf->accounts, m->pay.account));
-		bench_check(bench_arr_add(&bf->amounts, m->pay.amount));
-	}
-	bench_check(idem_pgarray_close(&bf->ids));
-	bench_check(idem_pgarray_close(&bf->accounts));
-	bench_check(idem_pgarray_close(&bf->amounts));
-	sv[0] = bf->ids.data;
-	sv[1] = bf->accounts.data;
-	sv[2] = bf->amounts.data;
-}
-
 static int send_handler(PGconn *conn, const struct peer_opts *o, const char *const sv[3])
 {
 	if (o->prepared_handler)
@@ -372,7 +227,7 @@ static int send_handler(PGconn *conn, const struct peer_opts *o, const char *con
 }
 
 /* One transaction in pipeline mode: two round trips. false: deadlocked, rolled back. */
-static bool run_tx_pipeline(struct peer_thread *t, struct peer_batch *b, struct peer_bufs *bf)
+static bool run_tx_pipeline(struct peer_thread *t, struct bench_batch *b, struct bench_bufs *bf)
 {
 	PGconn *conn = t->conn;
 	const char *cv[6], *sv[3];
@@ -380,24 +235,13 @@ static bool run_tx_pipeline(struct peer_thread *t, struct peer_batch *b, struct 
 	bool sync_sent = false;
 	PGresult *res;
 
-	claim_params(t->o, b, bf, part, cv);
-	if (!PQenterPipelineMode(conn))
-		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
+	bench_claim_params(b, t->o->consumer, t->o->topic, bf, part, cv);
 	/* Round trip 1: BEGIN and the claim. */
-	if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
-	    PQflush(conn) != 0)
-		bench_die("send claim: %s", PQerrorMessage(conn));
-	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
+	if (!bench_claim_round_trip(conn, b, cv))
 		goto retry;
-	PQclear(res);
-	if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
-		goto retry;
-	claimed(b, res);
-	PQclear(res);
 	/* Round trip 2: the set handler over the newly claimed messages, COMMIT. */
 	if (b->n_applied > 0) {
-		handler_params(b, bf, sv);
+		bench_set_params(b, bf, sv);
 		if (!send_handler(conn, t->o, sv))
 			bench_die("send handler: %s", PQerrorMessage(conn));
 	}
@@ -424,7 +268,7 @@ retry:
 }
 
 /* The same without pipeline mode: BEGIN, claim, handler, COMMIT, a round trip each. */
-static bool run_tx_plain(struct peer_thread *t, struct peer_batch *b, struct peer_bufs *bf)
+static bool run_tx_plain(struct peer_thread *t, struct bench_batch *b, struct bench_bufs *bf)
 {
 	const struct idem_sql_stmt *claim = idem_sql(IDEM_SQL_CLAIM);
 	PGconn *conn = t->conn;
@@ -432,16 +276,16 @@ static bool run_tx_plain(struct peer_thread *t, struct peer_batch *b, struct pee
 	char part[16];
 	PGresult *res;
 
-	claim_params(t->o, b, bf, part, cv);
+	bench_claim_params(b, t->o->consumer, t->o->topic, bf, part, cv);
 	PQclear(exec_one(conn, PQexec(conn, "BEGIN"), PGRES_COMMAND_OK, "begin"));
 	res = exec_one(conn, PQexecPrepared(conn, claim->name, claim->n_params, cv, NULL, NULL, 0),
 	               PGRES_TUPLES_OK, "claim");
 	if (res == NULL)
 		return false;
-	claimed(b, res);
+	bench_batch_claimed(b, res);
 	PQclear(res);
 	if (b->n_applied > 0) {
-		handler_params(b, bf, sv);
+		bench_set_params(b, bf, sv);
 		res = t->o->prepared_handler
 		              ? PQexecPrepared(conn, "peer_handler", 3, sv, NULL, NULL, 0)
 		              : PQexecParams(conn, bench_sql_payments_set, 3, NULL, sv, NULL, NULL,
@@ -476,16 +320,16 @@ static void *peer_thread_main(void *arg)
 	const struct peer_opts *o = t->o;
 	size_t cap = (size_t)o->batch;
 	rd_kafka_message_t **rkms = calloc(cap, sizeof(*rkms));
-	struct peer_bufs bf = { 0 };
-	struct peer_batch b = { 0 };
+	struct bench_msg *msgs = calloc(cap, sizeof(*msgs));
+	struct bench_bufs bf = { 0 };
+	struct bench_batch b = { .msgs = msgs };
 	int left = 0;
 
-	b.msgs = calloc(cap, sizeof(*b.msgs));
 	b.state = calloc(cap, sizeof(*b.state));
 	b.order = calloc(cap, sizeof(*b.order));
 	b.applied = calloc(cap, sizeof(*b.applied));
 	t->md_ctx = EVP_MD_CTX_new();
-	if (rkms == NULL || b.msgs == NULL || b.state == NULL || b.order == NULL ||
+	if (rkms == NULL || msgs == NULL || b.state == NULL || b.order == NULL ||
 	    b.applied == NULL || t->md_ctx == NULL)
 		bench_die("out of memory");
 	while (!atomic_load(&g_assigned))
@@ -506,7 +350,6 @@ static void *peer_thread_main(void *arg)
 			if (n < 0)
 				bench_die("consume: %s", rd_kafka_err2str(rd_kafka_last_error()));
 			b.n = 0;
-			b.partition = p;
 			for (ssize_t i = 0; i < n; i++) {
 				const rd_kafka_message_t *m = rkms[i];
 
@@ -515,14 +358,14 @@ static void *peer_thread_main(void *arg)
 						fprintf(stderr, "bench_peer: consume error: %s\n",
 						        rd_kafka_message_errstr(m));
 				} else if (m->offset >= pp->next && m->offset < pp->high) {
-					decode(t, m, &b.msgs[b.n++]);
+					decode(t, m, &msgs[b.n++]);
 				}
 				rd_kafka_message_destroy(rkms[i]);
 			}
 			if (b.n == 0)
 				continue;
 			got = true;
-			collapse(&b);
+			bench_batch_collapse(&b);
 			for (;;) {
 				double now = bench_now();
 
@@ -532,7 +375,7 @@ static void *peer_thread_main(void *arg)
 				                : run_tx_plain(t, &b, &bf))
 					break;
 				t->retries++;
-				collapse(&b);
+				bench_batch_collapse(&b);
 			}
 			t->last_commit = bench_now();
 			t->messages += b.n;
@@ -549,14 +392,9 @@ static void *peer_thread_main(void *arg)
 		if (!got)
 			nap_us(200);
 	}
-	idem_buf_done(&bf.keys);
-	idem_buf_done(&bf.offs);
-	idem_buf_done(&bf.hashes);
-	idem_buf_done(&bf.ids);
-	idem_buf_done(&bf.accounts);
-	idem_buf_done(&bf.amounts);
+	bench_bufs_done(&bf);
 	EVP_MD_CTX_free(t->md_ctx);
-	free(b.msgs);
+	free(msgs);
 	free(b.state);
 	free(b.order);
 	free(b.applied);
@@ -710,20 +548,20 @@ int main(int argc, char **argv)
 
 	cpu0 = bench_self_cpu();
 	conf = rd_kafka_conf_new();
-	conf_set(conf, "bootstrap.servers", o.brokers);
-	conf_set(conf, "group.id", o.group);
-	conf_set(conf, "client.id", "bench_peer");
-	conf_set(conf, "enable.auto.commit", "false");
-	conf_set(conf, "enable.auto.offset.store", "false");
-	conf_set(conf, "auto.offset.reset", "earliest");
-	conf_set(conf, "session.timeout.ms", "6000");
-	conf_set(conf, "heartbeat.interval.ms", "500");
-	conf_set(conf, "log_level", "4");
+	bench_kafka_set(conf, "bootstrap.servers", o.brokers);
+	bench_kafka_set(conf, "group.id", o.group);
+	bench_kafka_set(conf, "client.id", "bench_peer");
+	bench_kafka_set(conf, "enable.auto.commit", "false");
+	bench_kafka_set(conf, "enable.auto.offset.store", "false");
+	bench_kafka_set(conf, "auto.offset.reset", "earliest");
+	bench_kafka_set(conf, "session.timeout.ms", "6000");
+	bench_kafka_set(conf, "heartbeat.interval.ms", "500");
+	bench_kafka_set(conf, "log_level", "4");
 	for (int i = 0; i < o.n_props; i++) {
 		char *eq = strchr(o.props[i], '=');
 
 		*eq = '\0';
-		conf_set(conf, o.props[i], eq + 1);
+		bench_kafka_set(conf, o.props[i], eq + 1);
 		*eq = '=';
 	}
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);

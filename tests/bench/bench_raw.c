@@ -35,14 +35,6 @@
 
 #include "bench_common.h"
 
-struct raw_msg {
-	int32_t partition;
-	int64_t offset;
-	struct bench_payment pay;
-};
-
-enum raw_state { RAW_PENDING, RAW_DUP_IN_BATCH, RAW_APPLIED, RAW_DUPLICATE };
-
 struct raw_opts {
 	const char *conninfo;
 	const char *brokers;
@@ -55,13 +47,13 @@ struct raw_opts {
 };
 
 struct raw_load {
-	struct raw_msg *msgs;
+	struct bench_msg *msgs;
 	size_t n, cap;
 };
 
 static int msg_cmp(const void *a, const void *b)
 {
-	const struct raw_msg *x = a, *y = b;
+	const struct bench_msg *x = a, *y = b;
 
 	if (x->partition != y->partition)
 		return (x->partition > y->partition) - (x->partition < y->partition);
@@ -74,7 +66,7 @@ static void load_add(struct raw_load *ld, const rd_kafka_message_t *rkm)
 
 	if (ld->n == ld->cap) {
 		size_t ncap = ld->cap ? 2 * ld->cap : 65536;
-		struct raw_msg *nm = realloc(ld->msgs, ncap * sizeof(*nm));
+		struct bench_msg *nm = realloc(ld->msgs, ncap * sizeof(*nm));
 
 		if (nm == NULL)
 			bench_die("out of memory");
@@ -166,88 +158,24 @@ static void load_topic(const struct raw_opts *o, struct raw_load *ld)
 	qsort(ld->msgs, ld->n, sizeof(*ld->msgs), msg_cmp);
 }
 
-/* The batch being processed: msgs[first .. first+n) of one partition. */
-struct raw_batch {
-	const struct raw_msg *msgs;
-	size_t n;
-	enum raw_state *state;
-	size_t *order; /* unique keys, sorted by key bytes (the claim order) */
-	size_t n_order;
-	size_t *applied; /* claimed messages, in offset order */
-	size_t n_applied;
+/* What the row handler returned for each message of the batch being processed. */
+struct raw_results {
 	char (*result)[24];
 	bool *has_result;
 };
 
-static _Thread_local const struct raw_batch *sort_b;
-
-static int key_cmp(const struct raw_batch *b, size_t x, size_t y)
-{
-	/* idemd compares key bytes with memcmp, then length: strcmp gives the same order for
-	 * NUL-free text. */
-	return strcmp(b->msgs[x].pay.payment_id, b->msgs[y].pay.payment_id);
-}
-
-static int order_cmp(const void *pa, const void *pb)
-{
-	size_t x = *(const size_t *)pa, y = *(const size_t *)pb;
-	int c = key_cmp(sort_b, x, y);
-
-	return c != 0 ? c : (x > y) - (x < y);
-}
-
-/* In-batch duplicates: the lowest offset of a key wins (as idem_batch_collapse). */
-static void collapse(struct raw_batch *b)
-{
-	size_t w = 0;
-
-	for (size_t i = 0; i < b->n; i++) {
-		b->state[i] = RAW_PENDING;
-		b->order[i] = i;
-		b->has_result[i] = false;
-	}
-	sort_b = b;
-	qsort(b->order, b->n, sizeof(*b->order), order_cmp);
-	sort_b = NULL;
-	for (size_t k = 0; k < b->n; k++) {
-		if (w > 0 && key_cmp(b, b->order[w - 1], b->order[k]) == 0) {
-			b->state[b->order[k]] = RAW_DUP_IN_BATCH;
-			continue;
-		}
-		b->order[w++] = b->order[k];
-	}
-	b->n_order = w;
-}
-
-static ssize_t find_key(const struct raw_batch *b, const char *k)
-{
-	size_t lo = 0, hi = b->n_order;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(b->msgs[b->order[mid]].pay.payment_id, k);
-
-		if (c == 0)
-			return (ssize_t)b->order[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
-}
-
 struct raw_bufs {
-	struct idem_buf keys, offs, hashes, rkeys, rvals;
-	struct idem_buf ids, accounts, amounts; /* set mode: the handler's text[] */
+	struct bench_bufs c; /* the claim; set mode: the handler's text[] */
+	struct idem_buf rkeys, rvals;
 };
 
 /*
  * One batch, exactly as idemd's fast path. Adds to *applied and *dups. false: it ran into a
  * deadlock and was rolled back, to be run again.
  */
-static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *b,
-                      struct raw_bufs *bf, uint64_t *applied, uint64_t *dups)
+static bool run_batch(PGconn *conn, const struct raw_opts *o, struct bench_batch *b,
+                      struct raw_results *rs, struct raw_bufs *bf, uint64_t *applied,
+                      uint64_t *dups)
 {
 	char part[16], pr[16][64];
 	const char *cv[6], *pv[16], *hv[3];
@@ -255,58 +183,14 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	bool sync_sent = false, any_result = false;
 	PGresult *res;
 
-	collapse(b);
-	if (!PQenterPipelineMode(conn))
-		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
-
+	bench_batch_collapse(b);
+	memset(rs->has_result, 0, b->n * sizeof(*rs->has_result));
+	bench_claim_params(b, o->consumer, o->topic, &bf->c, part, cv);
 	/* Round trip 1: BEGIN and the claim. */
-	bench_check(idem_pgarray_open(&bf->keys));
-	bench_check(idem_pgarray_open(&bf->offs));
-	bench_check(idem_pgarray_open(&bf->hashes));
-	for (size_t k = 0; k < b->n_order; k++) {
-		const struct raw_msg *m = &b->msgs[b->order[k]];
-		char off[24];
-
-		snprintf(off, sizeof(off), "%" PRId64, m->offset);
-		bench_check(bench_arr_add(&bf->keys, m->pay.payment_id));
-		bench_check(bench_arr_add(&bf->offs, off));
-		bench_check(bench_arr_add(&bf->hashes, m->pay.hash));
-	}
-	bench_check(idem_pgarray_close(&bf->keys));
-	bench_check(idem_pgarray_close(&bf->offs));
-	bench_check(idem_pgarray_close(&bf->hashes));
-	snprintf(part, sizeof(part), "%" PRId32, b->msgs[0].partition);
-	cv[0] = o->consumer;
-	cv[1] = o->topic;
-	cv[2] = part;
-	cv[3] = bf->keys.data;
-	cv[4] = bf->offs.data;
-	cv[5] = bf->hashes.data;
-	if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
-	    PQflush(conn) != 0)
-		bench_die("send claim: %s", PQerrorMessage(conn));
-	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
+	if (!bench_claim_round_trip(conn, b, cv))
 		goto retry;
-	PQclear(res);
-	if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "claim")) == NULL)
-		goto retry;
-	for (int r = 0; r < PQntuples(res); r++) {
-		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
-
-		if (i >= 0)
-			b->state[i] = RAW_APPLIED;
-	}
-	PQclear(res);
-	b->n_applied = 0;
-	for (size_t i = 0; i < b->n; i++) {
-		if (b->state[i] == RAW_APPLIED) {
-			b->applied[b->n_applied++] = i;
-			n_app++;
-		} else {
-			n_dup++;
-		}
-	}
+	n_app = b->n_applied;
+	n_dup = b->n - b->n_applied;
 
 	/* Round trip 2: the handler for each claimed message, in offset order; in set mode once
 	 * for all of them, with one text[] per parameter, as idemd sends it (sent with its text,
@@ -314,22 +198,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	if (o->set && b->n_applied > 0) {
 		const char *sv[3];
 
-		bench_check(idem_pgarray_open(&bf->ids));
-		bench_check(idem_pgarray_open(&bf->accounts));
-		bench_check(idem_pgarray_open(&bf->amounts));
-		for (size_t k = 0; k < b->n_applied; k++) {
-			const struct raw_msg *m = &b->msgs[b->applied[k]];
-
-			bench_check(bench_arr_add(&bf->ids, m->pay.payment_id));
-			bench_check(bench_arr_add(&bf->accounts, m->pay.account));
-			bench_check(bench_arr_add(&bf->amounts, m->pay.amount));
-		}
-		bench_check(idem_pgarray_close(&bf->ids));
-		bench_check(idem_pgarray_close(&bf->accounts));
-		bench_check(idem_pgarray_close(&bf->amounts));
-		sv[0] = bf->ids.data;
-		sv[1] = bf->accounts.data;
-		sv[2] = bf->amounts.data;
+		bench_set_params(b, &bf->c, sv);
 		if (!PQsendQueryParams(conn, bench_sql_payments_set, 3, NULL, sv, NULL, NULL, 0) ||
 		    !PQsendFlushRequest(conn) || PQflush(conn) != 0)
 			bench_die("send set handler: %s", PQerrorMessage(conn));
@@ -339,7 +208,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	}
 	/* Round trip 2: the handler for each claimed message, in offset order. */
 	for (size_t k = 0; !o->set && k < b->n_applied; k++) {
-		const struct raw_msg *m = &b->msgs[b->applied[k]];
+		const struct bench_msg *m = &b->msgs[b->applied[k]];
 
 		hv[0] = m->pay.payment_id;
 		hv[1] = m->pay.account;
@@ -356,9 +225,9 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 			if ((res = bench_next_result(conn, PGRES_TUPLES_OK, "handler")) == NULL)
 				goto retry;
 			if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0)) {
-				snprintf(b->result[i], sizeof(b->result[i]), "%s",
+				snprintf(rs->result[i], sizeof(rs->result[i]), "%s",
 				         PQgetvalue(res, 0, 0));
-				b->has_result[i] = true;
+				rs->has_result[i] = true;
 			}
 			PQclear(res);
 		}
@@ -370,11 +239,11 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct raw_batch *
 	for (size_t k = 0; k < b->n_applied; k++) {
 		size_t i = b->applied[k];
 
-		if (!b->has_result[i])
+		if (!rs->has_result[i])
 			continue;
 		any_result = true;
 		bench_check(bench_arr_add(&bf->rkeys, b->msgs[i].pay.payment_id));
-		bench_check(bench_arr_add(&bf->rvals, b->result[i]));
+		bench_check(bench_arr_add(&bf->rvals, rs->result[i]));
 	}
 	bench_check(idem_pgarray_close(&bf->rkeys));
 	bench_check(idem_pgarray_close(&bf->rvals));
@@ -456,16 +325,17 @@ static void *raw_thread_main(void *arg)
 	struct raw_thread *t = arg;
 	const struct raw_opts *o = t->o;
 	struct raw_bufs bf = { 0 };
-	struct raw_batch b = { 0 };
+	struct raw_results rs = { 0 };
+	struct bench_batch b = { 0 };
 	size_t *cur = calloc(t->nparts, sizeof(*cur));
 
 	b.state = calloc((size_t)o->batch, sizeof(*b.state));
 	b.order = calloc((size_t)o->batch, sizeof(*b.order));
 	b.applied = calloc((size_t)o->batch, sizeof(*b.applied));
-	b.result = calloc((size_t)o->batch, sizeof(*b.result));
-	b.has_result = calloc((size_t)o->batch, sizeof(*b.has_result));
+	rs.result = calloc((size_t)o->batch, sizeof(*rs.result));
+	rs.has_result = calloc((size_t)o->batch, sizeof(*rs.has_result));
 	if (cur == NULL || b.state == NULL || b.order == NULL || b.applied == NULL ||
-	    b.result == NULL || b.has_result == NULL)
+	    rs.result == NULL || rs.has_result == NULL)
 		bench_die("out of memory");
 	memcpy(cur, t->first, t->nparts * sizeof(*cur));
 	for (bool more = true; more;) {
@@ -480,26 +350,21 @@ static void *raw_thread_main(void *arg)
 				continue;
 			b.msgs = &t->ld->msgs[cur[k]];
 			b.n = end - cur[k];
-			while (!run_batch(t->conn, o, &b, &bf, &t->applied, &t->dups))
+			while (!run_batch(t->conn, o, &b, &rs, &bf, &t->applied, &t->dups))
 				t->retries++;
 			t->batches++;
 			cur[k] = end;
 			more = true;
 		}
 	}
-	idem_buf_done(&bf.keys);
-	idem_buf_done(&bf.offs);
-	idem_buf_done(&bf.hashes);
+	bench_bufs_done(&bf.c);
 	idem_buf_done(&bf.rkeys);
 	idem_buf_done(&bf.rvals);
-	idem_buf_done(&bf.ids);
-	idem_buf_done(&bf.accounts);
-	idem_buf_done(&bf.amounts);
 	free(b.state);
 	free(b.order);
 	free(b.applied);
-	free(b.result);
-	free(b.has_result);
+	free(rs.result);
+	free(rs.has_result);
 	free(cur);
 	return NULL;
 }
