@@ -1,8 +1,9 @@
 /*
- * idemctl_common.c - connections and JSON output shared by the idemctl subcommands.
+ * idemctl_common.c - connections, numbers and JSON output shared by the idemctl subcommands.
  */
 #include "idemctl_common.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "idem_consumer.h"
@@ -40,6 +41,15 @@ void idemctl_close_both(PGconn *conn, rd_kafka_t *rk)
 	if (rk != NULL)
 		rd_kafka_destroy(rk);
 	PQfinish(conn);
+}
+
+bool idemctl_number(const char *what, const char *s, int64_t min, int64_t max, int64_t *ret_v)
+{
+	if (idem_int_parse(s, min, max, ret_v))
+		return true;
+	fprintf(stderr, "idemctl: %s: '%s' is not a whole number from %" PRId64 " to %" PRId64 "\n",
+	        what, s, min, max);
+	return false;
 }
 
 void idemctl_print_json(json_object *o)

@@ -27,6 +27,13 @@ int idemctl_pg_open(const struct idem_cfg *cfg, PGconn **ret_conn);
 int idemctl_open_both(const struct idem_cfg *cfg, PGconn **ret_conn, rd_kafka_t **ret_rk);
 void idemctl_close_both(PGconn *conn, rd_kafka_t *rk);
 
+/*
+ * @brief Read option or argument @what's value @s as a whole decimal number within [@min, @max]
+ * (idem_int_parse()); if it is not one, say so naming @what, @s and the range.
+ * @returns true and *@ret_v, or false (the caller exits with IDEM_EXIT_USAGE).
+ */
+bool idemctl_number(const char *what, const char *s, int64_t min, int64_t max, int64_t *ret_v);
+
 /* @brief Print @o as pretty JSON and a newline on stdout; @o stays the caller's. */
 void idemctl_print_json(json_object *o);
 

@@ -1,7 +1,6 @@
 /*
  * idemctl_quarantine.c - idemctl quarantine list|show|retry|discard.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -48,7 +47,7 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 		{ "json", no_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char *end;
+	int64_t limit;
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -70,12 +69,9 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 			o->filter.topic = optarg;
 			break;
 		case 'l':
-			errno = 0;
-			o->filter.limit = (size_t)strtoull(optarg, &end, 10);
-			if (errno != 0 || *end != '\0' || optarg[0] == '-' || optarg[0] == '\0') {
-				fprintf(stderr, "idemctl: --limit: invalid number '%s'\n", optarg);
+			if (!idemctl_number("quarantine --limit", optarg, 0, INT32_MAX, &limit))
 				return IDEM_EXIT_USAGE;
-			}
+			o->filter.limit = (size_t)limit;
 			break;
 		case 'j':
 			o->json = true;
@@ -87,17 +83,7 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 
 static bool parse_id(const char *s, int64_t *ret_id)
 {
-	char *end;
-	long long v;
-
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno != 0 || *end != '\0' || s[0] == '\0' || v <= 0) {
-		fprintf(stderr, "idemctl: invalid quarantine id '%s'\n", s);
-		return false;
-	}
-	*ret_id = v;
-	return true;
+	return idemctl_number("quarantine id", s, 1, INT64_MAX, ret_id);
 }
 
 /* Print @n bytes of @p for a terminal: printable ASCII as is, the rest as \xNN. */
@@ -437,6 +423,7 @@ static int cmd_discard(const struct idem_cfg *cfg, int argc, char **argv)
 	idem_error err = { 0 };
 	PGconn *conn = NULL;
 	struct qopts o;
+	int64_t *ids;
 	int rc;
 
 	if ((rc = parse_opts(argc, argv, &o, "")) != IDEM_EXIT_OK)
@@ -445,24 +432,27 @@ static int cmd_discard(const struct idem_cfg *cfg, int argc, char **argv)
 		fprintf(stderr, "idemctl: quarantine discard takes one or more IDs\n");
 		return IDEM_EXIT_USAGE;
 	}
+	if ((ids = calloc((size_t)(argc - optind), sizeof(*ids))) == NULL)
+		return IDEM_EXIT_FAILURE;
 	for (int i = optind; i < argc; i++) {
-		int64_t id;
-
-		if (!parse_id(argv[i], &id))
+		if (!parse_id(argv[i], &ids[i - optind])) {
+			free(ids);
 			return IDEM_EXIT_USAGE;
+		}
 	}
-	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK) {
+		free(ids);
 		return rc;
-	for (int i = optind; i < argc; i++) {
-		int64_t id = strtoll(argv[i], NULL, 10);
-
-		if (idem_quarantine_discard(conn, id, &err) != IDEM_OK) {
+	}
+	for (int i = 0; i < argc - optind; i++) {
+		if (idem_quarantine_discard(conn, ids[i], &err) != IDEM_OK) {
 			fprintf(stderr, "idemctl: %s\n", err.msg);
 			rc = IDEM_EXIT_FAILURE;
 			continue;
 		}
-		printf("%" PRId64 ": discarded\n", id);
+		printf("%" PRId64 ": discarded\n", ids[i]);
 	}
+	free(ids);
 	PQfinish(conn);
 	return rc;
 }

@@ -47,14 +47,14 @@ static int64_t days_from_civil(int64_t y, int m, int d)
 /* "1700000000000" (ms since the epoch) or "2026-11-30T12:00:00Z"; -1 if neither. */
 static int64_t parse_time_ms(const char *s)
 {
-	int y, mo, d, h, mi, se;
-	char *end;
-	long long v = strtoll(s, &end, 10);
+	int y, mo, d, h, mi, se, n = -1;
+	int64_t v;
 
-	if (*end == '\0' && end != s)
+	if (idem_int_parse(s, 0, INT64_MAX, &v))
 		return v;
-	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2dZ", &y, &mo, &d, &h, &mi, &se) != 6 || mo < 1 ||
-	    mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60)
+	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &y, &mo, &d, &h, &mi, &se, &n) != 6 || n < 0 ||
+	    s[n] != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 ||
+	    mi > 59 || se < 0 || se > 60)
 		return -1;
 	return ((days_from_civil(y, mo, d) * 24 + h) * 60 + mi) * 60000 + (int64_t)se * 1000;
 }
@@ -75,7 +75,7 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 	};
 	struct idem_replay_report rep = { 0 };
 	const char *topic = NULL, *to_time = NULL;
-	int64_t partition = -1, offset = -1, tot[5] = { 0 };
+	int64_t partition = -1, offset = -1, ms = -1, tot[5] = { 0 };
 	bool dry = false, force = false, json = false;
 	idem_error err = { 0 };
 	PGconn *conn;
@@ -89,10 +89,12 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 			topic = optarg;
 			break;
 		case OPT_PARTITION:
-			partition = strtoll(optarg, NULL, 10);
+			if (!idemctl_number("replay --partition", optarg, 0, INT32_MAX, &partition))
+				return IDEM_EXIT_USAGE;
 			break;
 		case OPT_OFFSET:
-			offset = strtoll(optarg, NULL, 10);
+			if (!idemctl_number("replay --to-offset", optarg, 0, INT64_MAX, &offset))
+				return IDEM_EXIT_USAGE;
 			break;
 		case OPT_TIME:
 			to_time = optarg;
@@ -114,28 +116,30 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 			return IDEM_EXIT_USAGE;
 		}
 	}
-	if (topic == NULL || optind != argc || (offset < 0) == (to_time == NULL) ||
-	    partition < -1) {
+	if (topic == NULL || optind != argc || (offset < 0) == (to_time == NULL)) {
 		replay_synopsis(stderr);
+		return IDEM_EXIT_USAGE;
+	}
+	/* Every option is checked before anything is opened or asked. */
+	if (to_time != NULL && (ms = parse_time_ms(to_time)) < 0) {
+		fprintf(stderr,
+		        "idemctl: replay --to-time: cannot read '%s' (milliseconds since the epoch or YYYY-MM-DDTHH:MM:SSZ)\n",
+		        to_time);
+		return IDEM_EXIT_USAGE;
+	}
+	if (to_time != NULL && partition < 0) {
+		/* Each partition has its own offset for a time. */
+		fprintf(stderr,
+		        "idemctl: replay: --to-time needs --partition (each partition has its own offset for a time)\n");
 		return IDEM_EXIT_USAGE;
 	}
 	if ((rc = idemctl_open_both(cfg, &conn, &rk)) != IDEM_EXIT_OK)
 		return rc;
 	if (to_time != NULL) {
-		int64_t ms = parse_time_ms(to_time);
 		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
 		rd_kafka_resp_err_t e;
 
-		if (ms < 0) {
-			fprintf(stderr, "idemctl: replay: cannot read time '%s'\n", to_time);
-			rd_kafka_topic_partition_list_destroy(l);
-			rc = IDEM_EXIT_USAGE;
-			goto out_close;
-		}
-		/* Each partition has its own offset for a time, so --to-time takes one partition.
-		 */
-		rd_kafka_topic_partition_list_add(l, topic, partition < 0 ? 0 : (int32_t)partition)
-		        ->offset = ms;
+		rd_kafka_topic_partition_list_add(l, topic, (int32_t)partition)->offset = ms;
 		e = rd_kafka_offsets_for_times(rk, l, 10000);
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR || l->elems[0].err || l->elems[0].offset < 0) {
 			fprintf(stderr,
@@ -145,13 +149,6 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 			                                           : RD_KAFKA_RESP_ERR__NOENT));
 			rd_kafka_topic_partition_list_destroy(l);
 			rc = IDEM_EXIT_FAILURE;
-			goto out_close;
-		}
-		if (partition < 0) {
-			fprintf(stderr,
-			        "idemctl: replay: --to-time needs --partition (each partition has its own offset for a time)\n");
-			rd_kafka_topic_partition_list_destroy(l);
-			rc = IDEM_EXIT_USAGE;
 			goto out_close;
 		}
 		offset = l->elems[0].offset;

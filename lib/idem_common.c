@@ -202,6 +202,33 @@ idem_status idem_pgarray_close(struct idem_buf *a)
 	return idem_buf_append(a, "}", 1);
 }
 
+bool idem_int_parse(const char *s, int64_t min, int64_t max, int64_t *ret_v)
+{
+	bool neg = *s == '-';
+	uint64_t v = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+	int64_t x;
+
+	if (neg)
+		s++;
+	if (*s < '0' || *s > '9')
+		return false;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		unsigned d = (unsigned)(*s - '0');
+
+		if (v > (limit - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	if (*s != '\0')
+		return false;
+	/* -(INT64_MAX + 1) is INT64_MIN: negated in unsigned, then converted. */
+	x = neg ? (int64_t)(0 - v) : (int64_t)v;
+	if (x < min || x > max)
+		return false;
+	*ret_v = x;
+	return true;
+}
+
 bool idem_duration_parse(const char *s, int64_t *ret_seconds)
 {
 	int64_t v = 0, mult = 1;

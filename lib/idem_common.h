@@ -112,6 +112,14 @@ IDEM_NODISCARD idem_status idem_pgarray_close(struct idem_buf *a);
 bool idem_duration_parse(const char *s, int64_t *ret_seconds);
 
 /*
+ * @brief Parse a whole decimal integer within [@min, @max]: an optional '-', then digits, and
+ * nothing else (no space, no sign '+', no empty string). The one number parser of idemctl's
+ * options and arguments.
+ * @returns false if @s is not one (out of range included); *ret_v is then unchanged.
+ */
+bool idem_int_parse(const char *s, int64_t min, int64_t max, int64_t *ret_v);
+
+/*
  * @brief The one retry policy: exponential backoff with jitter. Attempt 1 waits about
  * @initial_ms, each further attempt doubles the cap up to @max_ms, and the delay is drawn from
  * [cap/2, cap] with @seed (rand_r) so that instances retrying together spread out.

@@ -203,6 +203,58 @@ void idem_consumer_queue_close(rd_kafka_queue_t *q)
 	rd_kafka_queue_destroy(q);
 }
 
+idem_status idem_consumer_view(const rd_kafka_message_t *rkm, struct idem_consumer_headers *h,
+                               struct idem_msgview *ret_m)
+{
+	rd_kafka_headers_t *hdrs = NULL;
+	rd_kafka_timestamp_type_t tstype;
+	size_t n = 0;
+
+	*ret_m = (struct idem_msgview){
+		.topic = rd_kafka_topic_name(rkm->rkt),
+		.partition = rkm->partition,
+		.offset = rkm->offset,
+		.timestamp_ms = rd_kafka_message_timestamp(rkm, &tstype),
+		.key = rkm->key,
+		.key_len = rkm->key_len,
+		.value = rkm->payload,
+		.value_len = rkm->len,
+	};
+	if (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE)
+		ret_m->timestamp_ms = -1;
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR || hdrs == NULL)
+		return IDEM_OK;
+	n = rd_kafka_header_cnt(hdrs);
+	if (n > h->cap) {
+		struct idem_header *nh = realloc(h->v, n * sizeof(*nh));
+
+		if (nh == NULL)
+			return IDEM_ERR_NOMEM;
+		h->v = nh;
+		h->cap = n;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const void *val;
+		size_t len;
+		const char *name;
+
+		if (rd_kafka_header_get_all(hdrs, i, &name, &val, &len) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR)
+			return IDEM_OK;
+		h->v[i] = (struct idem_header){ name, val, len };
+	}
+	ret_m->headers = h->v;
+	ret_m->n_headers = n;
+	return IDEM_OK;
+}
+
+void idem_consumer_headers_free(struct idem_consumer_headers *h)
+{
+	free(h->v);
+	h->v = NULL;
+	h->cap = 0;
+}
+
 void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition)
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);

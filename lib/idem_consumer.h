@@ -19,6 +19,7 @@
 
 #include "idem_cfg.h"
 #include "idem_common.h"
+#include "idem_field.h"
 
 /*
  * librdkafka's prefetch, shared by the partitions of the subscribed topics (each has its own
@@ -106,6 +107,24 @@ rd_kafka_queue_t *idem_consumer_queue_open(rd_kafka_t *rk, const char *topic, in
 
 /* @brief Stop the wake-ups and release the handle (NULL is ignored). */
 void idem_consumer_queue_close(rd_kafka_queue_t *q);
+
+/* Scratch for one message's headers at a time, grown to the most any message had. */
+struct idem_consumer_headers {
+	struct idem_header *v;
+	size_t cap;
+};
+
+/*
+ * @brief View @rkm (a message, not an error) as business keys and handler parameters read it:
+ * the one conversion from a Kafka message, for the daemon and for replay planning alike, so
+ * that both find the same key. Every header is in view, in order, held in @h while @rkm lives;
+ * headers librdkafka cannot read are left out altogether (none in view).
+ * @returns IDEM_OK or IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_consumer_view(const rd_kafka_message_t *rkm,
+                                              struct idem_consumer_headers *h,
+                                              struct idem_msgview *ret_m);
+void idem_consumer_headers_free(struct idem_consumer_headers *h);
 
 /* @brief Stop fetching @topic/@partition. */
 void idem_consumer_pause(rd_kafka_t *rk, const char *topic, int32_t partition);

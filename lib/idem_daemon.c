@@ -45,8 +45,7 @@ struct idem_daemon {
 
 	struct idem_parts parts;
 	size_t bytes_held; /* idem_part_bytes() of every partition: batch.max_bytes_total's count */
-	struct idem_header *hdrs; /* scratch for one message's headers */
-	size_t cap_hdrs;
+	struct idem_consumer_headers hdrs; /* scratch for one message's headers */
 	struct idem_daemon_stats stats;
 	int64_t last_stats_ms;
 	int64_t last_publish_ms;
@@ -789,7 +788,7 @@ void idem_daemon_free(idem_daemon *d)
 	idem_resume_free(d->resume);
 	idem_pool_free(d->pool);
 	idem_parts_done(&d->parts);
-	free(d->hdrs);
+	idem_consumer_headers_free(&d->hdrs);
 	free(d);
 }
 
@@ -805,48 +804,14 @@ int64_t idem_daemon_stalled_ms(const idem_daemon *d)
 	return idem_pool_stalled_ms(&d->parts, now_ms());
 }
 
-/* Copy the headers of @rkm into d->hdrs (valid while @rkm lives). */
-static idem_status collect_headers(idem_daemon *d, rd_kafka_message_t *rkm, size_t *ret_n)
-{
-	rd_kafka_headers_t *hdrs = NULL;
-	size_t n = 0;
-
-	*ret_n = 0;
-	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR || hdrs == NULL)
-		return IDEM_OK;
-	n = rd_kafka_header_cnt(hdrs);
-	if (n > d->cap_hdrs) {
-		struct idem_header *nh = realloc(d->hdrs, n * sizeof(*nh));
-
-		if (nh == NULL)
-			return IDEM_ERR_NOMEM;
-		d->hdrs = nh;
-		d->cap_hdrs = n;
-	}
-	for (size_t i = 0; i < n; i++) {
-		const void *val;
-		size_t len;
-		const char *name;
-
-		if (rd_kafka_header_get_all(hdrs, i, &name, &val, &len) !=
-		    RD_KAFKA_RESP_ERR_NO_ERROR)
-			return IDEM_ERR_INVALID;
-		d->hdrs[i] = (struct idem_header){ name, val, len };
-	}
-	*ret_n = n;
-	return IDEM_OK;
-}
-
 static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err)
 {
-	const char *topic = rd_kafka_topic_name(rkm->rkt);
 	struct idem_msgview m;
 	struct idem_part *p;
-	rd_kafka_timestamp_type_t tstype;
-	size_t n_hdrs = 0, bytes;
+	size_t bytes;
 	idem_status r;
 
-	p = idem_parts_find(&d->parts, topic, rkm->partition);
+	p = idem_parts_find(&d->parts, rd_kafka_topic_name(rkm->rkt), rkm->partition);
 	if (p == NULL) {
 		/* A message of a partition this instance no longer owns: its new owner gets it. */
 		return IDEM_OK;
@@ -855,20 +820,8 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	 * is fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
 	if (p->retry_at_ms != 0 || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
 		return IDEM_OK;
-	if ((r = collect_headers(d, rkm, &n_hdrs)) == IDEM_ERR_NOMEM)
+	if (idem_consumer_view(rkm, &d->hdrs, &m) != IDEM_OK)
 		return idem_error_nomem(err);
-	m.topic = topic;
-	m.partition = rkm->partition;
-	m.offset = rkm->offset;
-	m.timestamp_ms = rd_kafka_message_timestamp(rkm, &tstype);
-	if (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE)
-		m.timestamp_ms = -1;
-	m.key = rkm->key;
-	m.key_len = rkm->key_len;
-	m.value = rkm->payload;
-	m.value_len = rkm->len;
-	m.headers = d->hdrs;
-	m.n_headers = n_hdrs;
 	bytes = p->batch.bytes;
 	r = idem_batch_add(&p->batch, &m, d->cfg, now_ms());
 	d->bytes_held += p->batch.bytes - bytes;

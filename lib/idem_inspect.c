@@ -321,6 +321,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 	struct idem_jsondoc doc;
+	struct idem_consumer_headers hdrs = { 0 };
 	struct idem_buf key = { 0 };
 	char **keys = NULL;
 	size_t n_keys = 0, cap_keys = 0, w = 0;
@@ -338,10 +339,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 	}
 	while (next < plan->to) {
 		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 500);
-		rd_kafka_headers_t *hdrs = NULL;
-		struct idem_header hv[64];
-		struct idem_msgview m = { 0 };
-		rd_kafka_timestamp_type_t tst;
+		struct idem_msgview m;
 		idem_error kerr;
 
 		if (rkm == NULL) {
@@ -365,27 +363,14 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 			break;
 		}
 		plan->messages++;
-		m.topic = plan->topic;
-		m.partition = plan->partition;
-		m.offset = rkm->offset;
-		m.timestamp_ms = rd_kafka_message_timestamp(rkm, &tst);
+		if (idem_consumer_view(rkm, &hdrs, &m) != IDEM_OK) {
+			rd_kafka_message_destroy(rkm);
+			r = idem_error_nomem(err);
+			goto out;
+		}
 		if (m.timestamp_ms >= 0 &&
 		    (plan->oldest_ts_ms < 0 || m.timestamp_ms < plan->oldest_ts_ms))
 			plan->oldest_ts_ms = m.timestamp_ms;
-		m.key = rkm->key;
-		m.key_len = rkm->key_len;
-		m.value = rkm->payload;
-		m.value_len = rkm->len;
-		if (rd_kafka_message_headers(rkm, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR && hdrs) {
-			size_t nh = rd_kafka_header_cnt(hdrs);
-
-			for (size_t h = 0; h < nh && h < IDEM_ARRAY_SIZE(hv); h++) {
-				rd_kafka_header_get_all(hdrs, h, &hv[h].name, &hv[h].value,
-				                        &hv[h].len);
-				m.n_headers++;
-			}
-			m.headers = hv;
-		}
 		idem_jsondoc_reset(&doc);
 		if (idem_key_build(&route->key, &m, &doc, cfg->max_key_bytes, &key, &kerr) !=
 		    IDEM_OK) {
@@ -434,6 +419,7 @@ out:
 	free(keys);
 	idem_buf_done(&key);
 	idem_jsondoc_done(&doc);
+	idem_consumer_headers_free(&hdrs);
 	return r;
 }
 

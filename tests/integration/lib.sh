@@ -49,6 +49,12 @@ idem_assert_eq() {
 	fi
 }
 
+# idem_free_port: a TCP port on 127.0.0.1 that nothing listens on, chosen by the kernel (bind to
+# port 0), so that tests running side by side cannot pick the same one.
+idem_free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # idem_wait_until TIMEOUT_SECONDS DESCRIPTION CMD... : run CMD every 0.2 s until it succeeds;
 # fail with DESCRIPTION after TIMEOUT_SECONDS (may be fractional).
 idem_wait_until() {

@@ -116,6 +116,43 @@ static void test_duration(void **state)
 	assert_int_equal(v, 7); /* untouched on failure */
 }
 
+static void test_int_parse(void **state)
+{
+	int64_t v = 7;
+
+	(void)state;
+	assert_true(idem_int_parse("0", 0, 10, &v));
+	assert_int_equal(v, 0);
+	assert_true(idem_int_parse("10", 0, 10, &v));
+	assert_int_equal(v, 10);
+	assert_true(idem_int_parse("-1", -1, 10, &v));
+	assert_int_equal(v, -1);
+	assert_true(idem_int_parse("007", 0, 10, &v));
+	assert_int_equal(v, 7);
+	assert_true(idem_int_parse("9223372036854775807", INT64_MIN, INT64_MAX, &v));
+	assert_true(v == INT64_MAX);
+	assert_true(idem_int_parse("-9223372036854775808", INT64_MIN, INT64_MAX, &v));
+	assert_true(v == INT64_MIN);
+	v = 7;
+	/* What strtoll() would have read as 0 or as a prefix. */
+	assert_false(idem_int_parse("x", 0, 10, &v));
+	assert_false(idem_int_parse("", 0, 10, &v));
+	assert_false(idem_int_parse("-", 0, 10, &v));
+	assert_false(idem_int_parse("3x", 0, 10, &v));
+	assert_false(idem_int_parse(" 3", 0, 10, &v));
+	assert_false(idem_int_parse("3 ", 0, 10, &v));
+	assert_false(idem_int_parse("+3", 0, 10, &v));
+	assert_false(idem_int_parse("0x10", 0, 100, &v));
+	assert_false(idem_int_parse("1e3", 0, 10000, &v));
+	/* Out of range, of the caller's or of int64_t. */
+	assert_false(idem_int_parse("11", 0, 10, &v));
+	assert_false(idem_int_parse("-1", 0, 10, &v));
+	assert_false(idem_int_parse("9223372036854775808", INT64_MIN, INT64_MAX, &v));
+	assert_false(idem_int_parse("-9223372036854775809", INT64_MIN, INT64_MAX, &v));
+	assert_false(idem_int_parse("99999999999999999999", INT64_MIN, INT64_MAX, &v));
+	assert_int_equal(v, 7); /* untouched on failure */
+}
+
 static void test_classify(void **state)
 {
 	(void)state;
@@ -146,7 +183,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_buf),       cmocka_unit_test(test_utf8),
 		cmocka_unit_test(test_error_set), cmocka_unit_test(test_pgarray),
-		cmocka_unit_test(test_duration),  cmocka_unit_test(test_classify),
+		cmocka_unit_test(test_duration),  cmocka_unit_test(test_int_parse),
+		cmocka_unit_test(test_classify),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
