@@ -7,6 +7,7 @@
 #                      [--latency-max-wait-ms MS] [--latency-fetch-wait-ms MS]
 #                      [--history H] [--history-purge H] [--naive-max M] [--naive-seconds S]
 #                      [--latency-seconds S] [--latency-rate R] [--latency-rates R1,R2,...]
+#                      [--latency-beside]
 #                      [--kafka-prop NAME=VALUE]... [--pg-setting NAME=VALUE]...
 #                      [--peer-batch N] [--peer-connections K] [--peer-arg ARG]...
 #                      [--modes row,set] [--profile] [--statements]
@@ -54,6 +55,10 @@
 # --latency-rates R1,R2,... replaces L and Ls: Ls (set mode) and its floor Ks at each fixed rate
 # in turn, idemd at its defaults as in C_set (--tuned: the latency run's tuned settings), with
 # p99 - Kafka-alone p99 reported against the target (<= 25 ms at 5,000 msg/s).
+# --latency-beside also runs bench_klat beside idemd in every latency run (the same topic, its own
+# group, while idemd applies it): Kafka's share under the same load (Postgres, idemd and the
+# embedded Kafka on the same CPUs), so that p99 - beside p99 is what idemd itself adds. The reader
+# beside adds its own load, so idemd's figures of such a run are not those of a run without it.
 # Headline ratio: C_set/P_set. --modes row or --modes set runs only that mode's phases
 # (A/C/L or As/Ps/Cs/Ls).
 # --statements loads pg_stat_statements (planning tracked too) and reports, for each latency run,
@@ -79,6 +84,7 @@ lat_max_wait_ms=5
 lat_fetch_wait_ms=1
 latency_rate=0
 latency_rates=
+beside=0
 tuned=0
 history=0
 history_purge=0
@@ -127,6 +133,7 @@ while [ $# -gt 0 ]; do
 	--latency-seconds) latency_seconds=$2 && shift 2 ;;
 	--latency-rate) latency_rate=$2 && shift 2 ;;
 	--latency-rates) latency_rates=$2 && shift 2 ;;
+	--latency-beside) beside=1 && shift ;;
 	--peer-batch) peer_batch=$2 && shift 2 ;;
 	--peer-connections) peer_connections=$2 && shift 2 ;;
 	--peer-arg) peer_args+=("$2") && shift 2 ;;
@@ -546,7 +553,7 @@ stage_stats() {
 # of C's and C_set's rate, with SETTINGS latency; Ls<R> at each of --latency-rates, with rates.
 phase_l() {
 	local r=$1 mode=$2 ph=$3 kph=$4 topic=$5 rate=$6 settings=$7
-	local name count line pid t0 t1 lat n p50 p99 max pg0 port
+	local name count line pid t0 t1 lat n p50 p99 max pg0 port bline bpid=""
 	local sql=$LATENCY_SQL
 	[ "$mode" = row ] || sql=$LATENCY_SET_SQL
 	name=${ph,,}_$r
@@ -568,6 +575,15 @@ phase_l() {
 	pid=$(idemd_pid "$name")
 	# Produce only once every partition is assigned: the group join is not latency.
 	idem_wait_until 60 "idemd to be assigned $topic" lat_assigned "$name" "$topic"
+	if [ "$beside" = 1 ]; then
+		# Kafka's share under the same load: a reader in its own group, configured as idemd.
+		: >"$IDEM_TMP/$topic.log"
+		"$BENCH_BIN/bench_klat" --brokers "$IDEM_BROKERS" --topic "$topic" \
+			--group "beside-$topic" --count "$count" --config "$IDEM_TMP/$name.yaml" \
+			>"$IDEM_TMP/beside-$topic.out" 2>"$IDEM_TMP/$topic.log" &
+		bpid=$!
+		idem_wait_until 60 "bench_klat to be assigned $topic" klat_assigned "$topic"
+	fi
 	t0=${EPOCHREALTIME}
 	"$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic "$topic" \
 		--count "$count" --dup-ratio "$dup_ratio" --seed $((100 + r)) --rate "$rate" \
@@ -576,6 +592,14 @@ phase_l() {
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer lat \
 		--topic "$topic" --target "$count" --pid "$pid" --postmaster "$PM") ||
 		idem_fail "idemd did not process topic $topic"
+	if [ -n "$bpid" ]; then
+		wait "$bpid" || idem_fail "bench_klat beside idemd failed: $(cat "$IDEM_TMP/$topic.log")"
+		bline=$(cat "$IDEM_TMP/beside-$topic.out")
+		echo "run $r $ph beside: $bline" >>"$results"
+		rec "$r.B$ph.p50" "$(kv "$bline" p50_ms)"
+		rec "$r.B$ph.p99" "$(kv "$bline" p99_ms)"
+		rec "$r.B$ph.max" "$(kv "$bline" max_ms)"
+	fi
 	curl -fsS "http://127.0.0.1:$port/metrics" >"$out_dir/metrics-$name.txt" ||
 		idem_fail "cannot scrape idemd's /metrics"
 	idemd_stop "$name"
@@ -745,6 +769,8 @@ per_tx() { calc "${V[$1.$2.msgs]} / ${V[$1.$2.tx]}"; }
 lat_msgs() { echo $((${V[$1.$2.rate]} * latency_seconds)); }
 # p99 minus the Kafka-alone p99 of latency phase L... (its floor K...).
 over_kafka() { calc "${V[$1.$2.p99]} - ${V[$1.K${2#L}.p99]}"; }
+# over_beside RUN PHASE: idemd's p99 minus that of the Kafka reader beside it (--latency-beside).
+over_beside() { calc "${V[$1.$2.p99]} - ${V[$1.B$2.p99]}"; }
 # fmt FORMAT VALUE: VALUE printed with FORMAT, or '-' when there is none.
 # shellcheck disable=SC2059 # the format is the caller's
 fmt() {
@@ -873,6 +899,26 @@ report() {
 				"$(awk "BEGIN { print ($over <= 25) ? \"met\" : \"missed\" }")"
 		else
 			echo "(target: at 5,000 msg/s in set mode, p99 - Kafka-alone p99 <= 25 ms; 5000 is not among --latency-rates)"
+		fi
+		if [ "$beside" = 1 ]; then
+			echo
+			echo "Beside idemd (--latency-beside): bench_klat reading the same production in its own group while"
+			echo "idemd applies it, on the same CPUs: Kafka's share under the same load. p99-beside_p99 is what idemd adds."
+			printf '%-7s %7s %8s %8s %10s %10s %10s %15s
+' run msg/s p50_ms p99_ms beside_p50 beside_p99 \
+				beside_max p99-beside_p99
+			for ((r = 1; r <= runs; r++)); do
+				for ph in "${lphases[@]}"; do
+					printf '%-7s %7s %8s %8s %10s %10s %10s %15.2f\n' "$r" "${V[$r.$ph.rate]}" \
+						"${V[$r.$ph.p50]}" "${V[$r.$ph.p99]}" "${V[$r.B$ph.p50]}" "${V[$r.B$ph.p99]}" \
+						"${V[$r.B$ph.max]}" "$(over_beside "$r" "$ph")"
+				done
+			done
+			for ph in "${lphases[@]}"; do
+				printf '%-7s %7s %8.2f %8.2f %10.2f %10.2f %10.2f %15.2f\n' median "${ph#Ls}" \
+					"$(medof "$ph.p50")" "$(medof "$ph.p99")" "$(medof "B$ph.p50")" \
+					"$(medof "B$ph.p99")" "$(medof "B$ph.max")" "$(per_run over_beside "$ph" | median)"
+			done
 		fi
 	elif [ "$skip_latency" = 0 ]; then
 		echo
