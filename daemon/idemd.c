@@ -86,14 +86,6 @@ static void usage(FILE *f)
 	        "not prepare, database refused the login): restarting will not help.\n");
 }
 
-static uint64_t mono_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /*
  * Tell systemd how it goes: STATUS= with the counters about once a second, and WATCHDOG=1 at
  * half the watchdog interval, but only while no batch has been in a worker's hands for longer
@@ -104,7 +96,7 @@ static void notify_alive(idem_daemon *d, uint64_t wd_usec)
 {
 	static uint64_t last_status, last_ping;
 	struct idem_daemon_stats st;
-	uint64_t now = mono_usec();
+	uint64_t now = (uint64_t)idem_mono_us();
 
 	if (wd_usec > 0 && now - last_ping >= wd_usec / 2 &&
 	    (uint64_t)idem_daemon_stalled_ms(d) * 1000u < wd_usec / 2) {
@@ -266,7 +258,7 @@ int main(int argc, char **argv)
 	              cfg->group_id, cfg->n_routes);
 
 	/* Postgres may still be starting: wait for it, but not for a mistake in the setup. */
-	seed = (unsigned int)getpid() ^ (unsigned int)mono_usec();
+	seed = (unsigned int)getpid() ^ (unsigned int)(uint64_t)idem_mono_us();
 	for (int attempt = 1; !should_stop(); attempt++) {
 		int wait;
 

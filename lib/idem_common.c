@@ -36,6 +36,38 @@ int64_t idem_mono_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t idem_mono_ms(void)
+{
+	return idem_mono_us() / 1000;
+}
+
+int idem_cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+	int e;
+
+	if ((e = pthread_condattr_init(&a)) != 0)
+		return e;
+	if ((e = pthread_condattr_setclock(&a, CLOCK_MONOTONIC)) == 0)
+		e = pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+	return e;
+}
+
+struct timespec idem_cond_deadline(int64_t ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
 int64_t idem_wall_ms(void)
 {
 	struct timespec ts;

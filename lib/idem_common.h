@@ -4,6 +4,7 @@
 #ifndef IDEM_COMMON_H
 #define IDEM_COMMON_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -126,8 +127,21 @@ bool idem_int_parse(const char *s, int64_t min, int64_t max, int64_t *ret_v);
  */
 int idem_backoff_ms(int initial_ms, int max_ms, int attempt, unsigned int *seed);
 
-/* @brief Monotonic time in microseconds (CLOCK_MONOTONIC). */
+/* @brief Monotonic time in microseconds and in milliseconds (CLOCK_MONOTONIC): the one clock
+ * for intervals, timeouts and deadlines; the wall clock is only for timestamps. */
 int64_t idem_mono_us(void);
+int64_t idem_mono_ms(void);
+
+/*
+ * @brief Initialise @cv so that its timed waits run on CLOCK_MONOTONIC (a step of the wall
+ * clock neither stretches nor cuts them); their deadlines come from idem_cond_deadline().
+ * @returns 0 or an errno value, as pthread_cond_init().
+ */
+int idem_cond_init(pthread_cond_t *cv);
+
+/* @brief The deadline @ms from now for pthread_cond_timedwait() on a condition variable
+ * initialised by idem_cond_init(). */
+struct timespec idem_cond_deadline(int64_t ms);
 /* @brief Wall-clock time in milliseconds since the epoch (CLOCK_REALTIME). */
 int64_t idem_wall_ms(void);
 

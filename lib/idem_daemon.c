@@ -61,14 +61,6 @@ struct idem_daemon {
 	int64_t check_at_ms;        /* no position check before (one failed) */
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static bool stopping(const idem_daemon *d)
 {
 	return d->stop != NULL && d->stop();
@@ -102,7 +94,7 @@ static void commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const c
 	rd_kafka_topic_partition_list_t *list;
 	char md[128];
 
-	d->last_commit_ms = now_ms();
+	d->last_commit_ms = idem_mono_ms();
 	list = rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
@@ -255,7 +247,7 @@ static void dispatch(idem_daemon *d, struct idem_part *p)
 {
 	p->batch.db_floor = p->db_floor;
 	p->batch.reapply_to = p->reapply_to;
-	idem_part_hand_over(p, now_ms());
+	idem_part_hand_over(p, idem_mono_ms());
 	p->job.handed_us = idem_mono_us();
 	idem_pool_submit(d->pool, p);
 }
@@ -298,7 +290,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	               " quarantined=%" PRIu64 " slow=%d ms=%" PRId64 " fetch_ms=%.1f batch_ms=%.1f"
 	               " queue_ms=%.1f commit_ms=%.1f",
 	               b->topic, b->partition, first, last, st->consumed, st->applied,
-	               st->duplicates, st->quarantined, st->slow_path, now_ms() - p->job.t0,
+	               st->duplicates, st->quarantined, st->slow_path, idem_mono_ms() - p->job.t0,
 	               stages[0] * 1e3, stages[1] * 1e3, stages[2] * 1e3, stages[3] * 1e3);
 	if (p->failures > 0)
 		idem_log_info(
@@ -319,7 +311,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
 		release(d, &p->batch);
-		p->retry_at_ms = now_ms() + d->cfg->retry_max_ms;
+		p->retry_at_ms = idem_mono_ms() + d->cfg->retry_max_ms;
 		p->fetch_next = st->next_offset;
 		if (!was_retry)
 			pause_part(d, p);
@@ -405,7 +397,7 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	wait = backoff_ms(d, ++p->failures);
 	if (!was_paused)
 		pause_part(d, p);
-	p->retry_at_ms = now_ms() + wait;
+	p->retry_at_ms = idem_mono_ms() + wait;
 	if (cls == IDEM_PG_BROKEN)
 		idem_log_error(
 		        "batch",
@@ -454,7 +446,7 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 	for (size_t i = 0; i < d->parts.n; i++)
 		d->parts.v[i]->drain_tries = d->parts.v[i]->leaving ? tries : 0;
 	for (;;) {
-		int64_t now = now_ms(), wait = 100;
+		int64_t now = idem_mono_ms(), wait = 100;
 		bool pending = false;
 
 		if (collect(d, err) != IDEM_OK)
@@ -724,8 +716,8 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		return idem_error_nomem(err);
 	d->cfg = cfg;
 	d->stop = stop;
-	d->seed = (unsigned int)now_ms() ^ (unsigned int)(uintptr_t)d;
-	d->last_stats_ms = now_ms();
+	d->seed = (unsigned int)idem_mono_ms() ^ (unsigned int)(uintptr_t)d;
+	d->last_stats_ms = idem_mono_ms();
 	d->commit_ms = idem_consumer_commit_interval_ms(cfg);
 	idem_parts_init(&d->parts);
 	if ((r = idem_pool_new(cfg, &d->pool, err)) != IDEM_OK)
@@ -801,7 +793,7 @@ void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats
 
 int64_t idem_daemon_stalled_ms(const idem_daemon *d)
 {
-	return idem_pool_stalled_ms(&d->parts, now_ms());
+	return idem_pool_stalled_ms(&d->parts, idem_mono_ms());
 }
 
 static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err)
@@ -823,7 +815,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	if (idem_consumer_view(rkm, &d->hdrs, &m) != IDEM_OK)
 		return idem_error_nomem(err);
 	bytes = p->batch.bytes;
-	r = idem_batch_add(&p->batch, &m, d->cfg, now_ms());
+	r = idem_batch_add(&p->batch, &m, d->cfg, idem_mono_ms());
 	d->bytes_held += p->batch.bytes - bytes;
 	if (r != IDEM_OK)
 		return idem_error_set(err, r, "cannot add message to batch: %s",
@@ -856,7 +848,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
  */
 static void flush_due(idem_daemon *d)
 {
-	int64_t now = now_ms();
+	int64_t now = idem_mono_ms();
 
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
@@ -890,7 +882,7 @@ static void flush_due(idem_daemon *d)
 
 size_t idem_daemon_retry_now(idem_daemon *d)
 {
-	int64_t now = now_ms();
+	int64_t now = idem_mono_ms();
 	size_t n = 0;
 
 	for (size_t i = 0; i < d->parts.n; i++) {
@@ -914,7 +906,7 @@ static bool can_take(const idem_daemon *d, const struct idem_part *p);
 
 static int poll_timeout(const idem_daemon *d)
 {
-	int64_t now = now_ms(), t = 100;
+	int64_t now = idem_mono_ms(), t = 100;
 
 	for (size_t i = 0; i < d->parts.n; i++) {
 		const struct idem_part *p = d->parts.v[i];
@@ -939,7 +931,7 @@ static int poll_timeout(const idem_daemon *d)
 
 static void log_stats(idem_daemon *d)
 {
-	int64_t now = now_ms();
+	int64_t now = idem_mono_ms();
 
 	if (now - d->last_stats_ms < 30000)
 		return;
@@ -961,7 +953,7 @@ static void log_stats(idem_daemon *d)
 static void publish(idem_daemon *d)
 {
 	rd_kafka_topic_partition_list_t *list;
-	int64_t now = now_ms();
+	int64_t now = idem_mono_ms();
 	size_t held = 0, busy = 0, bytes = 0;
 
 	if (now - d->last_publish_ms < 1000)
@@ -1021,7 +1013,7 @@ static void check_positions(idem_daemon *d)
 		idem_log_debug("kafka",
 		               "cannot check the partitions' positions after a reconnect: %s",
 		               db == NULL ? "out of memory" : err.msg);
-		d->check_at_ms = now_ms() + 1000;
+		d->check_at_ms = idem_mono_ms() + 1000;
 		goto out;
 	}
 	d->reconnects = seen;
@@ -1123,9 +1115,9 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 	idem_status r;
 
 	publish(d);
-	if (now_ms() - d->last_commit_ms >= d->commit_ms)
+	if (idem_mono_ms() - d->last_commit_ms >= d->commit_ms)
 		commit_offsets(d, false, false, "interval");
-	if (idem_pool_reconnects(d->pool) != d->reconnects && now_ms() >= d->check_at_ms)
+	if (idem_pool_reconnects(d->pool) != d->reconnects && idem_mono_ms() >= d->check_at_ms)
 		check_positions(d);
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;

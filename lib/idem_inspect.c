@@ -16,14 +16,6 @@
 
 #define KAFKA_TIMEOUT_MS 10000
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void idem_status_report_done(struct idem_status_report *r)
 {
 	if (r == NULL)
@@ -325,7 +317,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 	struct idem_buf key = { 0 };
 	char **keys = NULL;
 	size_t n_keys = 0, cap_keys = 0, w = 0;
-	int64_t next = plan->from, deadline = mono_ms() + 60000;
+	int64_t next = plan->from, deadline = idem_mono_ms() + 60000;
 	idem_status r = IDEM_OK;
 	rd_kafka_resp_err_t e;
 
@@ -343,7 +335,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 		idem_error kerr;
 
 		if (rkm == NULL) {
-			if (mono_ms() > deadline) {
+			if (idem_mono_ms() > deadline) {
 				r = idem_error_set(err, IDEM_ERR_KAFKA,
 				                   "reading %s/%" PRId32
 				                   " stalled at offset %" PRId64
@@ -536,7 +528,7 @@ static rd_kafka_resp_err_t commit_as_member(const struct idem_cfg *cfg, const ch
                                             rd_kafka_topic_partition_list_t *offs, int timeout_ms)
 {
 	rd_kafka_topic_partition_list_t *sub, *assigned = NULL;
-	int64_t deadline = mono_ms() + timeout_ms;
+	int64_t deadline = idem_mono_ms() + timeout_ms;
 	rd_kafka_resp_err_t e;
 	rd_kafka_t *rk;
 
@@ -557,7 +549,7 @@ static rd_kafka_resp_err_t commit_as_member(const struct idem_cfg *cfg, const ch
 		e = rd_kafka_assignment(rk, &assigned);
 		if (e == RD_KAFKA_RESP_ERR_NO_ERROR && assigned->cnt == n)
 			break;
-		if (mono_ms() > deadline)
+		if (idem_mono_ms() > deadline)
 			e = RD_KAFKA_RESP_ERR__TIMED_OUT;
 	}
 	if (assigned != NULL)
@@ -623,7 +615,6 @@ out_destroy:
 idem_status idem_inspect_replay_mark(const struct idem_cfg *cfg, PGconn *conn,
                                      const struct idem_replay_report *plan, idem_error *err)
 {
-	PGresult *res;
 	idem_status r;
 
 	if (plan->n_plans == 0)
@@ -647,7 +638,6 @@ idem_status idem_inspect_replay_mark(const struct idem_cfg *cfg, PGconn *conn,
 	return idem_pg_exec(conn, "COMMIT", "commit", err);
 
 out_rollback:
-	res = PQexec(conn, "ROLLBACK");
-	PQclear(res);
+	idem_pg_rollback(conn);
 	return r;
 }

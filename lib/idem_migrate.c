@@ -49,7 +49,6 @@ idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to, idem_er
 {
 	char what[128];
 	int have = 0;
-	PGresult *res;
 	idem_status r;
 
 	if ((r = idem_pg_exec(conn, "BEGIN", "begin", err)) != IDEM_OK)
@@ -94,7 +93,6 @@ idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to, idem_er
 	return IDEM_OK;
 
 out_rollback:
-	res = PQexec(conn, "ROLLBACK");
-	PQclear(res);
+	idem_pg_rollback(conn);
 	return r;
 }

@@ -172,6 +172,11 @@ idem_status idem_pg_result(PGconn *conn, PGresult *res, const char *what, PGresu
 	return r;
 }
 
+void idem_pg_rollback(PGconn *conn)
+{
+	PQclear(PQexec(conn, "ROLLBACK"));
+}
+
 idem_status idem_pg_exec(PGconn *conn, const char *sql, const char *what, idem_error *err)
 {
 	return idem_pg_result(conn, PQexec(conn, sql), what, NULL, err);

@@ -65,6 +65,13 @@ IDEM_NODISCARD idem_status idem_pg_result(PGconn *conn, PGresult *res, const cha
                                           PGresult **ret_res, idem_error *err);
 
 /*
+ * @brief End the transaction open on @conn, if any, undoing it: the one ROLLBACK of idemd's own
+ * transactions (a failure is ignored: a connection that cannot roll back has nothing to keep).
+ * Not for a connection in pipeline mode (leave it first).
+ */
+void idem_pg_rollback(PGconn *conn);
+
+/*
  * @brief Run @sql (no parameters; several statements allowed) and check it succeeded.
  * @what names it in @err.
  */

@@ -72,8 +72,8 @@ idem_status idem_pool_new(const struct idem_cfg *cfg, idem_pool **ret_pool, idem
 		free(pool);
 		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot create a mutex");
 	}
-	pthread_cond_init(&pool->work_cv, NULL);
-	pthread_cond_init(&pool->done_cv, NULL);
+	idem_cond_init(&pool->work_cv);
+	idem_cond_init(&pool->done_cv);
 	pool->n_workers = (size_t)idem_cfg_workers(cfg);
 	pool->workers = calloc(pool->n_workers, sizeof(*pool->workers));
 	if (pool->workers == NULL) {
@@ -123,24 +123,9 @@ struct idem_part *idem_pool_collect(idem_pool *pool)
 	return p;
 }
 
-/* The time @ms from now, for pthread_cond_timedwait(). */
-static struct timespec deadline_in(int ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return ts;
-}
-
 void idem_pool_wait(idem_pool *pool, int ms)
 {
-	struct timespec ts = deadline_in(ms);
+	struct timespec ts = idem_cond_deadline(ms);
 
 	pthread_mutex_lock(&pool->mu);
 	if (pool->done == NULL)
@@ -207,7 +192,7 @@ static void *worker_main(void *arg)
 	memset(errs, 0, sizeof(errs));
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
-		struct timespec idle_until = deadline_in(IDLE_CHECK_MS);
+		struct timespec idle_until = idem_cond_deadline(IDLE_CHECK_MS);
 		int64_t begin_us, end_us;
 		size_t n;
 
@@ -224,7 +209,7 @@ static void *worker_main(void *arg)
 			__atomic_store_n(&w->connected, idem_flush_check(w->pg), __ATOMIC_RELAXED);
 			count_reconnects(w);
 			pthread_mutex_lock(&pool->mu);
-			idle_until = deadline_in(IDLE_CHECK_MS);
+			idle_until = idem_cond_deadline(IDLE_CHECK_MS);
 		}
 		if (pool->ready == NULL)
 			break;

@@ -477,7 +477,6 @@ idem_status idem_quarantine_retry(idem_flush *pg, const struct idem_cfg *cfg, in
 	PGconn *conn = idem_flush_conn(pg);
 	struct idem_quarantine_entry e;
 	enum idem_quarantine_outcome outcome = IDEM_QUARANTINE_FAILED;
-	PGresult *res;
 	idem_status r;
 
 	if (conn == NULL)
@@ -496,7 +495,6 @@ idem_status idem_quarantine_retry(idem_flush *pg, const struct idem_cfg *cfg, in
 	return IDEM_OK;
 
 out_rollback:
-	res = PQexec(conn, "ROLLBACK");
-	PQclear(res);
+	idem_pg_rollback(conn);
 	return r;
 }

@@ -147,16 +147,9 @@ static bool relay_stopping(idem_relay *rl)
 /* Sleeps @ms or until stopped; returns true when stopped. */
 static bool relay_sleep(idem_relay *rl, int64_t ms)
 {
-	struct timespec until;
+	struct timespec until = idem_cond_deadline(ms);
 	bool stop;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += (time_t)(ms / 1000);
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&rl->lock);
 	while (!rl->stop && pthread_cond_timedwait(&rl->cond, &rl->lock, &until) == 0)
 		;
@@ -294,13 +287,6 @@ static void relay_abandon(idem_relay *rl)
 	rl->outstanding = 0;
 }
 
-static void relay_rollback(PGconn *conn)
-{
-	PGresult *res = PQexec(conn, "ROLLBACK");
-
-	PQclear(res);
-}
-
 /*
  * One round: lock, read a chunk, produce it, wait, mark what was delivered, commit.
  * @ret_published rows marked, @ret_failed rows the broker refused; @ret_rows rows read (0: the
@@ -409,7 +395,7 @@ static idem_status relay_round(idem_relay *rl, PGconn *conn, size_t *ret_rows,
 	goto out_done;
 
 out_rollback:
-	relay_rollback(conn);
+	idem_pg_rollback(conn);
 out_done:
 	idem_buf_done(&ids);
 	return r;
@@ -594,7 +580,7 @@ idem_status idem_relay_start(const struct idem_cfg *cfg, idem_metrics *metrics, 
 	if ((r = relay_producer_new(rl, err)) != IDEM_OK)
 		goto out_free;
 	pthread_mutex_init(&rl->lock, NULL);
-	pthread_cond_init(&rl->cond, NULL);
+	idem_cond_init(&rl->cond);
 	if (pthread_create(&rl->thread, NULL, relay_main, rl) != 0) {
 		pthread_cond_destroy(&rl->cond);
 		pthread_mutex_destroy(&rl->lock);

@@ -210,8 +210,7 @@ static void *retention_main(void *arg)
 				oldest = age;
 		}
 		idem_metrics_oldest_claim_age(rt->metrics, oldest);
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += (time_t)rt->interval;
+		until = idem_cond_deadline(rt->interval * 1000);
 		pthread_mutex_lock(&rt->lock);
 		while (!rt->stop && pthread_cond_timedwait(&rt->cond, &rt->lock, &until) == 0)
 			;
@@ -237,7 +236,7 @@ idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_second
 	rt->metrics = metrics;
 	rt->rk = rk;
 	pthread_mutex_init(&rt->lock, NULL);
-	pthread_cond_init(&rt->cond, NULL);
+	idem_cond_init(&rt->cond);
 	if (pthread_create(&rt->thread, NULL, retention_main, rt) != 0) {
 		pthread_cond_destroy(&rt->cond);
 		pthread_mutex_destroy(&rt->lock);

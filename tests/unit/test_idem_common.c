@@ -8,6 +8,8 @@
 
 /* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
+#include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "idem_common.h"
@@ -153,6 +155,33 @@ static void test_int_parse(void **state)
 	assert_int_equal(v, 7); /* untouched on failure */
 }
 
+/* A wait on a condition from idem_cond_init() ends at its idem_cond_deadline(), on the
+ * monotonic clock: not before it (a deadline read on another clock could end it at once or
+ * never). */
+static void test_cond_deadline(void **state)
+{
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cv;
+	struct timespec until;
+	int64_t t0, t1;
+	int e;
+
+	(void)state;
+	assert_int_equal(idem_cond_init(&cv), 0);
+	t0 = idem_mono_ms();
+	until = idem_cond_deadline(50);
+	pthread_mutex_lock(&mu);
+	do
+		e = pthread_cond_timedwait(&cv, &mu, &until);
+	while (e == 0);
+	pthread_mutex_unlock(&mu);
+	t1 = idem_mono_ms();
+	assert_int_equal(e, ETIMEDOUT);
+	assert_true(t1 - t0 >= 49); /* ms rounding of both readings */
+	assert_true(idem_mono_us() / 1000 >= t1);
+	pthread_cond_destroy(&cv);
+}
+
 static void test_classify(void **state)
 {
 	(void)state;
@@ -181,10 +210,10 @@ static void test_classify(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_buf),       cmocka_unit_test(test_utf8),
-		cmocka_unit_test(test_error_set), cmocka_unit_test(test_pgarray),
-		cmocka_unit_test(test_duration),  cmocka_unit_test(test_int_parse),
-		cmocka_unit_test(test_classify),
+		cmocka_unit_test(test_buf),           cmocka_unit_test(test_utf8),
+		cmocka_unit_test(test_error_set),     cmocka_unit_test(test_pgarray),
+		cmocka_unit_test(test_duration),      cmocka_unit_test(test_int_parse),
+		cmocka_unit_test(test_cond_deadline), cmocka_unit_test(test_classify),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
