@@ -177,9 +177,7 @@ int idemctl_verify(const struct idem_cfg *cfg, int argc, char **argv)
 
 int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 {
-	struct idem_buf consumers = { 0 };
 	idem_error err = { 0 };
-	const char *vals[2];
 	json_object *arr;
 	PGresult *res;
 	PGconn *conn;
@@ -193,27 +191,10 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 	if (idemctl_pg_open(cfg, &conn) != IDEM_EXIT_OK)
 		return IDEM_EXIT_FAILURE;
 	/* Look in the namespaces of this configuration's routes only. */
-	if (idem_pgarray_open(&consumers) != IDEM_OK)
-		goto out_nomem;
-	for (size_t i = 0; i < cfg->n_routes; i++) {
-		const char *c = cfg->routes[i].consumer;
-
-		if (idem_pgarray_add(&consumers, c, strlen(c), false) != IDEM_OK)
-			goto out_nomem;
-	}
-	if (idem_pgarray_close(&consumers) != IDEM_OK)
-		goto out_nomem;
-	vals[0] = argv[1];
-	vals[1] = consumers.data;
-	res = PQexecParams(
-	        conn,
-	        "SELECT consumer, topic, partition, \"offset\", to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), result, encode(payload_hash, 'hex') FROM idem.processed_messages WHERE business_key = $1 AND consumer = ANY($2::text[]) ORDER BY consumer",
-	        2, NULL, vals, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		idem_pg_error(&err, conn, res, "lookup");
+	if (idem_inspect_lookup(cfg, conn, argv[1], &res, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
-		rc = IDEM_EXIT_FAILURE;
-		goto out_clear;
+		PQfinish(conn);
+		return IDEM_EXIT_FAILURE;
 	}
 	if (PQntuples(res) == 0) {
 		fprintf(stderr,
@@ -258,12 +239,6 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 	json_object_put(arr);
 out_clear:
 	PQclear(res);
-	idem_buf_done(&consumers);
 	PQfinish(conn);
 	return rc;
-out_nomem:
-	fprintf(stderr, "idemctl: out of memory\n");
-	idem_buf_done(&consumers);
-	PQfinish(conn);
-	return IDEM_EXIT_FAILURE;
 }

@@ -57,17 +57,9 @@ static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_er
 	idem_status r = IDEM_OK;
 
 	snprintf(part, sizeof(part), "%" PRId32, p->partition);
-	res = PQexecParams(conn,
-	                   "SELECT next_offset, consumed, applied, duplicates, quarantined,"
-	                   " (SELECT count(*) FROM idem.quarantine q WHERE q.consumer = $1"
-	                   " AND q.topic = $2 AND q.partition = $3 AND q.resolved_at IS NULL),"
-	                   " halted_offset, halt_reason"
-	                   " FROM idem.partition_progress RIGHT JOIN (SELECT 1) one"
-	                   " ON consumer = $1 AND topic = $2 AND partition = $3",
-	                   3, NULL, vals, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "read idem.partition_progress");
-	} else if (PQntuples(res) == 1) {
+	r = idem_sql_exec(conn, IDEM_SQL_PART_STATUS, vals, "read idem.partition_progress", &res,
+	                  err);
+	if (r == IDEM_OK && PQntuples(res) == 1) {
 		p->db_next = PQgetisnull(res, 0, 0) ? -1 : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
 		p->consumed = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
 		p->applied = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
@@ -83,6 +75,36 @@ static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_er
 		}
 	}
 	PQclear(res);
+	return r;
+}
+
+idem_status idem_inspect_lookup(const struct idem_cfg *cfg, PGconn *conn, const char *key,
+                                PGresult **ret_res, idem_error *err)
+{
+	struct idem_buf consumers = { 0 };
+	const char *vals[2];
+	idem_status r;
+
+	*ret_res = NULL;
+	if ((r = idem_pgarray_open(&consumers)) != IDEM_OK)
+		goto out;
+	for (size_t i = 0; i < cfg->n_routes && r == IDEM_OK; i++)
+		r = idem_pgarray_add(&consumers, cfg->routes[i].consumer,
+		                     strlen(cfg->routes[i].consumer), false);
+	if (r == IDEM_OK)
+		r = idem_pgarray_close(&consumers);
+	if (r != IDEM_OK) {
+		r = idem_error_nomem(err);
+		goto out;
+	}
+	vals[0] = key;
+	vals[1] = consumers.data;
+	if ((r = idem_sql_exec(conn, IDEM_SQL_LOOKUP, vals, "lookup", ret_res, err)) != IDEM_OK) {
+		PQclear(*ret_res);
+		*ret_res = NULL;
+	}
+out:
+	idem_buf_done(&consumers);
 	return r;
 }
 
@@ -254,12 +276,8 @@ static idem_status count_claimed(PGconn *conn, const char *consumer, char **keys
 		}
 		vals[0] = consumer;
 		vals[1] = a.data;
-		res = PQexecParams(
-		        conn,
-		        "SELECT count(*) FROM idem.processed_messages WHERE consumer = $1 AND business_key = ANY($2::text[])",
-		        2, NULL, vals, NULL, NULL, 0);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-			r = idem_pg_error(err, conn, res, "count claims");
+		if ((r = idem_sql_exec(conn, IDEM_SQL_CLAIMED_COUNT, vals, "count claims", &res,
+		                       err)) != IDEM_OK) {
 			PQclear(res);
 			break;
 		}
@@ -440,12 +458,8 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 		                      partition, n);
 	rep.horizon_ms = -1;
 	vals[0] = route->consumer;
-	res = PQexecParams(
-	        conn,
-	        "SELECT (extract(epoch FROM purged_before) * 1000)::bigint FROM idem.retention_horizon WHERE consumer = $1",
-	        1, NULL, vals, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "read idem.retention_horizon");
+	if ((r = idem_sql_exec(conn, IDEM_SQL_HORIZON_GET, vals, "read idem.retention_horizon",
+	                       &res, err)) != IDEM_OK) {
 		PQclear(res);
 		return r;
 	}

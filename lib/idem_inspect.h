@@ -90,6 +90,15 @@ struct idem_replay_report {
 };
 
 /*
+ * @brief Where business key @key was claimed, in the namespaces (consumers) of @cfg's routes
+ * only: one row per consumer (the columns of IDEM_SQL_LOOKUP, in lib/idem_sql.h).
+ * @returns IDEM_OK and *@ret_res (the caller PQclear()s it), or an error with *@ret_res NULL.
+ */
+IDEM_NODISCARD idem_status idem_inspect_lookup(const struct idem_cfg *cfg, PGconn *conn,
+                                               const char *key, PGresult **ret_res,
+                                               idem_error *err);
+
+/*
  * @brief Plan a replay of @topic (all partitions, or only @partition when >= 0) from offset
  * @from: read the messages between @from and where idemd stands (plan->to), build their
  * business keys with the topic's route and count which are already claimed.

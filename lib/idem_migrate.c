@@ -60,11 +60,8 @@ idem_status idem_migrate_apply(PGconn *conn, int *ret_from, int *ret_to, idem_er
 	            IDEM_OK ||
 	    (r = idem_pg_exec(conn, "CREATE SCHEMA IF NOT EXISTS idem", "create schema idem",
 	                      err)) != IDEM_OK ||
-	    (r = idem_pg_exec(
-	             conn,
-	             "CREATE TABLE IF NOT EXISTS idem.schema_migrations (version integer PRIMARY KEY,"
-	             " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
-	             "create idem.schema_migrations", err)) != IDEM_OK)
+	    (r = idem_sql_exec(conn, IDEM_SQL_SCHEMA_TABLE, NULL, "create idem.schema_migrations",
+	                       NULL, err)) != IDEM_OK)
 		goto out_rollback;
 	if ((r = schema_version(conn, "read schema version", &have, err)) != IDEM_OK)
 		goto out_rollback;

@@ -12,51 +12,7 @@
 #include <string.h>
 
 #include "idem_batch.h"
-
-#define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-
-/* Columns 0..12, the same for list and get. */
-#define ENTRY_COLUMNS                                                                               \
-	"id, consumer, topic, partition, \"offset\", business_key, reason, coalesce(sqlstate, '')," \
-	" attempts, " TS("first_failed_at") ", " TS("last_failed_at") ", " TS(                      \
-	        "resolved_at") ", resolution"
-
-static const char SQL_LIST[] = "SELECT " ENTRY_COLUMNS " FROM idem.quarantine"
-                               " WHERE ($1::text IS NULL OR consumer = $1)"
-                               " AND ($2::text IS NULL OR topic = $2)"
-                               " AND ($3::boolean OR resolved_at IS NULL)"
-                               " ORDER BY id LIMIT $4::bigint";
-
-/* Columns 13..15 after the entry's. */
-static const char SQL_GET[] =
-        "SELECT " ENTRY_COLUMNS ", encode(msg_key, 'hex'), encode(msg_value, 'hex'),"
-        " (extract(epoch FROM msg_timestamp) * 1000)::bigint"
-        " FROM idem.quarantine WHERE id = $1";
-
-static const char SQL_HEADERS[] =
-        "SELECT h.n, encode(h.v, 'hex') FROM idem.quarantine q,"
-        " unnest(q.header_names, q.header_values) WITH ORDINALITY AS h(n, v, i)"
-        " WHERE q.id = $1 ORDER BY h.i";
-
-static const char SQL_DISCARD[] =
-        "UPDATE idem.quarantine SET resolved_at = now(), resolution = 'discarded'"
-        " WHERE id = $1 AND resolved_at IS NULL RETURNING id";
-
-static const char SQL_RESOLVE[] = "UPDATE idem.quarantine SET resolved_at = now(), resolution = $2,"
-                                  " attempts = attempts + $3 WHERE id = $1";
-
-static const char SQL_FAILED_AGAIN[] =
-        "UPDATE idem.quarantine SET attempts = attempts + $2, reason = $3,"
-        " sqlstate = nullif($4, ''), business_key = coalesce($5, business_key),"
-        " last_failed_at = now() WHERE id = $1";
-
-/* The message is no longer quarantined: count it where it ended. */
-static const char SQL_MOVE_COUNT[] =
-        "UPDATE idem.partition_progress SET quarantined = quarantined - 1,"
-        " applied = applied + $4, duplicates = duplicates + $5,"
-        " dup_redelivery = dup_redelivery + $6, dup_replay = dup_replay + $7,"
-        " dup_upstream = dup_upstream + $8, updated_at = now()"
-        " WHERE consumer = $1 AND topic = $2 AND partition = $3";
+#include "idem_sql.h"
 
 static char *dup_text(PGresult *res, int row, int col, bool *nomem)
 {
@@ -172,11 +128,9 @@ idem_status idem_quarantine_list(PGconn *conn, const struct idem_quarantine_filt
 	pv[1] = f->topic;
 	pv[2] = f->all ? "true" : "false";
 	pv[3] = f->limit > 0 ? limit : NULL;
-	res = PQexecParams(conn, SQL_LIST, 4, NULL, pv, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "list quarantine");
+	if ((r = idem_sql_exec(conn, IDEM_SQL_QUARANTINE_LIST, pv, "list quarantine", &res, err)) !=
+	    IDEM_OK)
 		goto out_clear;
-	}
 	n = PQntuples(res);
 	v = calloc(n > 0 ? (size_t)n : 1, sizeof(*v));
 	if (v == NULL) {
@@ -200,15 +154,14 @@ out_clear:
 static idem_status read_headers(PGconn *conn, const char *id, struct idem_quarantine_entry *e,
                                 idem_error *err)
 {
-	PGresult *res = PQexecParams(conn, SQL_HEADERS, 1, NULL, &id, NULL, NULL, 0);
+	PGresult *res;
 	bool nomem = false;
-	idem_status r = IDEM_OK;
+	idem_status r;
 	int n;
 
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "read quarantined headers");
+	if ((r = idem_sql_exec(conn, IDEM_SQL_QUARANTINE_HEADERS, &id, "read quarantined headers",
+	                       &res, err)) != IDEM_OK)
 		goto out_clear;
-	}
 	n = PQntuples(res);
 	if (n > 0) {
 		e->headers = calloc((size_t)n, sizeof(*e->headers));
@@ -235,17 +188,16 @@ out_clear:
 static idem_status get_entry(PGconn *conn, int64_t id, bool lock, struct idem_quarantine_entry *e,
                              idem_error *err)
 {
-	char ids[24], sql[sizeof(SQL_GET) + 16];
+	char ids[24];
 	const char *pv[1] = { ids };
 	bool nomem = false;
 	PGresult *res;
 	idem_status r;
 
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
-	snprintf(sql, sizeof(sql), "%s%s", SQL_GET, lock ? " FOR UPDATE" : "");
-	res = PQexecParams(conn, sql, 1, NULL, pv, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "read quarantine");
+	if ((r = idem_sql_exec(conn,
+	                       lock ? IDEM_SQL_QUARANTINE_GET_LOCKED : IDEM_SQL_QUARANTINE_GET, pv,
+	                       "read quarantine", &res, err)) != IDEM_OK) {
 		PQclear(res);
 		return r;
 	}
@@ -289,11 +241,9 @@ idem_status idem_quarantine_discard(PGconn *conn, int64_t id, idem_error *err)
 	idem_status r = IDEM_OK;
 
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
-	res = PQexecParams(conn, SQL_DISCARD, 1, NULL, pv, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "discard");
+	if ((r = idem_sql_exec(conn, IDEM_SQL_QUARANTINE_DISCARD, pv, "discard", &res, err)) !=
+	    IDEM_OK)
 		goto out_clear;
-	}
 	if (PQntuples(res) == 1)
 		goto out_clear;
 	/* Nothing updated: no such row, or resolved already. */
@@ -320,12 +270,6 @@ const char *idem_quarantine_outcome_str(enum idem_quarantine_outcome o)
 		return "failed";
 	}
 	return "unknown";
-}
-
-static idem_status exec_cmd(PGconn *conn, const char *sql, int n, const char *const *pv,
-                            const char *what, idem_error *err)
-{
-	return idem_pg_exec_params(conn, sql, n, pv, what, NULL, err);
 }
 
 /* The stored message as idemd saw it. @hdrs must hold e->n_headers entries. */
@@ -361,7 +305,8 @@ static idem_status resolve(PGconn *conn, const struct idem_quarantine_entry *e, 
 	snprintf(ids, sizeof(ids), "%" PRId64, e->id);
 	snprintf(att, sizeof(att), "%d", attempts);
 	snprintf(part, sizeof(part), "%" PRId32, e->partition);
-	if ((r = exec_cmd(conn, SQL_RESOLVE, 3, rv, "resolve", err)) != IDEM_OK)
+	if ((r = idem_sql_exec(conn, IDEM_SQL_QUARANTINE_RESOLVE, rv, "resolve", NULL, err)) !=
+	    IDEM_OK)
 		return r;
 	mv[0] = e->consumer;
 	mv[1] = e->topic;
@@ -371,7 +316,7 @@ static idem_status resolve(PGconn *conn, const struct idem_quarantine_entry *e, 
 	mv[5] = dup == IDEM_DUP_REDELIVERY ? "1" : "0";
 	mv[6] = dup == IDEM_DUP_REPLAY ? "1" : "0";
 	mv[7] = dup == IDEM_DUP_UPSTREAM ? "1" : "0";
-	return exec_cmd(conn, SQL_MOVE_COUNT, 8, mv, "count", err);
+	return idem_sql_exec(conn, IDEM_SQL_QUARANTINE_MOVE_COUNT, mv, "count", NULL, err);
 }
 
 static idem_status failed_again(PGconn *conn, const struct idem_batch *b, int64_t id,
@@ -388,7 +333,7 @@ static idem_status failed_again(PGconn *conn, const struct idem_batch *b, int64_
 	pv[2] = m->reason.null ? "unknown" : idem_batch_ptr(b, m->reason);
 	pv[3] = m->sqlstate;
 	pv[4] = idem_batch_ptr(b, m->bkey);
-	return exec_cmd(conn, SQL_FAILED_AGAIN, 5, pv, "record failure", err);
+	return idem_sql_exec(conn, IDEM_SQL_QUARANTINE_FAILED, pv, "record failure", NULL, err);
 }
 
 /* Inside the open transaction: decode and apply the message of @e, update the row. */
@@ -481,7 +426,7 @@ idem_status idem_quarantine_retry(idem_flush *pg, const struct idem_cfg *cfg, in
 
 	if (conn == NULL)
 		return idem_error_set(err, IDEM_ERR_PG, "not connected");
-	if ((r = exec_cmd(conn, "BEGIN", 0, NULL, "begin", err)) != IDEM_OK)
+	if ((r = idem_pg_exec(conn, "BEGIN", "begin", err)) != IDEM_OK)
 		return r;
 	if ((r = get_entry(conn, id, true, &e, err)) != IDEM_OK)
 		goto out_rollback;
@@ -489,7 +434,7 @@ idem_status idem_quarantine_retry(idem_flush *pg, const struct idem_cfg *cfg, in
 	idem_quarantine_entry_done(&e);
 	if (r != IDEM_OK)
 		goto out_rollback;
-	if ((r = exec_cmd(conn, "COMMIT", 0, NULL, "commit", err)) != IDEM_OK)
+	if ((r = idem_pg_exec(conn, "COMMIT", "commit", err)) != IDEM_OK)
 		return r;
 	*ret_outcome = outcome;
 	return IDEM_OK;

@@ -12,6 +12,7 @@
 
 #include "idem_log.h"
 #include "idem_pg.h"
+#include "idem_sql.h"
 
 idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t keep_seconds,
                                  int batch, int64_t *ret_deleted, idem_error *err)
@@ -26,10 +27,8 @@ idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t kee
 	snprintf(keep, sizeof(keep), "%" PRId64, keep_seconds);
 	snprintf(lim, sizeof(lim), "%d", batch);
 	/* One cutoff for the whole purge, so the horizon says exactly what was removed. */
-	res = PQexecParams(conn, "SELECT now() - make_interval(secs => $1::bigint)", 1, NULL,
-	                   vals + 1, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		r = idem_pg_error(err, conn, res, "retention cutoff");
+	if ((r = idem_sql_exec(conn, IDEM_SQL_RETENTION_CUTOFF, vals + 1, "retention cutoff", &res,
+	                       err)) != IDEM_OK) {
 		PQclear(res);
 		return r;
 	}
@@ -40,12 +39,8 @@ idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t kee
 		int64_t n;
 
 		/* Each statement is its own short transaction. */
-		res = PQexecParams(
-		        conn,
-		        "DELETE FROM idem.processed_messages WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem.processed_messages WHERE consumer = $1 AND processed_at < $2::timestamptz LIMIT $3::int))",
-		        3, NULL, vals, NULL, NULL, 0);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-			r = idem_pg_error(err, conn, res, "retention purge");
+		if ((r = idem_sql_exec(conn, IDEM_SQL_RETENTION_PURGE, vals, "retention purge",
+		                       &res, err)) != IDEM_OK) {
 			PQclear(res);
 			break;
 		}
@@ -56,13 +51,13 @@ idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t kee
 			break;
 	}
 	if (total > 0) {
-		res = PQexecParams(
-		        conn,
-		        "INSERT INTO idem.retention_horizon (consumer, purged_before) VALUES ($1, $2::timestamptz) ON CONFLICT (consumer) DO UPDATE SET purged_before = greatest(idem.retention_horizon.purged_before, excluded.purged_before)",
-		        2, NULL, vals, NULL, NULL, 0);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK && r == IDEM_OK)
-			r = idem_pg_error(err, conn, res, "record retention horizon");
-		PQclear(res);
+		/* An error of the purge wins over this one. */
+		idem_status hr =
+		        idem_sql_exec(conn, IDEM_SQL_RETENTION_HORIZON, vals,
+		                      "record retention horizon", NULL, r == IDEM_OK ? err : NULL);
+
+		if (r == IDEM_OK)
+			r = hr;
 	}
 	*ret_deleted = total;
 	return r;
@@ -72,15 +67,10 @@ idem_status idem_retention_oldest_age(PGconn *conn, const char *consumer, double
                                       idem_error *err)
 {
 	const char *vals[1] = { consumer };
-	PGresult *res = PQexecParams(
-	        conn,
-	        "SELECT extract(epoch FROM now() - min(processed_at)) FROM idem.processed_messages WHERE consumer = $1",
-	        1, NULL, vals, NULL, NULL, 0);
-	idem_status r = IDEM_OK;
+	PGresult *res;
+	idem_status r = idem_sql_exec(conn, IDEM_SQL_OLDEST_CLAIM, vals, "oldest claim", &res, err);
 
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		r = idem_pg_error(err, conn, res, "oldest claim");
-	else
+	if (r == IDEM_OK)
 		*ret_age = PQgetisnull(res, 0, 0) ? -1 : strtod(PQgetvalue(res, 0, 0), NULL);
 	PQclear(res);
 	return r;

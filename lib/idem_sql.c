@@ -187,6 +187,98 @@ static const char sql_replay_mark[] =
         " next_offset = $4, updated_at = now()"
         " WHERE consumer = $1 AND topic = $2 AND partition = $3 AND next_offset > $4";
 
+/*
+ * One partition as `idemctl status` shows it: always one row (the RIGHT JOIN), NULL progress if
+ * the partition has none yet.
+ */
+static const char sql_part_status[] =
+        "SELECT next_offset, consumed, applied, duplicates, quarantined,"
+        " (SELECT count(*) FROM idem.quarantine q WHERE q.consumer = $1"
+        " AND q.topic = $2 AND q.partition = $3 AND q.resolved_at IS NULL),"
+        " halted_offset, halt_reason"
+        " FROM idem.partition_progress RIGHT JOIN (SELECT 1) one"
+        " ON consumer = $1 AND topic = $2 AND partition = $3";
+
+static const char sql_claimed_count[] = "SELECT count(*) FROM idem.processed_messages"
+                                        " WHERE consumer = $1 AND business_key = ANY($2::text[])";
+
+static const char sql_horizon_get[] = "SELECT (extract(epoch FROM purged_before) * 1000)::bigint"
+                                      " FROM idem.retention_horizon WHERE consumer = $1";
+
+#define TS_UTC(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+static const char sql_lookup[] = "SELECT consumer, topic, partition, \"offset\", " TS_UTC(
+        "processed_at") ", result, encode(payload_hash, 'hex') FROM idem.processed_messages"
+                        " WHERE business_key = $1 AND consumer = ANY($2::text[]) ORDER BY consumer";
+
+/* Columns 0..12 of a quarantine entry, the same for list and get. */
+#define QUARANTINE_COLUMNS                                                                          \
+	"id, consumer, topic, partition, \"offset\", business_key, reason, coalesce(sqlstate, '')," \
+	" attempts, " TS_UTC("first_failed_at") ", " TS_UTC("last_failed_at") ", " TS_UTC(          \
+	        "resolved_at") ", resolution"
+
+static const char sql_quarantine_list[] = "SELECT " QUARANTINE_COLUMNS " FROM idem.quarantine"
+                                          " WHERE ($1::text IS NULL OR consumer = $1)"
+                                          " AND ($2::text IS NULL OR topic = $2)"
+                                          " AND ($3::boolean OR resolved_at IS NULL)"
+                                          " ORDER BY id LIMIT $4::bigint";
+
+/* Columns 13..15 after the entry's. */
+#define SQL_QUARANTINE_GET                                                                         \
+	"SELECT " QUARANTINE_COLUMNS ", encode(msg_key, 'hex'), encode(msg_value, 'hex'),"         \
+	" (extract(epoch FROM msg_timestamp) * 1000)::bigint"                                      \
+	" FROM idem.quarantine WHERE id = $1"
+
+static const char sql_quarantine_get[] = SQL_QUARANTINE_GET;
+static const char sql_quarantine_get_locked[] = SQL_QUARANTINE_GET " FOR UPDATE";
+
+static const char sql_quarantine_headers[] =
+        "SELECT h.n, encode(h.v, 'hex') FROM idem.quarantine q,"
+        " unnest(q.header_names, q.header_values) WITH ORDINALITY AS h(n, v, i)"
+        " WHERE q.id = $1 ORDER BY h.i";
+
+static const char sql_quarantine_discard[] =
+        "UPDATE idem.quarantine SET resolved_at = now(), resolution = 'discarded'"
+        " WHERE id = $1 AND resolved_at IS NULL RETURNING id";
+
+static const char sql_quarantine_resolve[] =
+        "UPDATE idem.quarantine SET resolved_at = now(), resolution = $2,"
+        " attempts = attempts + $3 WHERE id = $1";
+
+static const char sql_quarantine_failed[] =
+        "UPDATE idem.quarantine SET attempts = attempts + $2, reason = $3,"
+        " sqlstate = nullif($4, ''), business_key = coalesce($5, business_key),"
+        " last_failed_at = now() WHERE id = $1";
+
+/* The message is no longer quarantined: count it where it ended. */
+static const char sql_quarantine_move_count[] =
+        "UPDATE idem.partition_progress SET quarantined = quarantined - 1,"
+        " applied = applied + $4, duplicates = duplicates + $5,"
+        " dup_redelivery = dup_redelivery + $6, dup_replay = dup_replay + $7,"
+        " dup_upstream = dup_upstream + $8, updated_at = now()"
+        " WHERE consumer = $1 AND topic = $2 AND partition = $3";
+
+/* One cutoff for a whole purge, so that the horizon says exactly what was removed. */
+static const char sql_retention_cutoff[] = "SELECT now() - make_interval(secs => $1::bigint)";
+
+static const char sql_retention_purge[] =
+        "DELETE FROM idem.processed_messages WHERE ctid = ANY (ARRAY(SELECT ctid"
+        " FROM idem.processed_messages WHERE consumer = $1 AND processed_at < $2::timestamptz"
+        " LIMIT $3::int))";
+
+static const char sql_retention_horizon[] =
+        "INSERT INTO idem.retention_horizon (consumer, purged_before)"
+        " VALUES ($1, $2::timestamptz) ON CONFLICT (consumer) DO UPDATE"
+        " SET purged_before = greatest(idem.retention_horizon.purged_before,"
+        " excluded.purged_before)";
+
+static const char sql_oldest_claim[] = "SELECT extract(epoch FROM now() - min(processed_at))"
+                                       " FROM idem.processed_messages WHERE consumer = $1";
+
+static const char sql_schema_table[] =
+        "CREATE TABLE IF NOT EXISTS idem.schema_migrations (version integer PRIMARY KEY,"
+        " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
+
 static const char sql_schema_version[] =
         "SELECT coalesce(max(version), 0) FROM idem.schema_migrations";
 
@@ -238,6 +330,25 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_REPLIES] = { "idem_replies", 8, sql_replies, true },
 	[IDEM_SQL_CONTEXT] = { "idem_context", 2, sql_context },
 	[IDEM_SQL_REPLAY_MARK] = { "idem_replay_mark", 4, sql_replay_mark },
+	[IDEM_SQL_PART_STATUS] = { "idem_part_status", 3, sql_part_status },
+	[IDEM_SQL_CLAIMED_COUNT] = { "idem_claimed_count", 2, sql_claimed_count },
+	[IDEM_SQL_HORIZON_GET] = { "idem_horizon_get", 1, sql_horizon_get },
+	[IDEM_SQL_LOOKUP] = { "idem_lookup", 2, sql_lookup },
+	[IDEM_SQL_QUARANTINE_LIST] = { "idem_quarantine_list", 4, sql_quarantine_list },
+	[IDEM_SQL_QUARANTINE_GET] = { "idem_quarantine_get", 1, sql_quarantine_get },
+	[IDEM_SQL_QUARANTINE_GET_LOCKED] = { "idem_quarantine_get_locked", 1,
+	                                     sql_quarantine_get_locked },
+	[IDEM_SQL_QUARANTINE_HEADERS] = { "idem_quarantine_headers", 1, sql_quarantine_headers },
+	[IDEM_SQL_QUARANTINE_DISCARD] = { "idem_quarantine_discard", 1, sql_quarantine_discard },
+	[IDEM_SQL_QUARANTINE_RESOLVE] = { "idem_quarantine_resolve", 3, sql_quarantine_resolve },
+	[IDEM_SQL_QUARANTINE_FAILED] = { "idem_quarantine_failed", 5, sql_quarantine_failed },
+	[IDEM_SQL_QUARANTINE_MOVE_COUNT] = { "idem_quarantine_move_count", 8,
+	                                     sql_quarantine_move_count },
+	[IDEM_SQL_RETENTION_CUTOFF] = { "idem_retention_cutoff", 1, sql_retention_cutoff },
+	[IDEM_SQL_RETENTION_PURGE] = { "idem_retention_purge", 3, sql_retention_purge },
+	[IDEM_SQL_RETENTION_HORIZON] = { "idem_retention_horizon", 2, sql_retention_horizon },
+	[IDEM_SQL_OLDEST_CLAIM] = { "idem_oldest_claim", 1, sql_oldest_claim },
+	[IDEM_SQL_SCHEMA_TABLE] = { "idem_schema_table", 0, sql_schema_table },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_DATABASE_ID] = { "idem_database_id", 0, sql_database_id },
 	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },

@@ -32,11 +32,38 @@ enum idem_sql_id {
 	                            business key ('' in set mode) */
 	IDEM_SQL_N_BATCH,        /* the number of the above */
 
-	/* idemctl replay (idem_inspect.c). */
+	/* idemctl status, verify, lookup and replay (idem_inspect.c). */
 	IDEM_SQL_REPLAY_MARK = IDEM_SQL_N_BATCH, /* lower a partition's next_offset for a replay:
 	                                            consumer, topic, partition, from */
+	IDEM_SQL_PART_STATUS,   /* one partition's progress, counters and open quarantine rows:
+	                           consumer, topic, partition -> one row (NULLs if none) */
+	IDEM_SQL_CLAIMED_COUNT, /* how many of keys[] a consumer has claimed: consumer, keys[] */
+	IDEM_SQL_HORIZON_GET,   /* the retention horizon in ms since the epoch: consumer */
+	IDEM_SQL_LOOKUP,        /* a key's claims: key, consumers[] -> consumer, topic, partition,
+	                           offset, applied_at (ISO 8601 UTC), result, payload hash (hex) */
+
+	/* The quarantine (idem_quarantine.c). Columns 0..12 of an entry are the same in LIST, GET
+	 * and GET_LOCKED (idem_quarantine.c reads them in one place). */
+	IDEM_SQL_QUARANTINE_LIST,       /* consumer|NULL, topic|NULL, all, limit */
+	IDEM_SQL_QUARANTINE_GET,        /* id -> the entry, then key, value (hex), timestamp ms */
+	IDEM_SQL_QUARANTINE_GET_LOCKED, /* the same, FOR UPDATE (a retry) */
+	IDEM_SQL_QUARANTINE_HEADERS,    /* id -> name, value (hex), in order */
+	IDEM_SQL_QUARANTINE_DISCARD,    /* id -> id if it was open */
+	IDEM_SQL_QUARANTINE_RESOLVE,    /* id, resolution, attempts added */
+	IDEM_SQL_QUARANTINE_FAILED,     /* id, attempts added, reason, sqlstate, business key */
+	IDEM_SQL_QUARANTINE_MOVE_COUNT, /* count a retried message where it ended: consumer, topic,
+	                                   partition, applied, duplicates, redelivery, replay,
+	                                   upstream (each 0 or 1) */
+
+	/* Retention (idem_retention.c), each its own short transaction. */
+	IDEM_SQL_RETENTION_CUTOFF,  /* now() - keep seconds: keep */
+	IDEM_SQL_RETENTION_PURGE,   /* delete up to limit claims older than the cutoff: consumer,
+	                               cutoff, limit */
+	IDEM_SQL_RETENTION_HORIZON, /* record what was purged: consumer, cutoff */
+	IDEM_SQL_OLDEST_CLAIM,      /* the age of a consumer's oldest claim in seconds: consumer */
 
 	/* The schema (idem_migrate.c). */
+	IDEM_SQL_SCHEMA_TABLE,   /* create idem.schema_migrations if missing (the schema exists) */
 	IDEM_SQL_SCHEMA_VERSION, /* the version migrated to, 0 if none */
 	IDEM_SQL_DATABASE_ID,    /* the database's identity (idem_resume, idemctl verify) */
 	IDEM_SQL_SCHEMA_RECORD,  /* record a migration: version, name */
