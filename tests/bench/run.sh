@@ -561,7 +561,7 @@ phase_l() {
 	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" lat "$topic" "$sql" \
 		'[business_key, "json:/account", "json:/amount", timestamp]' "$mode" "$settings"
 	# /metrics gives where the time goes, stage by stage (idemd_stage_seconds).
-	port=$((20000 + RANDOM % 20000))
+	port=$(idem_free_port)
 	printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$IDEM_TMP/$name.yaml"
 	cp "$IDEM_TMP/$name.yaml" "$out_dir/"
 	# Truncating first also ends autovacuum's work on C's million rows, which would otherwise

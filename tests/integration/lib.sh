@@ -257,7 +257,7 @@ idem_pg_start() {
 	[ "${IDEM_PG_FSYNC:-0}" = 1 ] && fsync=on
 	[ "${IDEM_PG_TCP:-0}" = 1 ] && tcp=127.0.0.1
 	for try in 1 2 3 4 5; do
-		PGPORT=$((20000 + RANDOM % 30000))
+		PGPORT=$(idem_free_port)
 		# With TCP the port must be free; a unix socket in our own directory never clashes.
 		if [ -n "$tcp" ] && (exec 3<>"/dev/tcp/127.0.0.1/$PGPORT") 2>/dev/null; then
 			continue
@@ -498,7 +498,7 @@ idem_pg_standby_start() {
 	idem__pg_mkdir "$run" 755
 	tcp=$(idem_psql -d postgres -c 'SHOW listen_addresses')
 	for try in 1 2 3 4 5; do
-		port=$((20000 + RANDOM % 30000))
+		port=$(idem_free_port)
 		[ "$port" != "$PGPORT" ] || continue
 		if [ -n "$tcp" ] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			continue

@@ -20,7 +20,7 @@ cfg=$IDEM_TMP/idemd.yaml
 idem_write_config "$cfg" g-dashboard payments --max 50 --route-name pay \
 	--sql "$IDEM_EMIT_SQL" --mode row \
 	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=100
-port=$((20000 + RANDOM % 20000))
+port=$(idem_free_port)
 printf 'metrics:\n  listen: "127.0.0.1:%s"\nretention:\n  interval: 1s\n' "$port" >>"$cfg"
 idem_setup_db "$cfg"
 idem_create_emit_fn

@@ -14,7 +14,7 @@ idem_kafka_start --brokers 1 payments:2
 cfg=$IDEM_TMP/idemd.yaml
 idem_write_config "$cfg" g-halt-metric payments --sql "$IDEM_FN_SQL" --retry max_ms=60000 \
 	--route on_poison=halt
-port=$((20000 + RANDOM % 20000))
+port=$(idem_free_port)
 printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
 idem_setup_db "$cfg"
 idem_create_apply_fn

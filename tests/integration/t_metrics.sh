@@ -13,7 +13,7 @@ idem_pg_start
 idem_kafka_start payments:4
 cfg=$IDEM_TMP/idemd.yaml
 idem_write_config "$cfg" g-metrics payments
-port=$((20000 + RANDOM % 20000))
+port=$(idem_free_port)
 printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
 sed -i 's/^  max_wait_ms: 20$/&\n  workers: 3/' "$cfg"
 idem_setup_db "$cfg"

@@ -20,7 +20,7 @@ write_cfg() {
 		--sql 'SELECT apply_and_emit($1, $2, $3::bigint)' --mode row \
 		--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=100 "$@"
 }
-port=$((20000 + RANDOM % 20000))
+port=$(idem_free_port)
 write_cfg --outbox keep=1h
 printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
 idem_setup_db "$cfg"

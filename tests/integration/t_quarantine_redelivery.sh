@@ -19,7 +19,7 @@ cfg=$IDEM_TMP/idemd.yaml
 # the next instance starts from the beginning.
 idem_write_config "$cfg" g-qr payments --kafka-prop auto.commit.interval.ms=600000 \
 	--route on_payload_mismatch=quarantine --retry max_ms=200
-port=$((20000 + RANDOM % 20000))
+port=$(idem_free_port)
 printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
 idem_setup_db "$cfg"
 

@@ -84,7 +84,7 @@ idem_write_config "$cfg" g-soak payments --max 50 --kafka-prop session.timeout.m
 idem_setup_db "$cfg"
 ports=()
 for ((i = 1; i <= instances; i++)); do
-	ports[i]=$((20000 + RANDOM % 20000))
+	ports[i]=$(idem_free_port)
 	cp "$cfg" "$IDEM_TMP/i$i.yaml"
 	printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "${ports[i]}" >>"$IDEM_TMP/i$i.yaml"
 	idemd_start "i$i" "$IDEM_TMP/i$i.yaml"
