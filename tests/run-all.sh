@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every idemd test on a fresh Debian 12 machine: installs what is missing, builds
-# warning-free (Debug, Release, and Asan = ASan+UBSan), checks formatting, runs the unit tests in both
+# warning-free (Debug, Release, and Asan = ASan+UBSan), checks formatting and the include layers
+# of ARCHITECTURE.md, runs the unit tests in both
 # builds, the integration tests (real Postgres + embedded Kafka) under ASan+UBSan, and the
 # fuzzers for a bounded time.
 set -euo pipefail
@@ -12,6 +13,8 @@ bash tests/install-deps.sh
 
 echo "== format"
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
+echo "== layers (ARCHITECTURE.md's include order)"
+bash tests/check_layers.sh
 
 echo "== build (Debug)"
 cmake -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug >/dev/null

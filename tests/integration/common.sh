@@ -1,4 +1,5 @@
-# common.sh - idemd-specific helpers for the integration tests, on top of lib.sh.
+# common.sh - idemd-specific helpers for the integration tests, on top of lib.sh (the generic
+# fixture): the one config writer (idem_write_config), the payments workload and its checks.
 # Sourced after lib.sh; assumes idem_tmp_init, idem_pg_start and idem_kafka_start have run.
 
 # The payments handlers, from their one copy in sql/examples/ (see payments.sql there): row mode
@@ -51,6 +52,8 @@ idem__kv_set() {
 #   --postgres NAME=VALUE    another postgres key (e.g. lock_timeout_ms=300)
 #   --limits NAME=VALUE      a limits key (the section is written only if one is given)
 #   --outbox NAME=VALUE      an outbox key (the section is written only if one is given)
+#   --retention NAME=VALUE   a retention key (the section is written only if one is given)
+#   --metrics ADDR           metrics.listen: serve /metrics on ADDR (host:port; none if not given)
 # Every option taking a value may be repeated where that makes sense (the last --max wins).
 idem_write_config() {
 	local file=$1 group=$2 consumer=$3
@@ -60,7 +63,8 @@ idem_write_config() {
 	local level=${IDEM_LOG_LEVEL:-info} with_retry=1 q="'" name
 	local kafka_defaults=0 batch_defaults=0 max_given=0 wait_given=0
 	local -A kafka=() retry=() kafka_given=()
-	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=() batch=()
+	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=() batch=() retention=()
+	local metrics=
 	for name in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=50 \
 		queued.min.messages=1000000; do
 		idem__kv_set kafka kafka_order "$name"
@@ -73,7 +77,8 @@ idem_write_config() {
 		--kafka-defaults) kafka_defaults=1; shift; continue ;;
 		--batch-defaults) batch_defaults=1; shift; continue ;;
 		--topic | --route-name | --key | --sql | --mode | --params | --max | --wait | --workers | \
-			--log-level | --kafka-prop | --retry | --route | --postgres | --limits | --outbox | --batch)
+			--log-level | --kafka-prop | --retry | --route | --postgres | --limits | --outbox | --batch | \
+			--retention | --metrics)
 			[ $# -ge 2 ] || idem_fail "idem_write_config: $1 needs a value" ;;
 		*) idem_fail "idem_write_config: unknown option '$1'" ;;
 		esac
@@ -95,6 +100,8 @@ idem_write_config() {
 		--limits) limits+=("$2") ;;
 		--outbox) outbox+=("$2") ;;
 		--batch) batch+=("$2") ;;
+		--retention) retention+=("$2") ;;
+		--metrics) metrics=$2 ;;
 		esac
 		shift 2
 	done
@@ -156,6 +163,13 @@ idem_write_config() {
 				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
 			done
 		fi
+		if [ ${#retention[@]} -gt 0 ]; then
+			echo "retention:"
+			for name in "${retention[@]}"; do
+				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
+			done
+		fi
+		[ -z "$metrics" ] || printf 'metrics:\n  listen: "%s"\n' "$metrics"
 		printf 'log:\n  level: %s\n' "$level"
 	} >"$file"
 }

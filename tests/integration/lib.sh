@@ -1,7 +1,9 @@
 # shellcheck shell=bash
 #
-# tests/integration/lib.sh - fixture for integration tests: a throwaway Postgres (initdb in a
-# temp dir), the embedded Kafka (idem-mock-kafka) and small helpers. Source it from a test that
+# tests/integration/lib.sh - the generic fixture for integration tests: a throwaway Postgres
+# (initdb in a temp dir), the embedded Kafka (idem-mock-kafka), processes, ports, assertions.
+# Nothing here knows idemd's configuration or schema: that is common.sh, sourced after this
+# (the config writer, the payments workload, idemd's own checks). Source it from a test that
 # runs under "set -euo pipefail":
 #
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -17,11 +17,10 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4 payment-applied:4
 cfg=$IDEM_TMP/idemd.yaml
+port=$(idem_free_port)
 idem_write_config "$cfg" g-dashboard payments --max 50 --route-name pay \
 	--sql "$IDEM_EMIT_SQL" --mode row \
-	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=100
-port=$(idem_free_port)
-printf 'metrics:\n  listen: "127.0.0.1:%s"\nretention:\n  interval: 1s\n' "$port" >>"$cfg"
+	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=100 --metrics "127.0.0.1:$port" --retention interval=1s
 idem_setup_db "$cfg"
 idem_create_emit_fn
 

@@ -13,9 +13,8 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4
 cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-dup-lookup payments --workers 1 --max 200
 port=$(idem_free_port)
-printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
+idem_write_config "$cfg" g-dup-lookup payments --workers 1 --max 200 --metrics "127.0.0.1:$port"
 idem_setup_db "$cfg"
 idem_psql -c "ALTER SYSTEM SET track_functions = 'all'" >/dev/null
 idem_psql -c "SELECT pg_reload_conf()" >/dev/null

@@ -12,10 +12,9 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start --brokers 1 payments:2
 cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-halt-metric payments --sql "$IDEM_FN_SQL" --retry max_ms=60000 \
-	--route on_poison=halt
 port=$(idem_free_port)
-printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
+idem_write_config "$cfg" g-halt-metric payments --sql "$IDEM_FN_SQL" --retry max_ms=60000 \
+	--route on_poison=halt --metrics "127.0.0.1:$port"
 idem_setup_db "$cfg"
 idem_create_apply_fn
 idem_psql -c "INSERT INTO blocked_accounts VALUES ('acct-blocked')"

@@ -15,9 +15,8 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4
 cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-flood payments
 port=$(idem_free_port)
-printf 'metrics:\n  listen: "0.0.0.0:%s"\n' "$port" >>"$cfg"
+idem_write_config "$cfg" g-flood payments --metrics "0.0.0.0:$port"
 idem_setup_db "$cfg"
 url=http://127.0.0.1:$port
 

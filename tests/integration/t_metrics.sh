@@ -12,10 +12,8 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4
 cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-metrics payments
 port=$(idem_free_port)
-printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
-sed -i 's/^  max_wait_ms: 20$/&\n  workers: 3/' "$cfg"
+idem_write_config "$cfg" g-metrics payments --workers 3 --metrics "127.0.0.1:$port"
 idem_setup_db "$cfg"
 url=http://127.0.0.1:$port
 

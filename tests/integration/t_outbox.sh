@@ -21,8 +21,7 @@ write_cfg() {
 		--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=100 "$@"
 }
 port=$(idem_free_port)
-write_cfg --outbox keep=1h
-printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
+write_cfg --outbox keep=1h --metrics "127.0.0.1:$port"
 idem_setup_db "$cfg"
 idem_psql >/dev/null <<'SQL'
 CREATE FUNCTION apply_and_emit(p_id text, p_account text, p_amount bigint)

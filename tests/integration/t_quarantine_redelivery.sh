@@ -17,10 +17,9 @@ idem_kafka_start --brokers 1 payments:1
 cfg=$IDEM_TMP/idemd.yaml
 # No offset reaches Kafka before the SIGKILL (its first automatic commit would be in 10 min):
 # the next instance starts from the beginning.
-idem_write_config "$cfg" g-qr payments --kafka-prop auto.commit.interval.ms=600000 \
-	--route on_payload_mismatch=quarantine --retry max_ms=200
 port=$(idem_free_port)
-printf 'metrics:\n  listen: "127.0.0.1:%s"\n' "$port" >>"$cfg"
+idem_write_config "$cfg" g-qr payments --kafka-prop auto.commit.interval.ms=600000 \
+	--route on_payload_mismatch=quarantine --retry max_ms=200 --metrics "127.0.0.1:$port"
 idem_setup_db "$cfg"
 
 n=0

@@ -11,8 +11,7 @@ idem_tmp_init
 idem_pg_start
 idem_kafka_start payments:4
 cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-ret payments
-printf 'retention:\n  keep: 1h\n  interval: 1s\n  batch: 100\n' >>"$cfg"
+idem_write_config "$cfg" g-ret payments --retention keep=1h --retention interval=1s --retention batch=100
 idem_setup_db "$cfg"
 idem_produce 3000 0.2 13
 idemd_start a "$cfg"
