@@ -568,8 +568,14 @@ static bool json_fast(const struct idem_field *f, const struct idem_msgview *m,
 	return idem_json_scalar(m->value, m->value_len, f->arg, ret_p, ret_n);
 }
 
-static idem_status key_append_json(const struct idem_field *f, const struct idem_msgview *m,
-                                   struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
+/*
+ * A json: field, for idem_field_read(): absent when the message has no value, the pointer finds
+ * nothing or JSON null; a value that is not JSON is an error. With @scalar (a business key),
+ * objects, arrays and numbers json-c cannot keep exactly are errors too.
+ */
+static idem_status json_read(const struct idem_field *f, const struct idem_msgview *m,
+                             struct idem_jsondoc *doc, bool scalar, struct idem_buf *out,
+                             const char **ret_absent, idem_error *err)
 {
 	json_object *val = NULL;
 	enum json_lookup how;
@@ -584,13 +590,18 @@ static idem_status key_append_json(const struct idem_field *f, const struct idem
 	r = json_lookup(f, m, doc, &val, &how, err);
 	if (r != IDEM_OK)
 		return r;
-	if (how == JSON_LOOKUP_NO_VALUE)
-		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: message has no value", f->arg);
-	if (how == JSON_LOOKUP_NOT_FOUND)
-		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: not found in value", f->arg);
-	switch (json_object_get_type(val)) {
+	if (how == JSON_LOOKUP_NO_VALUE) {
+		*ret_absent = "message has no value";
+		return IDEM_OK;
+	}
+	if (how == JSON_LOOKUP_NOT_FOUND) {
+		*ret_absent = "not found in value";
+		return IDEM_OK;
+	}
+	switch (scalar ? json_object_get_type(val) : json_type_string) {
 	case json_type_null:
-		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: is null", f->arg);
+		*ret_absent = "is null";
+		return IDEM_OK;
 	case json_type_object:
 		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: is an object, not a scalar",
 		                      f->arg);
@@ -620,6 +631,10 @@ static idem_status key_append_json(const struct idem_field *f, const struct idem
 		break;
 	default:
 		break;
+	}
+	if (val == NULL) { /* JSON null, as a parameter */
+		*ret_absent = "is null";
+		return IDEM_OK;
 	}
 	if (json_append(out, val) != IDEM_OK)
 		return idem_error_nomem(err);
@@ -655,30 +670,51 @@ static idem_status append_timestamp(struct idem_buf *out, int64_t ms)
 	                       year, month, day, sod / 3600, sod / 60 % 60, sod % 60, ms % 1000);
 }
 
-static idem_status key_append_part(const struct idem_field *f, const struct idem_msgview *m,
-                                   struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
+/*
+ * The one reader of a message's fields, for business keys (idem_key_build()) and handler
+ * parameters (idem_field_get()) alike, so that a new kind of field is added here only: appends
+ * field @f of @m to @out. A field the message does not have is not an error here: *ret_absent
+ * says why ("message has no value", "no such header", ...; NULL when present), and the caller
+ * decides (a key refuses the message, a parameter is NULL). @bkey is the business key (NULL: none
+ * yet). With @scalar (a key), a JSON value must be a scalar json-c keeps exactly.
+ */
+static idem_status field_read(const struct idem_field *f, const struct idem_msgview *m,
+                              struct idem_jsondoc *doc, const char *bkey, bool scalar,
+                              struct idem_buf *out, const char **ret_absent, idem_error *err)
 {
 	const struct idem_header *h;
-	idem_status r;
+	const char *absent = NULL;
+	idem_status r = IDEM_OK;
 
+	*ret_absent = NULL;
 	switch (f->kind) {
 	case IDEM_FIELD_LITERAL:
-		r = idem_buf_append_str(out, f->arg);
+		if (f->arg != NULL)
+			r = idem_buf_append_str(out, f->arg);
 		break;
 	case IDEM_FIELD_VALUE:
 		if (m->value == NULL)
-			return idem_error_set(err, IDEM_ERR_KEY, "value: message has no value");
-		r = idem_buf_append(out, m->value, m->value_len);
+			absent = "message has no value";
+		else
+			r = idem_buf_append(out, m->value, m->value_len);
 		break;
 	case IDEM_FIELD_KEY:
 		if (m->key == NULL)
-			return idem_error_set(err, IDEM_ERR_KEY, "key: message has no key");
-		r = idem_buf_append(out, m->key, m->key_len);
+			absent = "message has no key";
+		else
+			r = idem_buf_append(out, m->key, m->key_len);
+		break;
+	case IDEM_FIELD_BUSINESS_KEY:
+		if (bkey == NULL)
+			absent = "no business key";
+		else
+			r = idem_buf_append_str(out, bkey);
 		break;
 	case IDEM_FIELD_TOPIC:
 		if (m->topic == NULL)
-			return idem_error_set(err, IDEM_ERR_KEY, "topic: message has no topic");
-		r = idem_buf_append_str(out, m->topic);
+			absent = "message has no topic";
+		else
+			r = idem_buf_append_str(out, m->topic);
 		break;
 	case IDEM_FIELD_PARTITION:
 		r = idem_buf_printf(out, "%" PRId32, m->partition);
@@ -688,30 +724,51 @@ static idem_status key_append_part(const struct idem_field *f, const struct idem
 		break;
 	case IDEM_FIELD_TIMESTAMP:
 		if (m->timestamp_ms < 0)
-			return idem_error_set(err, IDEM_ERR_KEY,
-			                      "timestamp: message has no timestamp");
-		r = append_timestamp(out, m->timestamp_ms);
+			absent = "message has no timestamp";
+		else
+			r = append_timestamp(out, m->timestamp_ms);
 		break;
 	case IDEM_FIELD_HEADER:
 		h = find_header(m, f->arg);
 		if (h == NULL)
-			return idem_error_set(err, IDEM_ERR_KEY, "header:%s: no such header",
-			                      f->arg);
-		if (h->value == NULL)
-			return idem_error_set(err, IDEM_ERR_KEY, "header:%s: header value is null",
-			                      f->arg);
-		r = idem_buf_append(out, h->value, h->len);
+			absent = "no such header";
+		else if (h->value == NULL)
+			absent = "header value is null";
+		else
+			r = idem_buf_append(out, h->value, h->len);
 		break;
 	case IDEM_FIELD_JSON:
-		return key_append_json(f, m, doc, out, err);
-	case IDEM_FIELD_BUSINESS_KEY:
-	default:
-		return idem_error_set(err, IDEM_ERR_INVALID,
-		                      "business key template cannot reference business_key");
+		return json_read(f, m, doc, scalar, out, ret_absent, err);
 	}
 	if (r != IDEM_OK)
 		return idem_error_nomem(err);
+	*ret_absent = absent;
 	return IDEM_OK;
+}
+
+/* The field's name as written in a template: "value", "header:tenant", "json:/id". */
+static const char *field_kind_name(enum idem_field_kind kind)
+{
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(field_names); i++)
+		if (field_names[i].kind == kind)
+			return field_names[i].name;
+	return kind == IDEM_FIELD_HEADER ? "header" : kind == IDEM_FIELD_JSON ? "json" : "text";
+}
+
+static idem_status key_append_part(const struct idem_field *f, const struct idem_msgview *m,
+                                   struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
+{
+	const char *absent;
+	bool has_arg = f->kind == IDEM_FIELD_HEADER || f->kind == IDEM_FIELD_JSON;
+	idem_status r;
+
+	if (f->kind == IDEM_FIELD_BUSINESS_KEY)
+		return idem_error_set(err, IDEM_ERR_INVALID,
+		                      "business key template cannot reference business_key");
+	if ((r = field_read(f, m, doc, NULL, true, out, &absent, err)) != IDEM_OK || absent == NULL)
+		return r;
+	return idem_error_set(err, IDEM_ERR_KEY, "%s%s%s: %s", field_kind_name(f->kind),
+	                      has_arg ? ":" : "", has_arg ? f->arg : "", absent);
 }
 
 static bool key_needs_hex(const struct idem_buf *b)
@@ -772,68 +829,15 @@ idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview
                            struct idem_jsondoc *doc, const char *bkey, struct idem_buf *out,
                            bool *ret_null, idem_error *err)
 {
-	const struct idem_header *h;
-	json_object *val = NULL;
-	enum json_lookup how;
-	const char *text;
-	size_t text_n;
-	bool null = false;
+	const char *absent;
 	idem_status r;
 
 	/* A present but empty field must still read as "" (not NULL) through out->data. */
 	if (idem_buf_reserve(out, 0) != IDEM_OK)
 		return idem_error_nomem(err);
 	idem_buf_reset(out);
-	switch (f->kind) {
-	case IDEM_FIELD_VALUE:
-		null = m->value == NULL;
-		r = null ? IDEM_OK : idem_buf_append(out, m->value, m->value_len);
-		break;
-	case IDEM_FIELD_KEY:
-		null = m->key == NULL;
-		r = null ? IDEM_OK : idem_buf_append(out, m->key, m->key_len);
-		break;
-	case IDEM_FIELD_BUSINESS_KEY:
-		null = bkey == NULL;
-		r = null ? IDEM_OK : idem_buf_append_str(out, bkey);
-		break;
-	case IDEM_FIELD_TOPIC:
-		null = m->topic == NULL;
-		r = null ? IDEM_OK : idem_buf_append_str(out, m->topic);
-		break;
-	case IDEM_FIELD_PARTITION:
-		r = idem_buf_printf(out, "%" PRId32, m->partition);
-		break;
-	case IDEM_FIELD_OFFSET:
-		r = idem_buf_printf(out, "%" PRId64, m->offset);
-		break;
-	case IDEM_FIELD_TIMESTAMP:
-		null = m->timestamp_ms < 0;
-		r = null ? IDEM_OK : append_timestamp(out, m->timestamp_ms);
-		break;
-	case IDEM_FIELD_HEADER:
-		h = find_header(m, f->arg);
-		null = h == NULL || h->value == NULL;
-		r = null ? IDEM_OK : idem_buf_append(out, h->value, h->len);
-		break;
-	case IDEM_FIELD_JSON:
-		if (json_fast(f, m, doc, &text, &text_n)) {
-			r = idem_buf_append(out, text, text_n);
-			break;
-		}
-		r = json_lookup(f, m, doc, &val, &how, err);
-		if (r != IDEM_OK)
-			return r;
-		null = how != JSON_LOOKUP_FOUND || val == NULL;
-		r = null ? IDEM_OK : json_append(out, val);
-		break;
-	case IDEM_FIELD_LITERAL:
-	default:
-		r = f->arg != NULL ? idem_buf_append_str(out, f->arg) : IDEM_OK;
-		break;
-	}
-	if (r != IDEM_OK)
-		return idem_error_nomem(err);
-	*ret_null = null;
+	if ((r = field_read(f, m, doc, bkey, false, out, &absent, err)) != IDEM_OK)
+		return r;
+	*ret_null = absent != NULL;
 	return IDEM_OK;
 }
