@@ -14,18 +14,20 @@
  * Everything Kafka-side (idem_consumer) happens on the consumer thread: a worker only commits
  * and reports back, and the consumer thread stores the offset after that commit. See
  * ARCHITECTURE.md, "Data flow".
+ * Partitions coming and going (the rebalance callbacks) and where each one is read from, also
+ * after the database went back, are in idem_daemon_assign.c; struct idem_daemon and what the two
+ * files share are in idem_daemon_int.h.
  */
 #include "idem_daemon.h"
 
 #include <assert.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "idem_consumer.h"
+#include "idem_daemon_int.h"
 #include "idem_flush.h"
 #include "idem_log.h"
 #include "idem_metrics.h"
@@ -34,32 +36,6 @@
 #include "idem_relay.h"
 #include "idem_resume.h"
 #include "idem_retention.h"
-
-struct idem_daemon {
-	const struct idem_cfg *cfg;
-	idem_stop_fn stop;
-	rd_kafka_t *rk;
-	rd_kafka_queue_t *cq;             /* the consumer queue: events, and wake-ups of the poll */
-	struct idem_consumer_hooks hooks; /* the consumer's rebalance callbacks, into this */
-	idem_pool *pool;
-
-	struct idem_parts parts;
-	size_t bytes_held; /* idem_part_bytes() of every partition: batch.max_bytes_total's count */
-	struct idem_consumer_headers hdrs; /* scratch for one message's headers */
-	struct idem_daemon_stats stats;
-	int64_t last_stats_ms;
-	int64_t last_publish_ms;
-	unsigned int seed;          /* for backoff jitter */
-	idem_metrics *metrics;      /* always there; served over HTTP if metrics.listen is set */
-	idem_retention *retention;  /* the purge thread */
-	idem_relay *relay;          /* the outbox relay thread, if outbox.enabled */
-	idem_resume *resume;        /* where assigned partitions start (its own connection) */
-	char db_id[IDEM_DB_ID_LEN]; /* the database's identity, named in commit metadata */
-	int64_t last_commit_ms;     /* offsets last committed to Kafka */
-	int commit_ms;              /* and how often (auto.commit.interval.ms) */
-	uint64_t reconnects;        /* idem_pool_reconnects() as last checked */
-	int64_t check_at_ms;        /* no position check before (one failed) */
-};
 
 static bool stopping(const idem_daemon *d)
 {
@@ -73,7 +49,8 @@ static int backoff_ms(idem_daemon *d, int attempt)
 
 /*
  * The offset rule (idem_part): Kafka hears of @next only once everything below it committed in
- * Postgres, and never of an offset below one it already has (commit_offsets() sends it).
+ * Postgres, and never of an offset below one it already has (idem__daemon_commit_offsets() sends
+ * it).
  */
 static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 {
@@ -89,7 +66,7 @@ static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
  * asynchronously (what fails is sent again next time), and synchronously before partitions are
  * given up. @only_leaving: only the partitions being revoked.
  */
-static void commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why)
+void idem__daemon_commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why)
 {
 	rd_kafka_topic_partition_list_t *list;
 	char md[128];
@@ -151,7 +128,7 @@ static void pause_part(idem_daemon *d, struct idem_part *p)
  * Fetch @p again from @offset (idem_consumer_resume()), after a pause for a retry: messages that
  * arrived while it waited were dropped (take()).
  */
-static void resume_part(idem_daemon *d, struct idem_part *p, int64_t offset)
+void idem__daemon_resume_part(idem_daemon *d, struct idem_part *p, int64_t offset)
 {
 	idem_consumer_resume(d->rk, p->topic, p->partition, offset);
 	p->fetch_next = offset;
@@ -195,7 +172,7 @@ static void log_mismatches(const struct idem_batch *b)
  * poison message. Said at once, so that /readyz never lags such a change (whether Postgres is
  * connected the pool answers at each request).
  */
-static void ready_changed(idem_daemon *d)
+void idem__daemon_ready_changed(idem_daemon *d)
 {
 	idem_metrics_ready(d->metrics, d->parts.n > 0, idem_parts_halted(&d->parts) > 0);
 }
@@ -306,7 +283,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	 * a retry: readiness must not come and go with each retry of a partition still stuck. */
 	p->halted = st->halted;
 	if (p->halted != was_halted)
-		ready_changed(d);
+		idem__daemon_ready_changed(d);
 	if (st->halted) {
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
@@ -331,40 +308,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	if (p->leaving)
 		return;
 	if (was_retry)
-		resume_part(d, p, p->fetch_next >= 0 ? p->fetch_next : last + 1);
-}
-
-/*
- * The database no longer holds what this process saw it hold for @p: it went back in time (a
- * restore, a failover to a standby that lacked the last commits). Found by a batch's
- * transaction (@how "transaction", which rolled back) or by the check after a worker
- * reconnected ("reconnect"); @p has nothing in flight. Everything in hand is dropped and the
- * partition is read again from the database's position @db (no progress row: where a first
- * start would begin); the claims make the part the database still has a no-op, and the rest is
- * applied again, exactly once (ARCHITECTURE.md "When the database goes back").
- */
-static void went_back(idem_daemon *d, struct idem_part *p, int64_t db, const char *how)
-{
-	int64_t was = p->db_floor > p->db_next ? p->db_floor : p->db_next, gap;
-	size_t bytes = idem_part_bytes(p);
-	bool was_halted = p->halted;
-
-	gap = idem_part_rewind(p, db);
-	d->bytes_held -= bytes;
-	idem_metrics_database_behind(d->metrics);
-	if (was_halted)
-		ready_changed(d);
-	idem_log_warn("kafka",
-	              "database behind: topic=%s partition=%" PRId32 " next_offset=%" PRId64
-	              " in the database, %" PRId64
-	              " committed by this process (found at %s): it went back in time (restore, "
-	              "failover); reading the partition again from there, %" PRId64
-	              " message(s) to re-apply",
-	              p->topic, p->partition, db, was, how, gap);
-	/* Paused or fetching, the partition is resumed and sought there. */
-	resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg));
-	if (db < 0)
-		p->fetch_next = -1;
+		idem__daemon_resume_part(d, p, p->fetch_next >= 0 ? p->fetch_next : last + 1);
 }
 
 /*
@@ -384,7 +328,7 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	int wait;
 
 	if (p->job.r == IDEM_ERR_BEHIND) {
-		went_back(d, p, p->inflight.db_next, "transaction");
+		idem__daemon_went_back(d, p, p->inflight.db_next, "transaction");
 		return;
 	}
 	idem_part_take_back(p);
@@ -439,7 +383,7 @@ static idem_status collect(idem_daemon *d, idem_error *err)
  * with up to @tries attempts each, waiting out the backoff between them when @tries > 1. A
  * batch that still fails is left: nothing was committed, its messages will be redelivered.
  */
-static idem_status drain(idem_daemon *d, int tries, idem_error *err)
+idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 {
 	idem_status r = IDEM_OK;
 
@@ -493,218 +437,6 @@ static idem_status drain(idem_daemon *d, int tries, idem_error *err)
 	return r;
 }
 
-static void fmt_offset(char *buf, size_t len, int64_t offset)
-{
-	if (offset >= 0)
-		snprintf(buf, len, "%" PRId64, offset);
-	else
-		snprintf(buf, len, "-");
-}
-
-/* What on_assign() decided for one partition, in the log (and a warning where Kafka and the
- * database disagree). */
-static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_resume_pos *pos,
-                       const char *db_id)
-{
-	const struct idem_resume_in *in = &pos->in;
-	char start[24], db[24], committed[24];
-
-	fmt_offset(start, sizeof(start), tp->offset);
-	fmt_offset(db, sizeof(db), in->db);
-	fmt_offset(committed, sizeof(committed), in->committed);
-	switch (pos->out.why) {
-	case IDEM_RESUME_BEHIND:
-		idem_log_warn(
-		        "kafka",
-		        "database behind: topic=%s partition=%" PRId32 " next_offset=%s in the "
-		        "database, kafka committed=%s by idemd for %s database %s: the database went "
-		        "back in time (restore, failover); reading offsets from %s again, %" PRId64
-		        " message(s) to re-apply",
-		        tp->topic, tp->partition, in->db >= 0 ? db : "none", committed,
-		        in->md_same_db ? "this" : "another",
-		        pos->md_db_id[0] ? pos->md_db_id : "(unknown)",
-		        in->db >= 0
-		                ? db
-		                : (tp->offset == RD_KAFKA_OFFSET_END ? "the end" : "the beginning"),
-		        in->committed - (in->db > 0 ? in->db : 0));
-		break;
-	case IDEM_RESUME_SKIP:
-		idem_log_warn("kafka",
-		              "offsets moved ahead by another client: topic=%s partition=%" PRId32
-		              " kafka committed=%s, database next_offset=%s; honoured: offsets "
-		              "%s..%" PRId64 " are skipped",
-		              tp->topic, tp->partition, committed, db, db, in->committed - 1);
-		break;
-	case IDEM_RESUME_NO_KAFKA:
-		idem_log_warn("kafka",
-		              "cannot read the committed offset of topic=%s partition=%" PRId32
-		              " (%s): starting it at the database's next_offset=%s",
-		              tp->topic, tp->partition, pos->kafka_err, db);
-		break;
-	case IDEM_RESUME_NO_DB:
-		idem_log_warn("kafka",
-		              "starting topic=%s partition=%" PRId32
-		              " at kafka committed=%s without the database%s",
-		              tp->topic, tp->partition, committed,
-		              pos->out.floor >= 0 ? " (its first transaction checks that the "
-		                                    "database holds it)"
-		                                  : "");
-		break;
-	default:
-		break;
-	}
-	idem_log_info("kafka",
-	              "assigned topic=%s partition=%" PRId32
-	              " start=%s (database next_offset=%s, kafka committed=%s%s) database=%s",
-	              tp->topic, tp->partition, start, db, committed,
-	              tp->offset >= 0 ? "" : "; librdkafka starts it at the committed offset",
-	              db_id[0] ? db_id : "-");
-}
-
-/* A partition's queue gained a message while empty (a librdkafka thread): end the poll. */
-static void wake(rd_kafka_t *rk, void *opaque)
-{
-	idem_daemon *d = opaque;
-
-	(void)rk;
-	rd_kafka_queue_yield(d->cq);
-}
-
-/*
- * The group hands partitions over (idem_consumer assigns them after this): each one starts at
- * the database's position, unless Kafka's committed offset is beyond it and idemd did not commit
- * it (an operator's skip); an offset idemd committed that the database lacks means the database
- * went back, and the gap is read again (idem_resume; ARCHITECTURE.md "Where a partition starts"
- * and "When the database goes back"). This holds for eager and incremental (cooperative)
- * assignment alike: librdkafka starts each partition of @list at its .offset.
- */
-static void on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
-{
-	idem_daemon *d = opaque;
-	struct idem_resume_pos *pos = calloc(list->cnt > 0 ? (size_t)list->cnt : 1, sizeof(*pos));
-	idem_error db_err = { 0 };
-	char db_id[IDEM_DB_ID_LEN] = "";
-
-	/* Out of memory: every partition starts at its committed offset, as librdkafka would. */
-	if (pos != NULL) {
-		idem_resume_positions(d->resume, d->rk, list, pos, db_id, &db_err);
-		if (db_err.code != IDEM_OK)
-			idem_log_warn(
-			        "kafka",
-			        "cannot read where the partitions stopped in the database (%s): "
-			        "starting them from Kafka's committed offsets",
-			        db_err.msg);
-		if (db_id[0] != '\0')
-			memcpy(d->db_id, db_id, sizeof(d->db_id));
-	}
-	for (int i = 0; i < list->cnt; i++) {
-		rd_kafka_topic_partition_t *tp = &list->elems[i];
-		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);
-		idem_status r;
-
-		/* Still held (not expected: a partition is revoked before it is assigned again):
-		 * its bookkeeping goes on, and so does its fetching. */
-		if (p != NULL)
-			tp->offset = RD_KAFKA_OFFSET_INVALID;
-		r = idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, &p);
-		if (r == IDEM_OK && p->queue == NULL) {
-			p->queue =
-			        idem_consumer_queue_open(d->rk, tp->topic, tp->partition, wake, d);
-			if (p->queue == NULL)
-				r = IDEM_ERR_NOMEM;
-		}
-		if (r != IDEM_OK) {
-			idem_log_error("kafka",
-			               "cannot take partition topic=%s partition=%" PRId32 ": %s",
-			               tp->topic, tp->partition, idem_status_str(r));
-			continue;
-		}
-		if (tp->offset >= 0)
-			p->fetch_next = tp->offset;
-		if (pos == NULL)
-			continue;
-		p->db_floor = pos[i].out.floor;
-		p->reapply_to = pos[i].out.reapply_to;
-		if (pos[i].out.why == IDEM_RESUME_BEHIND)
-			idem_metrics_database_behind(d->metrics);
-		/* The loss alarm is for messages skipped by another client's move only: a gap
-		 * the database lost is read again. */
-		idem_metrics_partition_assigned(d->metrics, tp->topic, tp->partition,
-		                                pos[i].out.why == IDEM_RESUME_SKIP ||
-		                                                pos[i].out.why == IDEM_RESUME_KAFKA
-		                                        ? pos[i].in.committed
-		                                        : -1,
-		                                pos[i].in.db);
-		log_assign(tp, &pos[i], d->db_id);
-	}
-	free(pos);
-}
-
-/*
- * The partitions of @list are assigned: where one starts from the database's position, commit
- * that to Kafka too (the offset rule holds: everything below it is applied), so the committed
- * offset catches up even if no message follows, for lag tools; and where the database went
- * back, Kafka's offset follows it down, with metadata naming the database's position.
- */
-static void on_assigned(void *opaque, const rd_kafka_topic_partition_list_t *list)
-{
-	idem_daemon *d = opaque;
-
-	for (int i = 0; i < list->cnt; i++) {
-		struct idem_part *p;
-
-		if (list->elems[i].offset < 0)
-			continue;
-		p = idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
-		/* Only the database's own position: committed with idemd's metadata, a skip's start
-		 * would read, after a crash, as a position the database lost. The skip is
-		 * committed with the first batch past it. */
-		if (p == NULL || list->elems[i].offset != p->db_floor)
-			continue;
-		p->db_next = list->elems[i].offset;
-		p->stored_next = list->elems[i].offset;
-	}
-	ready_changed(d);
-}
-
-/*
- * Partitions are being taken away: finish what is in hand (one attempt each; a failed batch is
- * abandoned and redelivered to the new owner, where the claims make it harmless), commit the
- * offsets, then let them go (idem_consumer unassigns them after this).
- */
-static void on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
-{
-	idem_daemon *d = opaque;
-
-	for (int i = 0; i < list->cnt; i++) {
-		struct idem_part *p =
-		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
-
-		if (p != NULL)
-			p->leaving = true;
-	}
-	/* Out of memory here leaves the batches uncommitted: they are redelivered. */
-	if (drain(d, 1, NULL) != IDEM_OK)
-		idem_log_error("kafka", "out of memory while finishing revoked partitions");
-	commit_offsets(d, true, true, "revoke");
-	for (int i = 0; i < list->cnt; i++) {
-		struct idem_part *p =
-		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
-
-		if (p != NULL) {
-			d->bytes_held -= idem_part_bytes(p);
-			idem_consumer_queue_close(p->queue);
-			p->queue = NULL;
-		}
-		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
-		idem_metrics_partition_remove(d->metrics, list->elems[i].topic,
-		                              list->elems[i].partition);
-		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
-		              list->elems[i].partition);
-	}
-	ready_changed(d);
-}
-
 idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_daemon **ret_d,
                             idem_error *err)
 {
@@ -736,8 +468,8 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		r = idem_error_nomem(err);
 		goto out_free;
 	}
-	d->hooks =
-	        (struct idem_consumer_hooks){ on_assign, on_assigned, on_revoke, on_committed, d };
+	d->hooks = (struct idem_consumer_hooks){ idem__daemon_on_assign, idem__daemon_on_assigned,
+		                                 idem__daemon_on_revoke, on_committed, d };
 	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
 		goto out_free;
 	d->cq = rd_kafka_queue_get_consumer(d->rk);
@@ -869,7 +601,7 @@ static void flush_due(idem_daemon *d)
 				              p->halted ? "halted" : "paused", p->topic,
 				              p->partition, p->fetch_next);
 				p->retry_at_ms = 0;
-				resume_part(d, p, p->fetch_next);
+				idem__daemon_resume_part(d, p, p->fetch_next);
 				continue;
 			}
 		} else if (b->n_msgs == 0 ||
@@ -902,7 +634,19 @@ size_t idem_daemon_retry_now(idem_daemon *d)
 	return n;
 }
 
-static bool can_take(const idem_daemon *d, const struct idem_part *p);
+/*
+ * May @p's queue be consumed? Not while it waits for a retry (it is paused), nor while its next
+ * batch is full, or the bytes are over budget, with one in flight (backpressure: p->held). What
+ * is not consumed stays in librdkafka, which prefetches the partition only up to
+ * queued.min.messages / queued.max.messages.kbytes of its queue: no pause, no seek, no fetch done
+ * again, and no wait for a fetch slot behind a long poll of the broker's other partitions (up to
+ * fetch.wait.max.ms) that a paused partition would meet when resumed.
+ */
+static bool can_take(const idem_daemon *d, const struct idem_part *p)
+{
+	return p->retry_at_ms == 0 && !p->leaving &&
+	       !(p->busy && (batch_full(d, p, &p->batch) || over_budget(d)));
+}
 
 static int poll_timeout(const idem_daemon *d)
 {
@@ -990,66 +734,6 @@ static void publish(idem_daemon *d)
 	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held);
 }
 
-/*
- * A worker opened a new connection, which may reach another database state (a standby promoted
- * after a failover): every partition is checked against the database's progress rows, on a
- * connection of the consumer thread's own, and one the database holds less of than this process
- * saw is read again from there (went_back()). A partition with a batch in flight is left to
- * that batch's transaction, which checks the same before it commits.
- */
-static void check_positions(idem_daemon *d)
-{
-	rd_kafka_topic_partition_list_t *list =
-	        rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
-	int64_t *db = calloc(d->parts.n + 1, sizeof(*db));
-	uint64_t seen = idem_pool_reconnects(d->pool);
-	char db_id[IDEM_DB_ID_LEN];
-	idem_error err = { 0 };
-
-	for (size_t i = 0; i < d->parts.n; i++)
-		rd_kafka_topic_partition_list_add(list, d->parts.v[i]->topic,
-		                                  d->parts.v[i]->partition);
-	if (db == NULL || idem_resume_read_db(d->resume, list, db, db_id, &err) != IDEM_OK) {
-		idem_log_debug("kafka",
-		               "cannot check the partitions' positions after a reconnect: %s",
-		               db == NULL ? "out of memory" : err.msg);
-		d->check_at_ms = idem_mono_ms() + 1000;
-		goto out;
-	}
-	d->reconnects = seen;
-	if (db_id[0] != '\0' && d->db_id[0] != '\0' && strcmp(db_id, d->db_id) != 0)
-		idem_log_warn("kafka",
-		              "reconnected to another database (identity %s, was %s): checking "
-		              "every partition's position against it",
-		              db_id, d->db_id);
-	if (db_id[0] != '\0')
-		memcpy(d->db_id, db_id, sizeof(d->db_id));
-	for (size_t i = 0; i < d->parts.n; i++) {
-		struct idem_part *p =
-		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
-
-		if (p != NULL && !p->busy && !p->leaving && p->db_floor >= 0 && db[i] < p->db_floor)
-			went_back(d, p, db[i], "reconnect");
-	}
-out:
-	free(db);
-	rd_kafka_topic_partition_list_destroy(list);
-}
-
-/*
- * May @p's queue be consumed? Not while it waits for a retry (it is paused), nor while its next
- * batch is full, or the bytes are over budget, with one in flight (backpressure: p->held). What
- * is not consumed stays in librdkafka, which prefetches the partition only up to
- * queued.min.messages / queued.max.messages.kbytes of its queue: no pause, no seek, no fetch done
- * again, and no wait for a fetch slot behind a long poll of the broker's other partitions (up to
- * fetch.wait.max.ms) that a paused partition would meet when resumed.
- */
-static bool can_take(const idem_daemon *d, const struct idem_part *p)
-{
-	return p->retry_at_ms == 0 && !p->leaving &&
-	       !(p->busy && (batch_full(d, p, &p->batch) || over_budget(d)));
-}
-
 /* A message, or an error, taken from a queue. */
 static idem_status take_one(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err)
 {
@@ -1116,9 +800,9 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 
 	publish(d);
 	if (idem_mono_ms() - d->last_commit_ms >= d->commit_ms)
-		commit_offsets(d, false, false, "interval");
+		idem__daemon_commit_offsets(d, false, false, "interval");
 	if (idem_pool_reconnects(d->pool) != d->reconnects && idem_mono_ms() >= d->check_at_ms)
-		check_positions(d);
+		idem__daemon_check_positions(d);
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
 	/* Events (rebalances, commits, errors) and the wake-ups: a partition's queue gaining a
@@ -1146,8 +830,8 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 
 	for (size_t i = 0; i < d->parts.n; i++)
 		d->parts.v[i]->leaving = true;
-	r = drain(d, 5, err);
-	commit_offsets(d, true, false, "shutdown");
+	r = idem__daemon_drain(d, 5, err);
+	idem__daemon_commit_offsets(d, true, false, "shutdown");
 	/* No more wake-ups: one during rd_kafka_consumer_close() would end its wait for the
 	 * group's termination early (a yield of the consumer queue), and leave it half done. */
 	for (size_t i = 0; i < d->parts.n; i++) {

@@ -72,12 +72,12 @@ bool idem_flush_check(idem_flush *pg);
  * @brief Process batch @b in one transaction: claim, run handlers, store results, classify
  * duplicates, quarantine what cannot be processed, advance idem.partition_progress, commit.
  *
- * Fast path: three pipelined round trips for the whole batch. If a handler fails for a
- * message-specific reason (or times out), the transaction is rolled back and redone on the slow
- * path with a SAVEPOINT per message, so only the failing message is retried (retry.max_attempts)
- * and then quarantined, while its neighbours commit. A claim that runs into lock_timeout is a
- * transient failure of the batch; after retry.max_attempts of them the batch goes to the slow
- * path, where a key still locked by another transaction gets its message quarantined.
+ * Fast path: three pipelined round trips for the whole batch (four if it quarantines a message). If
+ * a handler fails for a message-specific reason (or times out), the transaction is rolled back and
+ * redone on the slow path with a SAVEPOINT per message, so only the failing message is retried
+ * (retry.max_attempts) and then quarantined, while its neighbours commit. A claim that runs into
+ * lock_timeout is a transient failure of the batch; after retry.max_attempts of them the batch goes
+ * to the slow path, where a key still locked by another transaction gets its message quarantined.
  * With routes[].on_poison: halt, the batch is committed only up to its first message that would
  * be quarantined; @b is truncated there and ret_stats->halted is set.
  *
@@ -98,8 +98,8 @@ IDEM_NODISCARD idem_status idem_flush_batch(idem_flush *pg, struct idem_batch *b
 
 /*
  * @brief Commit the batches b[0..n) (distinct batches of different partitions), together when
- * possible: one transaction, one commit, the three round trips of idem_flush_batch()'s fast path
- * for all of them, with one claim of all their keys in a single global order.
+ * possible: one transaction, one commit, the three (or four) round trips of idem_flush_batch()'s
+ * fast path for all of them, with one claim of all their keys in a single global order.
  *
  * Each batch ends exactly as idem_flush_batch() would leave it, and the database gets what n
  * idem_flush_batch() calls would write: ret_r[i], ret_stats[i] and errs[i] are what

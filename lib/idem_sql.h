@@ -15,7 +15,8 @@
 #include "idem_common.h"
 
 enum idem_sql_id {
-	/* The batch transaction (idem_flush.c), prepared on every worker connection. */
+	/* The batch transaction (idem_flush.c), prepared on every worker connection
+	   (idem_session.c). */
 	IDEM_SQL_CLAIM,          /* claim one partition's keys: consumer, topic, partition, keys[],
 	                            offsets[], hashes[] -> the keys newly claimed */
 	IDEM_SQL_CLAIM_MANY,     /* claim several partitions' keys: consumers[], keys[], topics[],

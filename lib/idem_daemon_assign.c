@@ -1,0 +1,317 @@
+/*
+ * idem_daemon_assign.c - partitions coming and going, and where each one is read from.
+ *
+ * The rebalance callbacks, on the consumer thread (idem_consumer calls them from within a
+ * poll): an assigned partition starts at the database's position, or at Kafka's committed offset
+ * where another client moved it ahead (idem_resume decides; ARCHITECTURE.md "Where a partition
+ * starts"); the start is logged, and committed to Kafka once assigned. A revoked partition's
+ * batches are drained and its offsets committed before it is given up.
+ * While partitions are held, the database may go back in time (a restore, a failover): found by
+ * a batch's transaction or by the check after a worker reconnected, a partition is read again
+ * from the database's position (ARCHITECTURE.md "When the database goes back").
+ * The main loop is idem_daemon.c; struct idem_daemon is in idem_daemon_int.h.
+ */
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idem_consumer.h"
+#include "idem_daemon_int.h"
+#include "idem_log.h"
+#include "idem_metrics.h"
+#include "idem_part.h"
+#include "idem_pool.h"
+#include "idem_resume.h"
+
+static void fmt_offset(char *buf, size_t len, int64_t offset)
+{
+	if (offset >= 0)
+		snprintf(buf, len, "%" PRId64, offset);
+	else
+		snprintf(buf, len, "-");
+}
+
+/* What idem__daemon_on_assign() decided for one partition, in the log (and a warning where Kafka
+ * and the database disagree). */
+static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_resume_pos *pos,
+                       const char *db_id)
+{
+	const struct idem_resume_in *in = &pos->in;
+	char start[24], db[24], committed[24];
+
+	fmt_offset(start, sizeof(start), tp->offset);
+	fmt_offset(db, sizeof(db), in->db);
+	fmt_offset(committed, sizeof(committed), in->committed);
+	switch (pos->out.why) {
+	case IDEM_RESUME_BEHIND:
+		idem_log_warn(
+		        "kafka",
+		        "database behind: topic=%s partition=%" PRId32 " next_offset=%s in the "
+		        "database, kafka committed=%s by idemd for %s database %s: the database went "
+		        "back in time (restore, failover); reading offsets from %s again, %" PRId64
+		        " message(s) to re-apply",
+		        tp->topic, tp->partition, in->db >= 0 ? db : "none", committed,
+		        in->md_same_db ? "this" : "another",
+		        pos->md_db_id[0] ? pos->md_db_id : "(unknown)",
+		        in->db >= 0
+		                ? db
+		                : (tp->offset == RD_KAFKA_OFFSET_END ? "the end" : "the beginning"),
+		        in->committed - (in->db > 0 ? in->db : 0));
+		break;
+	case IDEM_RESUME_SKIP:
+		idem_log_warn("kafka",
+		              "offsets moved ahead by another client: topic=%s partition=%" PRId32
+		              " kafka committed=%s, database next_offset=%s; honoured: offsets "
+		              "%s..%" PRId64 " are skipped",
+		              tp->topic, tp->partition, committed, db, db, in->committed - 1);
+		break;
+	case IDEM_RESUME_NO_KAFKA:
+		idem_log_warn("kafka",
+		              "cannot read the committed offset of topic=%s partition=%" PRId32
+		              " (%s): starting it at the database's next_offset=%s",
+		              tp->topic, tp->partition, pos->kafka_err, db);
+		break;
+	case IDEM_RESUME_NO_DB:
+		idem_log_warn("kafka",
+		              "starting topic=%s partition=%" PRId32
+		              " at kafka committed=%s without the database%s",
+		              tp->topic, tp->partition, committed,
+		              pos->out.floor >= 0 ? " (its first transaction checks that the "
+		                                    "database holds it)"
+		                                  : "");
+		break;
+	default:
+		break;
+	}
+	idem_log_info("kafka",
+	              "assigned topic=%s partition=%" PRId32
+	              " start=%s (database next_offset=%s, kafka committed=%s%s) database=%s",
+	              tp->topic, tp->partition, start, db, committed,
+	              tp->offset >= 0 ? "" : "; librdkafka starts it at the committed offset",
+	              db_id[0] ? db_id : "-");
+}
+
+/* A partition's queue gained a message while empty (a librdkafka thread): end the poll. */
+static void wake(rd_kafka_t *rk, void *opaque)
+{
+	idem_daemon *d = opaque;
+
+	(void)rk;
+	rd_kafka_queue_yield(d->cq);
+}
+
+/*
+ * The group hands partitions over (idem_consumer assigns them after this): each one starts at
+ * the database's position, unless Kafka's committed offset is beyond it and idemd did not commit
+ * it (an operator's skip); an offset idemd committed that the database lacks means the database
+ * went back, and the gap is read again (idem_resume; ARCHITECTURE.md "Where a partition starts"
+ * and "When the database goes back"). This holds for eager and incremental (cooperative)
+ * assignment alike: librdkafka starts each partition of @list at its .offset.
+ */
+void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
+{
+	idem_daemon *d = opaque;
+	struct idem_resume_pos *pos = calloc(list->cnt > 0 ? (size_t)list->cnt : 1, sizeof(*pos));
+	idem_error db_err = { 0 };
+	char db_id[IDEM_DB_ID_LEN] = "";
+
+	/* Out of memory: every partition starts at its committed offset, as librdkafka would. */
+	if (pos != NULL) {
+		idem_resume_positions(d->resume, d->rk, list, pos, db_id, &db_err);
+		if (db_err.code != IDEM_OK)
+			idem_log_warn(
+			        "kafka",
+			        "cannot read where the partitions stopped in the database (%s): "
+			        "starting them from Kafka's committed offsets",
+			        db_err.msg);
+		if (db_id[0] != '\0')
+			memcpy(d->db_id, db_id, sizeof(d->db_id));
+	}
+	for (int i = 0; i < list->cnt; i++) {
+		rd_kafka_topic_partition_t *tp = &list->elems[i];
+		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);
+		idem_status r;
+
+		/* Still held (not expected: a partition is revoked before it is assigned again):
+		 * its bookkeeping goes on, and so does its fetching. */
+		if (p != NULL)
+			tp->offset = RD_KAFKA_OFFSET_INVALID;
+		r = idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, &p);
+		if (r == IDEM_OK && p->queue == NULL) {
+			p->queue =
+			        idem_consumer_queue_open(d->rk, tp->topic, tp->partition, wake, d);
+			if (p->queue == NULL)
+				r = IDEM_ERR_NOMEM;
+		}
+		if (r != IDEM_OK) {
+			idem_log_error("kafka",
+			               "cannot take partition topic=%s partition=%" PRId32 ": %s",
+			               tp->topic, tp->partition, idem_status_str(r));
+			continue;
+		}
+		if (tp->offset >= 0)
+			p->fetch_next = tp->offset;
+		if (pos == NULL)
+			continue;
+		p->db_floor = pos[i].out.floor;
+		p->reapply_to = pos[i].out.reapply_to;
+		if (pos[i].out.why == IDEM_RESUME_BEHIND)
+			idem_metrics_database_behind(d->metrics);
+		/* The loss alarm is for messages skipped by another client's move only: a gap
+		 * the database lost is read again. */
+		idem_metrics_partition_assigned(d->metrics, tp->topic, tp->partition,
+		                                pos[i].out.why == IDEM_RESUME_SKIP ||
+		                                                pos[i].out.why == IDEM_RESUME_KAFKA
+		                                        ? pos[i].in.committed
+		                                        : -1,
+		                                pos[i].in.db);
+		log_assign(tp, &pos[i], d->db_id);
+	}
+	free(pos);
+}
+
+/*
+ * The partitions of @list are assigned: where one starts from the database's position, commit
+ * that to Kafka too (the offset rule holds: everything below it is applied), so the committed
+ * offset catches up even if no message follows, for lag tools; and where the database went
+ * back, Kafka's offset follows it down, with metadata naming the database's position.
+ */
+void idem__daemon_on_assigned(void *opaque, const rd_kafka_topic_partition_list_t *list)
+{
+	idem_daemon *d = opaque;
+
+	for (int i = 0; i < list->cnt; i++) {
+		struct idem_part *p;
+
+		if (list->elems[i].offset < 0)
+			continue;
+		p = idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		/* Only the database's own position: committed with idemd's metadata, a skip's start
+		 * would read, after a crash, as a position the database lost. The skip is
+		 * committed with the first batch past it. */
+		if (p == NULL || list->elems[i].offset != p->db_floor)
+			continue;
+		p->db_next = list->elems[i].offset;
+		p->stored_next = list->elems[i].offset;
+	}
+	idem__daemon_ready_changed(d);
+}
+
+/*
+ * Partitions are being taken away: finish what is in hand (one attempt each; a failed batch is
+ * abandoned and redelivered to the new owner, where the claims make it harmless), commit the
+ * offsets, then let them go (idem_consumer unassigns them after this).
+ */
+void idem__daemon_on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list)
+{
+	idem_daemon *d = opaque;
+
+	for (int i = 0; i < list->cnt; i++) {
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+
+		if (p != NULL)
+			p->leaving = true;
+	}
+	/* Out of memory here leaves the batches uncommitted: they are redelivered. */
+	if (idem__daemon_drain(d, 1, NULL) != IDEM_OK)
+		idem_log_error("kafka", "out of memory while finishing revoked partitions");
+	idem__daemon_commit_offsets(d, true, true, "revoke");
+	for (int i = 0; i < list->cnt; i++) {
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+
+		if (p != NULL) {
+			d->bytes_held -= idem_part_bytes(p);
+			idem_consumer_queue_close(p->queue);
+			p->queue = NULL;
+		}
+		idem_parts_revoke(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		idem_metrics_partition_remove(d->metrics, list->elems[i].topic,
+		                              list->elems[i].partition);
+		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
+		              list->elems[i].partition);
+	}
+	idem__daemon_ready_changed(d);
+}
+
+/*
+ * The database no longer holds what this process saw it hold for @p: it went back in time (a
+ * restore, a failover to a standby that lacked the last commits). Found by a batch's
+ * transaction (@how "transaction", which rolled back) or by the check after a worker
+ * reconnected ("reconnect"); @p has nothing in flight. Everything in hand is dropped and the
+ * partition is read again from the database's position @db (no progress row: where a first
+ * start would begin); the claims make the part the database still has a no-op, and the rest is
+ * applied again, exactly once (ARCHITECTURE.md "When the database goes back").
+ */
+void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, const char *how)
+{
+	int64_t was = p->db_floor > p->db_next ? p->db_floor : p->db_next, gap;
+	size_t bytes = idem_part_bytes(p);
+	bool was_halted = p->halted;
+
+	gap = idem_part_rewind(p, db);
+	d->bytes_held -= bytes;
+	idem_metrics_database_behind(d->metrics);
+	if (was_halted)
+		idem__daemon_ready_changed(d);
+	idem_log_warn("kafka",
+	              "database behind: topic=%s partition=%" PRId32 " next_offset=%" PRId64
+	              " in the database, %" PRId64
+	              " committed by this process (found at %s): it went back in time (restore, "
+	              "failover); reading the partition again from there, %" PRId64
+	              " message(s) to re-apply",
+	              p->topic, p->partition, db, was, how, gap);
+	/* Paused or fetching, the partition is resumed and sought there. */
+	idem__daemon_resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg));
+	if (db < 0)
+		p->fetch_next = -1;
+}
+
+/*
+ * A worker opened a new connection, which may reach another database state (a standby promoted
+ * after a failover): every partition is checked against the database's progress rows, on a
+ * connection of the consumer thread's own, and one the database holds less of than this process
+ * saw is read again from there (idem__daemon_went_back()). A partition with a batch in flight is
+ * left to that batch's transaction, which checks the same before it commits.
+ */
+void idem__daemon_check_positions(idem_daemon *d)
+{
+	rd_kafka_topic_partition_list_t *list =
+	        rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
+	int64_t *db = calloc(d->parts.n + 1, sizeof(*db));
+	uint64_t seen = idem_pool_reconnects(d->pool);
+	char db_id[IDEM_DB_ID_LEN];
+	idem_error err = { 0 };
+
+	for (size_t i = 0; i < d->parts.n; i++)
+		rd_kafka_topic_partition_list_add(list, d->parts.v[i]->topic,
+		                                  d->parts.v[i]->partition);
+	if (db == NULL || idem_resume_read_db(d->resume, list, db, db_id, &err) != IDEM_OK) {
+		idem_log_debug("kafka",
+		               "cannot check the partitions' positions after a reconnect: %s",
+		               db == NULL ? "out of memory" : err.msg);
+		d->check_at_ms = idem_mono_ms() + 1000;
+		goto out;
+	}
+	d->reconnects = seen;
+	if (db_id[0] != '\0' && d->db_id[0] != '\0' && strcmp(db_id, d->db_id) != 0)
+		idem_log_warn("kafka",
+		              "reconnected to another database (identity %s, was %s): checking "
+		              "every partition's position against it",
+		              db_id, d->db_id);
+	if (db_id[0] != '\0')
+		memcpy(d->db_id, db_id, sizeof(d->db_id));
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+
+		if (p != NULL && !p->busy && !p->leaving && p->db_floor >= 0 && db[i] < p->db_floor)
+			idem__daemon_went_back(d, p, db[i], "reconnect");
+	}
+out:
+	free(db);
+	rd_kafka_topic_partition_list_destroy(list);
+}
