@@ -445,6 +445,71 @@ static idem_status stages(idem_metrics *m, struct idem_buf *o)
 	return IDEM_OK;
 }
 
+/* A partition's gauge: its value, or false when it has none to show. */
+typedef bool part_value_fn(const struct part_gauge *g, int64_t *ret_v);
+
+static bool part_lag(const struct part_gauge *g, int64_t *ret_v)
+{
+	*ret_v = g->lag;
+	return g->lag >= 0;
+}
+
+static bool part_db_next(const struct part_gauge *g, int64_t *ret_v)
+{
+	*ret_v = g->db_next;
+	return g->db_next >= 0;
+}
+
+static bool part_halted(const struct part_gauge *g, int64_t *ret_v)
+{
+	*ret_v = g->halted;
+	return true;
+}
+
+static bool part_kafka_ahead(const struct part_gauge *g, int64_t *ret_v)
+{
+	*ret_v = g->kafka_ahead;
+	return true;
+}
+
+/* The per-partition gauges, {topic, partition} each. */
+static idem_status partition_gauges(idem_metrics *m, struct idem_buf *o)
+{
+	static const struct {
+		const char *name, *help;
+		part_value_fn *value;
+	} gauges[] = {
+		{ "idemd_partition_lag_messages",
+		  "Messages in Kafka after the partition's position (consumer lag).", part_lag },
+		{ "idemd_partition_database_progress",
+		  "Next offset the database has recorded for the partition.", part_db_next },
+		{ "idemd_partition_halted",
+		  "Whether the partition is halted at a poison message (routes[].on_poison: halt).",
+		  part_halted },
+		{ "idemd_partition_kafka_ahead_messages",
+		  "When the partition was assigned: how far another client had moved the group's committed offset in Kafka beyond the database's next offset, messages skipped without being applied (what idemctl verify calls a loss alarm; 0 when not).",
+		  part_kafka_ahead },
+	};
+
+	for (size_t k = 0; k < IDEM_ARRAY_SIZE(gauges); k++) {
+		if (idem_buf_printf(o, "# HELP %s %s\n# TYPE %s gauge\n", gauges[k].name,
+		                    gauges[k].help, gauges[k].name))
+			return IDEM_ERR_NOMEM;
+		for (size_t i = 0; i < m->n_parts; i++) {
+			int64_t v;
+
+			if (!gauges[k].value(&m->parts[i], &v))
+				continue;
+			if (idem_buf_printf(o, "%s{topic=\"", gauges[k].name) ||
+			    label(o, m->parts[i].topic) ||
+			    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
+			                    m->parts[i].partition, v))
+				return IDEM_ERR_NOMEM;
+		}
+	}
+	return IDEM_OK;
+}
+
 static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 {
 	static const struct {
@@ -505,54 +570,8 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	              m->secs_buckets, batch_secs_bounds, N_SECS, m->secs_sum) ||
 	    stages(m, o))
 		return IDEM_ERR_NOMEM;
-	if (idem_buf_append_str(
-	            o,
-	            "# HELP idemd_partition_lag_messages Messages in Kafka after the partition's position (consumer lag).\n# TYPE idemd_partition_lag_messages gauge\n"))
+	if (partition_gauges(m, o) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
-	for (size_t i = 0; i < m->n_parts; i++) {
-		if (m->parts[i].lag < 0)
-			continue;
-		if (idem_buf_append_str(o, "idemd_partition_lag_messages{topic=\"") ||
-		    label(o, m->parts[i].topic) ||
-		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
-		                    m->parts[i].partition, m->parts[i].lag))
-			return IDEM_ERR_NOMEM;
-	}
-	if (idem_buf_append_str(
-	            o,
-	            "# HELP idemd_partition_database_progress Next offset the database has recorded for the partition.\n# TYPE idemd_partition_database_progress gauge\n"))
-		return IDEM_ERR_NOMEM;
-	for (size_t i = 0; i < m->n_parts; i++) {
-		if (m->parts[i].db_next < 0)
-			continue;
-		if (idem_buf_append_str(o, "idemd_partition_database_progress{topic=\"") ||
-		    label(o, m->parts[i].topic) ||
-		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
-		                    m->parts[i].partition, m->parts[i].db_next))
-			return IDEM_ERR_NOMEM;
-	}
-	if (idem_buf_append_str(
-	            o,
-	            "# HELP idemd_partition_halted Whether the partition is halted at a poison message (routes[].on_poison: halt).\n# TYPE idemd_partition_halted gauge\n"))
-		return IDEM_ERR_NOMEM;
-	for (size_t i = 0; i < m->n_parts; i++) {
-		if (idem_buf_append_str(o, "idemd_partition_halted{topic=\"") ||
-		    label(o, m->parts[i].topic) ||
-		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %d\n", m->parts[i].partition,
-		                    m->parts[i].halted))
-			return IDEM_ERR_NOMEM;
-	}
-	if (idem_buf_append_str(
-	            o,
-	            "# HELP idemd_partition_kafka_ahead_messages When the partition was assigned: how far another client had moved the group's committed offset in Kafka beyond the database's next offset, messages skipped without being applied (what idemctl verify calls a loss alarm; 0 when not).\n# TYPE idemd_partition_kafka_ahead_messages gauge\n"))
-		return IDEM_ERR_NOMEM;
-	for (size_t i = 0; i < m->n_parts; i++) {
-		if (idem_buf_append_str(o, "idemd_partition_kafka_ahead_messages{topic=\"") ||
-		    label(o, m->parts[i].topic) ||
-		    idem_buf_printf(o, "\",partition=\"%" PRId32 "\"} %" PRId64 "\n",
-		                    m->parts[i].partition, m->parts[i].kafka_ahead))
-			return IDEM_ERR_NOMEM;
-	}
 	if (m->oldest_claim_age >= 0 &&
 	    idem_buf_printf(
 	            o,
