@@ -1,14 +1,15 @@
 /*
  * idem_cfg.c - the settings: one table per section (key, type, default, range, reloadable),
- * the checks that need to know what a setting means, building struct idem_cfg, and comparing
- * two of them for a reload.
+ * the conversions of the value types only idem_cfg knows (templates, message fields, kafka
+ * properties), the checks that need to know what a setting means, idemd's policy for librdkafka
+ * properties, and building struct idem_cfg.
  *
- * The walk itself (YAML, errors and their positions, value conversion, the visit budget) is
- * idem_cfg_walk.c; the conninfo and SQL lexers are idem_lex.c.
+ * The engine driven by the tables (walking the YAML, errors and their positions, value
+ * conversion, the visit budget, freeing and comparing configurations) is idem_cfg_walk.c; the
+ * conninfo and SQL lexers are idem_lex.c.
  */
 #include "idem_cfg.h"
 
-#include <errno.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,77 @@
 struct cfg_load {
 	rd_kafka_conf_t *rkconf; /* scratch: validates kafka.properties, never used to connect */
 };
+
+/* Value types the walker does not know (struct cfg_conv): making, comparing, freeing one. */
+
+static idem_status cfg_kv_pair(const char *name, const char *value, void *ret)
+{
+	struct idem_kv *kv = ret;
+
+	kv->name = strdup(name);
+	kv->value = strdup(value);
+	return kv->name != NULL && kv->value != NULL ? IDEM_OK : IDEM_ERR_NOMEM;
+}
+
+static bool cfg_kv_eq(const void *a, const void *b)
+{
+	const struct idem_kv *x = a, *y = b;
+
+	return idem__cfg_str_eq(x->name, y->name) && idem__cfg_str_eq(x->value, y->value);
+}
+
+static void cfg_kv_done(void *v)
+{
+	struct idem_kv *kv = v;
+
+	free(kv->name);
+	free(kv->value);
+}
+
+static idem_status cfg_field_parse(const char *s, void *ret, char *why, size_t len)
+{
+	return idem_field_parse(s, ret, why, len);
+}
+
+static bool cfg_field_eq(const void *a, const void *b)
+{
+	const struct idem_field *x = a, *y = b;
+
+	return x->kind == y->kind && idem__cfg_str_eq(x->arg, y->arg);
+}
+
+static void cfg_field_done(void *v)
+{
+	idem_field_done(v);
+}
+
+static idem_status cfg_template_parse(const char *s, void *ret, char *why, size_t len)
+{
+	return idem_template_parse(s, ret, why, len);
+}
+
+static bool cfg_template_eq(const void *a, const void *b)
+{
+	const struct idem_template *x = a, *y = b;
+
+	for (size_t i = 0; x->n_parts == y->n_parts && i < x->n_parts; i++) {
+		if (!cfg_field_eq(&x->parts[i], &y->parts[i]))
+			return false;
+	}
+	return x->n_parts == y->n_parts;
+}
+
+static void cfg_template_done(void *v)
+{
+	idem_template_done(v);
+}
+
+static const struct cfg_conv cfg_kv_conv = { sizeof(struct idem_kv), NULL, cfg_kv_pair, cfg_kv_eq,
+	                                     cfg_kv_done };
+static const struct cfg_conv cfg_field_conv = { sizeof(struct idem_field), cfg_field_parse, NULL,
+	                                        cfg_field_eq, cfg_field_done };
+static const struct cfg_conv cfg_template_conv = { sizeof(struct idem_template), cfg_template_parse,
+	                                           NULL, cfg_template_eq, cfg_template_done };
 
 /*
  * Section tables. A key marked .reload is one that idemd's SIGHUP handler applies to the
@@ -58,7 +130,8 @@ static const struct cfg_key kafka_keys[] = {
 	                       .type = CFG_PROPERTIES,
 	                       .off = offsetof(struct idem_cfg, kafka_props),
 	                       .n_off = offsetof(struct idem_cfg, n_kafka_props),
-	                       .check_pair = cfg_check_property },
+	                       .check_pair = cfg_check_property,
+	                       .conv = &cfg_kv_conv },
 };
 static const struct cfg_section kafka_section = { kafka_keys, KAFKA_N, NULL };
 
@@ -106,9 +179,10 @@ static const struct cfg_key handler_keys[] = {
 	                  .required = true,
 	                  .off = offsetof(struct idem_route, handler_sql) },
 	[HANDLER_PARAMS] = { .name = "params",
-	                     .type = CFG_FIELDS,
+	                     .type = CFG_VALUES,
 	                     .off = offsetof(struct idem_route, params),
-	                     .n_off = offsetof(struct idem_route, n_params) },
+	                     .n_off = offsetof(struct idem_route, n_params),
+	                     .conv = &cfg_field_conv },
 	[HANDLER_MODE] = { .name = "mode",
 	                   .type = CFG_ENUM,
 	                   .def = IDEM_CFG_MODE_ROW,
@@ -121,7 +195,8 @@ static const struct cfg_section handler_section = { handler_keys, HANDLER_N, cfg
 _Static_assert(sizeof(enum idem_cfg_poison) == sizeof(int) &&
                        sizeof(enum idem_cfg_mismatch) == sizeof(int) &&
                        sizeof(enum idem_cfg_mode) == sizeof(int) &&
-                       sizeof(enum idem_cfg_reply_key) == sizeof(int),
+                       sizeof(enum idem_cfg_reply_key) == sizeof(int) &&
+                       sizeof(enum idem_log_level) == sizeof(int),
                "CFG_ENUM targets must be int-sized");
 static const char *const cfg_poison_names[] = { "quarantine", "halt", NULL };
 static const char *const cfg_reply_key_names[] = { "business_key", "message_key", NULL };
@@ -164,6 +239,7 @@ static const struct cfg_key route_keys[] = {
 	[ROUTE_NAME] = { .name = "name",
 	                 .type = CFG_STRING,
 	                 .required = true,
+	                 .unique = true,
 	                 .off = offsetof(struct idem_route, name) },
 	[ROUTE_TOPICS] = { .name = "topics",
 	                   .type = CFG_STRINGS,
@@ -176,9 +252,10 @@ static const struct cfg_key route_keys[] = {
 	                     .type = CFG_STRING,
 	                     .off = offsetof(struct idem_route, consumer) },
 	[ROUTE_KEY] = { .name = "business_key",
-	                .type = CFG_TEMPLATE,
+	                .type = CFG_VALUE,
 	                .required = true,
-	                .off = offsetof(struct idem_route, key) },
+	                .off = offsetof(struct idem_route, key),
+	                .conv = &cfg_template_conv },
 	[ROUTE_HANDLER] = { .name = "handler",
 	                    .type = CFG_SECTION,
 	                    .required = true,
@@ -355,13 +432,17 @@ static const struct cfg_key outbox_keys[] = {
 };
 static const struct cfg_section outbox_section = { outbox_keys, OUTBOX_N, NULL };
 
+/* idem_log's names of enum idem_log_level, by value (test_idem_cfg checks that they agree). */
+static const char *const cfg_log_level_names[] = { "error", "warn", "info", "debug", NULL };
+
 enum { LOG_LEVEL, LOG_N };
 static const struct cfg_key log_keys[] = {
 	[LOG_LEVEL] = { .name = "level",
-	                .type = CFG_LOG_LEVEL,
+	                .type = CFG_ENUM,
 	                .reload = true,
 	                .def = IDEM_LOG_INFO,
-	                .off = offsetof(struct idem_cfg, log_level) },
+	                .off = offsetof(struct idem_cfg, log_level),
+	                .names = cfg_log_level_names },
 };
 static const struct cfg_section log_section = { log_keys, LOG_N, NULL };
 
@@ -414,21 +495,40 @@ _Static_assert(KAFKA_N <= CFG_MAX_KEYS && PG_N <= CFG_MAX_KEYS && HANDLER_N <= C
                "CFG_MAX_KEYS is too small");
 
 /*
- * librdkafka properties that idemd sets itself. Letting a user override them would break the
- * offset discipline (offsets are stored only after the database commit) or the subscription.
+ * idemd's policy for librdkafka's consumer properties (struct idem_cfg_kafka_prop), in the
+ * order idem_consumer_conf() sets them. A managed one cannot be overridden: that would break
+ * the offset discipline (offsets are stored only after the database commit) or the
+ * subscription.
  */
-static const struct {
-	const char *name;
-	const char *use; /* the key to set instead, or NULL if idemd alone decides */
-} cfg_managed_props[] = {
-	{ "group.id", "kafka.group_id" },
-	{ "bootstrap.servers", "kafka.brokers" },
-	{ "metadata.broker.list", "kafka.brokers" },
-	{ "enable.auto.commit", NULL },
-	{ "auto.commit.enable", NULL },
-	{ "enable.auto.offset.store", NULL },
-	{ "enable.partition.eof", NULL },
+static const struct idem_cfg_kafka_prop cfg_kafka_props[] = {
+	{ "group.id", NULL, true, "kafka.group_id" },
+	{ "bootstrap.servers", NULL, true, "kafka.brokers" },
+	{ "metadata.broker.list", NULL, true, "kafka.brokers" }, /* bootstrap.servers' alias */
+	{ "client.id", "idemd", false, NULL },
+	/* The offset of a message is committed only once its transaction committed, by idemd
+	 * itself, with metadata naming the database's position (idem_consumer_commit()). */
+	{ "enable.auto.offset.store", "false", true, NULL },
+	{ "enable.auto.commit", "false", true, NULL },
+	{ "auto.commit.enable", NULL, true, NULL }, /* enable.auto.commit's alias */
+	/* How often idemd commits (idem_consumer_commit_interval_ms()): a crash between the
+	 * database's commit and Kafka's is covered by the database's position, so a short
+	 * interval only keeps lag tools current. */
+	{ "auto.commit.interval.ms", "500", false, NULL },
+	/* A group with no committed offset starts at the oldest message: idemd never skips
+	 * messages by default. */
+	{ "auto.offset.reset", "earliest", false, NULL },
+	{ "enable.partition.eof", "false", true, NULL },
+	/* librdkafka's prefetch, per assigned partition, when the topics' partitions cannot be
+	 * counted (else idem_consumer_conf() divides IDEM_CONSUMER_PREFETCH_* among them). */
+	{ "queued.min.messages", "5000", false, NULL },
+	{ "queued.max.messages.kbytes", "2048", false, NULL },
 };
+
+const struct idem_cfg_kafka_prop *idem_cfg_kafka_props(size_t *ret_n)
+{
+	*ret_n = IDEM_ARRAY_SIZE(cfg_kafka_props);
+	return cfg_kafka_props;
+}
 
 /* Checks of single values. */
 
@@ -464,12 +564,20 @@ static bool cfg_check_conninfo(struct cfg_ctx *ctx, yaml_node_t *node, const cha
                                const char *value)
 {
 	bool has = false;
+	idem_status r = idem_lex_conninfo_has_password(value, &has);
 
-	if (idem_lex_conninfo_has_password(value, &has) != IDEM_OK) {
+	/* Never echo the conninfo, nor libpq's word on it: either may hold a secret. */
+	if (r == IDEM_ERR_INVALID) {
+		idem__cfg_error(
+		        ctx, node,
+		        "'%s' is not a connection string libpq can read (keyword=value pairs, or a postgresql:// URI; a dbname holding either must be one too); not shown, as it may hold a password",
+		        path);
+		return false;
+	}
+	if (r != IDEM_OK) {
 		ctx->nomem = true;
 		return false;
 	}
-	/* Never echo the conninfo: it holds the very secret this check is about. */
 	if (has) {
 		idem__cfg_error(
 		        ctx, node,
@@ -486,13 +594,13 @@ static bool cfg_check_property(struct cfg_ctx *ctx, yaml_node_t *knode, yaml_nod
 	char errstr[512];
 	rd_kafka_conf_res_t res;
 
-	for (size_t i = 0; i < IDEM_ARRAY_SIZE(cfg_managed_props); i++) {
-		if (strcmp(name, cfg_managed_props[i].name) != 0)
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(cfg_kafka_props); i++) {
+		if (!cfg_kafka_props[i].managed || strcmp(name, cfg_kafka_props[i].name) != 0)
 			continue;
-		if (cfg_managed_props[i].use != NULL)
+		if (cfg_kafka_props[i].use != NULL)
 			idem__cfg_error(ctx, knode,
 			                "kafka property '%s' cannot be set here; use '%s'", name,
-			                cfg_managed_props[i].use);
+			                cfg_kafka_props[i].use);
 		else
 			idem__cfg_error(ctx, knode,
 			                "kafka property '%s' is managed by idemd and cannot be set",
@@ -600,35 +708,6 @@ static const char *cfg_route_label(struct cfg_ctx *ctx, const struct idem_cfg *c
 		return idem__cfg_qs(ctx, cfg->routes[i].name);
 	snprintf(buf, len, "routes[%zu]", i);
 	return buf;
-}
-
-static void cfg_check_route_names(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes)
-{
-	struct cfg_name_ref *refs = calloc(cfg->n_routes, sizeof(*refs));
-	size_t n = 0;
-
-	if (refs == NULL) {
-		ctx->nomem = true;
-		return;
-	}
-	for (size_t i = 0; i < cfg->n_routes; i++) {
-		yaml_node_t *node =
-		        idem__cfg_map_get(ctx, idem__cfg_seq_get(ctx, routes, i), "name");
-
-		if (cfg->routes[i].name != NULL && node != NULL)
-			refs[n++] = (struct cfg_name_ref){ cfg->routes[i].name, i, 0, node };
-	}
-	qsort(refs, n, sizeof(*refs), idem__cfg_name_ref_cmp);
-	for (size_t i = 1, first = 0; i < n; i++) {
-		if (strcmp(refs[i].name, refs[first].name) != 0) {
-			first = i;
-			continue;
-		}
-		idem__cfg_error(
-		        ctx, refs[i].node, "duplicate route name '%s' (first defined at line %zu)",
-		        idem__cfg_qs(ctx, refs[i].name), refs[first].node->start_mark.line + 1);
-	}
-	free(refs);
 }
 
 /* Every topic of every route, sorted by name, or NULL (out of memory). */
@@ -778,7 +857,6 @@ static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, voi
 
 	if (routes == NULL || !slots[TOP_ROUTES].ok)
 		return;
-	cfg_check_route_names(ctx, cfg, routes);
 	cfg_check_route_topics(ctx, cfg, routes,
 	                       idem__cfg_map_get(ctx, slots[TOP_KAFKA].value, "topics"));
 	cfg_check_route_outbox(ctx, cfg, routes);
@@ -823,7 +901,6 @@ idem_status idem_cfg_parse(const char *name, const char *buf, size_t len, struct
 	struct cfg_ctx ctx;
 	struct idem_cfg *cfg;
 	idem_status r;
-	char *text;
 
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.name = name != NULL ? name : "<config>";
@@ -836,30 +913,11 @@ idem_status idem_cfg_parse(const char *name, const char *buf, size_t len, struct
 	idem__cfg_walk(&ctx, buf, len, &top_section, cfg);
 	if (ctx.n_errs == 0 && !ctx.nomem)
 		cfg_finish(&ctx, cfg);
-	if (ctx.nomem) {
-		r = IDEM_ERR_NOMEM;
-		goto out_free_cfg;
-	}
-	if (ctx.n_errs > 0) {
-		text = idem__cfg_error_text(&ctx);
-		if (text == NULL) {
-			r = IDEM_ERR_NOMEM;
-			goto out_free_cfg;
-		}
-		if (ret_errors != NULL)
-			*ret_errors = text;
-		else
-			free(text);
-		r = IDEM_ERR_CONFIG;
-		goto out_free_cfg;
-	}
-	if (ret_cfg != NULL)
+	r = idem__cfg_result(&ctx, ret_errors);
+	if (r == IDEM_OK && ret_cfg != NULL) {
 		*ret_cfg = cfg;
-	else
-		idem_cfg_free(cfg);
-	cfg = NULL;
-	r = IDEM_OK;
-out_free_cfg:
+		cfg = NULL;
+	}
 	idem_cfg_free(cfg);
 	idem__cfg_ctx_done(&ctx);
 	if (load.rkconf != NULL)
@@ -867,55 +925,15 @@ out_free_cfg:
 	return r;
 }
 
-static idem_status cfg_io_error(const char *path, const char *what, int errnum, char **ret_errors)
-{
-	struct idem_buf b = { 0 };
-
-	if (idem_buf_printf(&b, "%s: error: %s: %s\n", path, what, strerror(errnum)) != IDEM_OK) {
-		idem_buf_done(&b);
-		return IDEM_ERR_NOMEM;
-	}
-	if (ret_errors != NULL)
-		*ret_errors = b.data;
-	else
-		idem_buf_done(&b);
-	return IDEM_ERR_IO;
-}
-
 idem_status idem_cfg_load(const char *path, struct idem_cfg **ret_cfg, char **ret_errors)
 {
 	struct idem_buf b = { 0 };
 	idem_status r;
-	FILE *f;
 
-	f = fopen(path, "rb");
-	if (f == NULL)
-		return cfg_io_error(path, "cannot open configuration", errno, ret_errors);
-	for (;;) {
-		size_t n;
-
-		if (b.len >= CFG_MAX_FILE) {
-			r = cfg_io_error(path, "cannot read configuration", EFBIG, ret_errors);
-			goto out_close;
-		}
-		if (idem_buf_reserve(&b, 65536) != IDEM_OK) {
-			r = IDEM_ERR_NOMEM;
-			goto out_close;
-		}
-		n = fread(b.data + b.len, 1, 65536, f);
-		b.len += n;
-		if (n < 65536) {
-			if (ferror(f)) {
-				r = cfg_io_error(path, "cannot read configuration", errno,
-				                 ret_errors);
-				goto out_close;
-			}
-			break;
-		}
-	}
+	r = idem__cfg_read(path, CFG_MAX_FILE, &b, ret_errors);
+	if (r != IDEM_OK)
+		return r;
 	r = idem_cfg_parse(path, b.data, b.len, ret_cfg, ret_errors);
-out_close:
-	fclose(f);
 	idem_buf_done(&b);
 	return r;
 }
@@ -932,15 +950,6 @@ const struct idem_route *idem_cfg_route_for(const struct idem_cfg *cfg, const ch
 		}
 	}
 	return NULL;
-}
-
-static void cfg_free_strv(char **v, size_t n)
-{
-	if (v == NULL)
-		return;
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
 }
 
 int idem_cfg_workers(const struct idem_cfg *cfg)
@@ -960,181 +969,31 @@ void idem_cfg_free(struct idem_cfg *cfg)
 {
 	if (cfg == NULL)
 		return;
+	/* Every setting, computed ones included, is freed as the tables describe it. */
+	idem__cfg_clear(&top_section, cfg);
+	/* What no table describes: the name of the file. */
 	free(cfg->path);
-	free(cfg->brokers);
-	free(cfg->group_id);
-	cfg_free_strv(cfg->topics, cfg->n_topics);
-	for (size_t i = 0; cfg->kafka_props != NULL && i < cfg->n_kafka_props; i++) {
-		free(cfg->kafka_props[i].name);
-		free(cfg->kafka_props[i].value);
-	}
-	free(cfg->kafka_props);
-	free(cfg->conninfo);
-	free(cfg->password_env);
-	free(cfg->password_file);
-	free(cfg->metrics_listen);
-	for (size_t i = 0; cfg->routes != NULL && i < cfg->n_routes; i++) {
-		struct idem_route *route = &cfg->routes[i];
-
-		free(route->name);
-		cfg_free_strv(route->topics, route->n_topics);
-		free(route->consumer);
-		idem_template_done(&route->key);
-		free(route->handler_sql);
-		free(route->reply_topic);
-		free(route->dead_letter_topic);
-		for (size_t j = 0; route->params != NULL && j < route->n_params; j++)
-			idem_field_done(&route->params[j]);
-		free(route->params);
-	}
-	free(cfg->routes);
 	free(cfg);
 }
 
-/* Comparing two configurations. */
+struct cfg_diff_arg {
+	idem_cfg_change_fn *fn;
+	void *arg;
+};
 
-static bool cfg_str_eq(const char *a, const char *b)
+static void cfg_diff_report(const char *path, const char *value, bool reload, void *arg)
 {
-	return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
-}
+	const struct cfg_diff_arg *d = arg;
+	struct idem_cfg_change change = { path, value, reload };
 
-static bool cfg_fields_eq(const struct idem_field *a, size_t na, const struct idem_field *b,
-                          size_t nb)
-{
-	if (na != nb)
-		return false;
-	for (size_t i = 0; i < na; i++) {
-		if (a[i].kind != b[i].kind || !cfg_str_eq(a[i].arg, b[i].arg))
-			return false;
-	}
-	return true;
-}
-
-/*
- * Does @key hold the same value in @a and @b? @ret_value gets the value in @b as text for
- * the scalar types (pointing into @b or into @buf), NULL for the others.
- */
-static bool cfg_key_eq(const struct cfg_key *key, const void *a, const void *b, char *buf,
-                       size_t len, const char **ret_value)
-{
-	const void *x = (const char *)a + key->off, *y = (const char *)b + key->off;
-
-	*ret_value = NULL;
-	switch (key->type) {
-	case CFG_STRING:
-		*ret_value = *(char *const *)y;
-		return cfg_str_eq(*(char *const *)x, *(char *const *)y);
-	case CFG_INT:
-		snprintf(buf, len, "%d", *(const int *)y);
-		*ret_value = buf;
-		return *(const int *)x == *(const int *)y;
-	case CFG_ENUM:
-		*ret_value = key->names[*(const int *)y];
-		return *(const int *)x == *(const int *)y;
-	case CFG_SIZE:
-		snprintf(buf, len, "%zu", *(const size_t *)y);
-		*ret_value = buf;
-		return *(const size_t *)x == *(const size_t *)y;
-	case CFG_DURATION:
-		snprintf(buf, len, "%llds", (long long)*(const int64_t *)y);
-		*ret_value = buf;
-		return *(const int64_t *)x == *(const int64_t *)y;
-	case CFG_LOG_LEVEL:
-		*ret_value = idem_log_level_name(*(const enum idem_log_level *)y);
-		return *(const enum idem_log_level *)x == *(const enum idem_log_level *)y;
-	case CFG_STRINGS: {
-		char *const *va = *(char **const *)x, *const *vb = *(char **const *)y;
-		size_t na = *(const size_t *)((const char *)a + key->n_off);
-		size_t nb = *(const size_t *)((const char *)b + key->n_off);
-
-		if (na != nb)
-			return false;
-		for (size_t i = 0; i < na; i++) {
-			if (!cfg_str_eq(va[i], vb[i]))
-				return false;
-		}
-		return true;
-	}
-	case CFG_PROPERTIES: {
-		const struct idem_kv *ka = *(struct idem_kv *const *)x;
-		const struct idem_kv *kb = *(struct idem_kv *const *)y;
-		size_t na = *(const size_t *)((const char *)a + key->n_off);
-		size_t nb = *(const size_t *)((const char *)b + key->n_off);
-
-		if (na != nb)
-			return false;
-		for (size_t i = 0; i < na; i++) {
-			if (!cfg_str_eq(ka[i].name, kb[i].name) ||
-			    !cfg_str_eq(ka[i].value, kb[i].value))
-				return false;
-		}
-		return true;
-	}
-	case CFG_TEMPLATE: {
-		const struct idem_template *ta = x, *tb = y;
-
-		return cfg_fields_eq(ta->parts, ta->n_parts, tb->parts, tb->n_parts);
-	}
-	case CFG_FIELDS:
-		return cfg_fields_eq(*(struct idem_field *const *)x,
-		                     *(const size_t *)((const char *)a + key->n_off),
-		                     *(struct idem_field *const *)y,
-		                     *(const size_t *)((const char *)b + key->n_off));
-	case CFG_SECTION:
-	case CFG_LIST:
-		break;
-	}
-	return true;
-}
-
-static size_t cfg_diff_section(const struct cfg_section *sec, const char *path, const void *a,
-                               const void *b, idem_cfg_change_fn *fn, void *arg)
-{
-	size_t changes = 0;
-
-	for (size_t i = 0; i < sec->n_keys; i++) {
-		const struct cfg_key *key = &sec->keys[i];
-		char child[CFG_PATH_MAX], buf[64];
-		struct idem_cfg_change change;
-		const char *value;
-
-		snprintf(child, sizeof(child), path[0] == '\0' ? "%s%s" : "%s.%s", path, key->name);
-		if (key->type == CFG_SECTION) {
-			changes += cfg_diff_section(key->sub, child, a, b, fn, arg);
-			continue;
-		}
-		if (key->type == CFG_LIST) {
-			const char *la = *(char *const *)((const char *)a + key->off);
-			const char *lb = *(char *const *)((const char *)b + key->off);
-			size_t na = *(const size_t *)((const char *)a + key->n_off);
-			size_t nb = *(const size_t *)((const char *)b + key->n_off);
-
-			if (na == nb) {
-				/* Same length: item by item, so the message names what changed. */
-				for (size_t j = 0; j < na; j++) {
-					char item[CFG_PATH_MAX + 24];
-
-					snprintf(item, sizeof(item), "%s[%zu]", child, j);
-					changes +=
-					        cfg_diff_section(key->sub, item, la + j * key->size,
-					                         lb + j * key->size, fn, arg);
-				}
-				continue;
-			}
-			value = NULL;
-		} else if (cfg_key_eq(key, a, b, buf, sizeof(buf), &value)) {
-			continue;
-		}
-		change = (struct idem_cfg_change){ child, value, key->reload };
-		if (fn != NULL)
-			fn(&change, arg);
-		changes++;
-	}
-	return changes;
+	if (d->fn != NULL)
+		d->fn(&change, d->arg);
 }
 
 size_t idem_cfg_diff(const struct idem_cfg *old, const struct idem_cfg *cfg, idem_cfg_change_fn *fn,
                      void *arg)
 {
-	return cfg_diff_section(&top_section, "", old, cfg, fn, arg);
+	struct cfg_diff_arg d = { fn, arg };
+
+	return idem__cfg_diff(&top_section, "", old, cfg, cfg_diff_report, &d);
 }

@@ -156,6 +156,25 @@ void idem_cfg_free(struct idem_cfg *cfg);
  */
 int idem_cfg_workers(const struct idem_cfg *cfg);
 
+/*
+ * idemd's policy for one librdkafka consumer property. One table holds them all, read both by
+ * the check of kafka.properties here and by idem_consumer_conf(), so the two cannot disagree.
+ */
+struct idem_cfg_kafka_prop {
+	const char *name;
+	/* What idemd sets it to (idem_consumer_conf(), in the table's order, before
+	 * kafka.properties); NULL: set from the setting .use, or not at all (an alias). */
+	const char *value;
+	/* true: kafka.properties may not set it ("kafka property 'NAME' cannot be set here; use
+	 * 'USE'", or without .use "... is managed by idemd and cannot be set"); false: .value is
+	 * a default that kafka.properties overrides. */
+	bool managed;
+	const char *use; /* the setting that decides it instead, or NULL */
+};
+
+/* @brief The table of librdkafka properties idemd sets or refuses; @ret_n its length. */
+const struct idem_cfg_kafka_prop *idem_cfg_kafka_props(size_t *ret_n);
+
 /* One setting whose value differs between two configurations (see idem_cfg_diff()). */
 struct idem_cfg_change {
 	/* Its dotted path: "log.level", "batch.max_messages", "routes[0].handler.sql"; "routes"

@@ -12,10 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idem_cfg.h" /* struct idem_kv */
-#include "idem_field.h"
-#include "idem_log.h"
-
 #define CFG_VISITS_PER_NODE 10 /* walk budget: nodes in the file times this */
 
 IDEM_TESTABLE size_t idem__cfg_edit_distance(const char *a, size_t la, const char *b, size_t lb);
@@ -138,19 +134,27 @@ static int cfg_error_cmp(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* All errors in file order, one per line, or NULL when out of memory. */
-char *idem__cfg_error_text(struct cfg_ctx *ctx)
+idem_status idem__cfg_result(struct cfg_ctx *ctx, char **ret_errors)
 {
 	struct idem_buf b = { 0 };
 
+	if (ctx->nomem)
+		return IDEM_ERR_NOMEM;
+	if (ctx->n_errs == 0)
+		return IDEM_OK;
+	/* All errors in file order, one per line. */
 	qsort(ctx->errs, ctx->n_errs, sizeof(*ctx->errs), cfg_error_cmp);
 	for (size_t i = 0; i < ctx->n_errs; i++) {
 		if (idem_buf_append_str(&b, ctx->errs[i].text) != IDEM_OK) {
 			idem_buf_done(&b);
-			return NULL;
+			return IDEM_ERR_NOMEM;
 		}
 	}
-	return b.data;
+	if (ret_errors != NULL)
+		*ret_errors = b.data;
+	else
+		idem_buf_done(&b);
+	return IDEM_ERR_CONFIG;
 }
 
 /* libyaml could not compose the document: report its problem at its mark. */
@@ -482,23 +486,6 @@ static bool cfg_enum(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t
 	return false;
 }
 
-static bool cfg_log_level(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
-                          const char *path, void *target)
-{
-	const char *s = cfg_text(ctx, node, path);
-	enum idem_log_level level;
-
-	if (s == NULL)
-		return false;
-	if (!idem_log_level_parse(s, &level)) {
-		idem__cfg_error(ctx, node, "'%s' must be error, warn, info or debug, got '%s'",
-		                path, idem__cfg_qs(ctx, s));
-		return false;
-	}
-	*(enum idem_log_level *)idem__cfg_field(target, key->off) = level;
-	return true;
-}
-
 /*
  * A sequence (or null) @node: its item count, or false after reporting that it is not one.
  */
@@ -553,25 +540,25 @@ static bool cfg_strings(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_nod
 	return true;
 }
 
-static bool cfg_fields(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
-                       const char *path, void *target)
+static bool cfg_conv_values(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
+                            const char *path, void *target)
 {
-	struct idem_field **slot = idem__cfg_field(target, key->off);
+	void **slot = idem__cfg_field(target, key->off);
 	size_t *count = idem__cfg_field(target, key->n_off);
 	char item_path[CFG_PATH_MAX], why[512];
-	struct idem_field *fields;
+	char *values;
 	size_t n;
 
 	if (!cfg_seq(ctx, node, path, &n))
 		return false;
 	if (n == 0)
 		return true;
-	fields = calloc(n, sizeof(*fields));
-	if (fields == NULL) {
+	values = calloc(n, key->conv->size);
+	if (values == NULL) {
 		ctx->nomem = true;
 		return false;
 	}
-	*slot = fields;
+	*slot = values;
 	*count = n;
 	for (size_t i = 0; i < n && cfg_visit(ctx); i++) {
 		yaml_node_t *item = idem__cfg_seq_get(ctx, node, i);
@@ -581,7 +568,7 @@ static bool cfg_fields(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node
 		cfg_path(item_path, "%s[%zu]", path, i);
 		if (item == NULL || (s = cfg_text(ctx, item, item_path)) == NULL)
 			continue;
-		r = idem_field_parse(s, &fields[i], why, sizeof(why));
+		r = key->conv->parse(s, values + i * key->conv->size, why, sizeof(why));
 		if (r == IDEM_ERR_NOMEM)
 			ctx->nomem = true;
 		else if (r != IDEM_OK)
@@ -590,17 +577,16 @@ static bool cfg_fields(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node
 	return true;
 }
 
-static bool cfg_template(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
-                         const char *path, void *target)
+static bool cfg_conv_value(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
+                           const char *path, void *target)
 {
-	struct idem_template *slot = idem__cfg_field(target, key->off);
 	const char *s = cfg_text(ctx, node, path);
 	char why[512];
 	idem_status r;
 
 	if (s == NULL)
 		return false;
-	r = idem_template_parse(s, slot, why, sizeof(why));
+	r = key->conv->parse(s, idem__cfg_field(target, key->off), why, sizeof(why));
 	if (r == IDEM_ERR_NOMEM)
 		ctx->nomem = true;
 	else if (r != IDEM_OK)
@@ -641,11 +627,11 @@ bool idem__cfg_name_ref_find(const struct cfg_name_ref *refs, size_t n, const ch
 static bool cfg_properties(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
                            const char *path, void *target)
 {
-	struct idem_kv **slot = idem__cfg_field(target, key->off);
+	void **slot = idem__cfg_field(target, key->off);
 	size_t *count = idem__cfg_field(target, key->n_off);
 	struct cfg_name_ref *refs;
 	size_t n, n_refs = 0, i = 0;
-	struct idem_kv *kv;
+	char *kv;
 
 	if (cfg_is_null(node))
 		return true;
@@ -657,7 +643,7 @@ static bool cfg_properties(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_
 	n = (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start);
 	if (n == 0)
 		return true;
-	kv = calloc(n, sizeof(*kv));
+	kv = calloc(n, key->conv->size);
 	refs = calloc(n, sizeof(*refs));
 	if (kv == NULL || refs == NULL) {
 		free(kv);
@@ -688,8 +674,8 @@ static bool cfg_properties(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_
 			continue;
 		if (key->check_pair != NULL && !key->check_pair(ctx, k, v, name, value))
 			continue;
-		kv[*count].name = idem__cfg_strdup(ctx, name);
-		kv[*count].value = idem__cfg_strdup(ctx, value);
+		if (key->conv->pair(name, value, kv + *count * key->conv->size) != IDEM_OK)
+			ctx->nomem = true;
 		(*count)++;
 	}
 	qsort(refs, n_refs, sizeof(*refs), idem__cfg_name_ref_cmp);
@@ -754,24 +740,68 @@ static bool cfg_value(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_
 		return cfg_int(ctx, key, node, path, target);
 	case CFG_DURATION:
 		return cfg_duration(ctx, key, node, path, target);
-	case CFG_LOG_LEVEL:
-		return cfg_log_level(ctx, key, node, path, target);
 	case CFG_ENUM:
 		return cfg_enum(ctx, key, node, path, target);
 	case CFG_STRINGS:
 		return cfg_strings(ctx, key, node, path, target);
 	case CFG_PROPERTIES:
 		return cfg_properties(ctx, key, node, path, target);
-	case CFG_TEMPLATE:
-		return cfg_template(ctx, key, node, path, target);
-	case CFG_FIELDS:
-		return cfg_fields(ctx, key, node, path, target);
+	case CFG_VALUE:
+		return cfg_conv_value(ctx, key, node, path, target);
+	case CFG_VALUES:
+		return cfg_conv_values(ctx, key, node, path, target);
 	case CFG_SECTION:
 		return cfg_section_walk(ctx, node, path, key->sub, target);
 	case CFG_LIST:
 		return cfg_list(ctx, key, node, path, target);
 	}
 	return false;
+}
+
+/*
+ * Reports every item of list @key (@node in the file, walked into @target) whose .unique key
+ * repeats an earlier item's: "duplicate route name 'a' (first defined at line 3)".
+ */
+static void cfg_check_unique(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t *node,
+                             void *target)
+{
+	char *items = *(void **)idem__cfg_field(target, key->off);
+	size_t n = *(size_t *)idem__cfg_field(target, key->n_off);
+
+	for (size_t k = 0; k < key->sub->n_keys; k++) {
+		const struct cfg_key *sub = &key->sub->keys[k];
+		struct cfg_name_ref *refs;
+		size_t n_refs = 0;
+
+		if (!sub->unique)
+			continue;
+		refs = calloc(n ? n : 1, sizeof(*refs));
+		if (refs == NULL) {
+			ctx->nomem = true;
+			return;
+		}
+		for (size_t i = 0; i < n; i++) {
+			const char *name =
+			        *(char **)idem__cfg_field(items + i * key->size, sub->off);
+			yaml_node_t *v =
+			        idem__cfg_map_get(ctx, idem__cfg_seq_get(ctx, node, i), sub->name);
+
+			if (name != NULL && v != NULL)
+				refs[n_refs++] = (struct cfg_name_ref){ name, i, 0, v };
+		}
+		qsort(refs, n_refs, sizeof(*refs), idem__cfg_name_ref_cmp);
+		for (size_t i = 1, first = 0; i < n_refs; i++) {
+			if (strcmp(refs[i].name, refs[first].name) != 0) {
+				first = i;
+				continue;
+			}
+			idem__cfg_error(ctx, refs[i].node,
+			                "duplicate %s %s '%s' (first defined at line %zu)",
+			                key->noun, sub->name, idem__cfg_qs(ctx, refs[i].name),
+			                refs[first].node->start_mark.line + 1);
+		}
+		free(refs);
+	}
 }
 
 /*
@@ -873,43 +903,16 @@ static bool cfg_section_walk(struct cfg_ctx *ctx, yaml_node_t *node, const char 
 			idem__cfg_error(ctx, node, "missing required key '%s' in '%s'",
 			                sec->keys[i].name, path);
 	}
+	for (size_t i = 0; i < sec->n_keys && !ctx->overflow; i++) {
+		if (sec->keys[i].type == CFG_LIST && slots[i].value != NULL && slots[i].ok)
+			cfg_check_unique(ctx, &sec->keys[i], slots[i].value, target);
+	}
 	if (sec->check != NULL && !ctx->overflow)
 		sec->check(ctx, slots, target);
 	return ctx->n_errs == errors;
 }
 
 /* Building. */
-
-void idem__cfg_set_defaults(const struct cfg_section *sec, void *target)
-{
-	for (size_t i = 0; i < sec->n_keys; i++) {
-		const struct cfg_key *key = &sec->keys[i];
-
-		switch (key->type) {
-		case CFG_INT:
-			*(int *)idem__cfg_field(target, key->off) = (int)key->def;
-			break;
-		case CFG_SIZE:
-			*(size_t *)idem__cfg_field(target, key->off) = (size_t)key->def;
-			break;
-		case CFG_DURATION:
-			*(int64_t *)idem__cfg_field(target, key->off) = (int64_t)key->def;
-			break;
-		case CFG_LOG_LEVEL:
-			*(enum idem_log_level *)idem__cfg_field(target, key->off) =
-			        (enum idem_log_level)key->def;
-			break;
-		case CFG_ENUM:
-			*(int *)idem__cfg_field(target, key->off) = (int)key->def;
-			break;
-		case CFG_SECTION:
-			idem__cfg_set_defaults(key->sub, target);
-			break;
-		default:
-			break;
-		}
-	}
-}
 
 static void cfg_walk_document(struct cfg_ctx *ctx, yaml_parser_t *parser, const char *buf,
                               size_t len, const struct cfg_section *sec, void *target)

@@ -13,36 +13,18 @@
 /* Reading a topic's metadata (its partition count). */
 #define METADATA_TIMEOUT_MS 10000
 
-static const struct {
-	const char *name;
-	const char *value;
-} idem_defaults[] = {
-	/* The offset of a message is committed only once its transaction committed, by idemd
-	 * itself, with metadata naming the database's position (idem_consumer_commit()). */
-	{ "enable.auto.offset.store", "false" },
-	{ "enable.auto.commit", "false" },
-	/* How often idemd commits (idem_consumer_commit_interval_ms()): a crash between the
-	 * database's commit and Kafka's is covered by the database's position, so a short
-	 * interval only keeps lag tools current. */
-	{ "auto.commit.interval.ms", "500" },
-	/* A group with no committed offset starts at the oldest message: idemd never skips
-	 * messages by default. */
-	{ "auto.offset.reset", "earliest" },
-	{ "enable.partition.eof", "false" },
-	/* librdkafka's prefetch, per assigned partition, when the topics' partitions cannot be
-	 * counted (else idem_consumer_conf() divides IDEM_CONSUMER_PREFETCH_* among them). */
-	{ "queued.min.messages", "5000" },
-	{ "queued.max.messages.kbytes", "2048" },
-};
-
 /* The value idemd runs with for librdkafka property @name: kafka.properties, else its default. */
 static const char *prop_value(const struct idem_cfg *cfg, const char *name)
 {
+	const struct idem_cfg_kafka_prop *props;
 	const char *v = NULL;
+	size_t n;
 
-	for (size_t i = 0; i < IDEM_ARRAY_SIZE(idem_defaults); i++) {
-		if (strcmp(idem_defaults[i].name, name) == 0)
-			v = idem_defaults[i].value;
+	/* idemd's own settings: one table with the check of kafka.properties (idem_cfg). */
+	props = idem_cfg_kafka_props(&n);
+	for (size_t i = 0; i < n; i++) {
+		if (props[i].value != NULL && strcmp(props[i].name, name) == 0)
+			v = props[i].value;
 	}
 	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
 		if (strcmp(cfg->kafka_props[i].name, name) == 0)
@@ -115,16 +97,20 @@ idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,
                                rd_kafka_conf_t **ret_conf, idem_error *err)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	const struct idem_cfg_kafka_prop *props;
+	size_t n_props;
 	idem_status r;
 
 	if (conf == NULL)
 		return idem_error_nomem(err);
 	if ((r = set(conf, "bootstrap.servers", cfg->brokers, err)) != IDEM_OK ||
-	    (r = set(conf, "group.id", cfg->group_id, err)) != IDEM_OK ||
-	    (r = set(conf, "client.id", "idemd", err)) != IDEM_OK)
+	    (r = set(conf, "group.id", cfg->group_id, err)) != IDEM_OK)
 		goto out_destroy;
-	for (size_t i = 0; i < IDEM_ARRAY_SIZE(idem_defaults); i++) {
-		if ((r = set(conf, idem_defaults[i].name, idem_defaults[i].value, err)) != IDEM_OK)
+	/* Then idemd's own settings, as the policy table (idem_cfg) gives them. */
+	props = idem_cfg_kafka_props(&n_props);
+	for (size_t i = 0; i < n_props; i++) {
+		if (props[i].value != NULL &&
+		    (r = set(conf, props[i].name, props[i].value, err)) != IDEM_OK)
 			goto out_destroy;
 	}
 	if (partitions > 0) {

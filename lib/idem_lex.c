@@ -1,131 +1,52 @@
 /*
- * idem_lex.c - lexers for the Postgres-side text in the configuration: libpq conninfo strings
- * and handler SQL. Each follows the real lexer (libpq's conninfo parser, the backend's scan.l)
- * only as far as its one question needs, and never connects or prepares.
+ * idem_lex.c - the Postgres-side text in the configuration: libpq conninfo strings, read by
+ * libpq itself (PQconninfoParse()), and handler SQL, read by a lexer that follows the backend's
+ * scan.l only as far as its one question needs. Neither connects nor prepares.
  */
 #include "idem_lex.h"
 
-#include <stdlib.h>
+#include <libpq-fe.h>
 #include <string.h>
 
-/* URI query keys are percent-decoded by libpq before it looks at them. */
-static bool lex_uri_key_is(const char *k, size_t n, const char *want)
+/* As libpq's recognized_connection_string(): a URI, or anything holding '='. */
+static bool lex_is_conninfo(const char *s)
 {
-	size_t w = 0;
-
-	for (size_t i = 0; i < n; i++, w++) {
-		int c = (unsigned char)k[i];
-
-		if (c == '%' && i + 2 < n && idem_hex_digit(k[i + 1]) >= 0 &&
-		    idem_hex_digit(k[i + 2]) >= 0) {
-			c = idem_hex_digit(k[i + 1]) * 16 + idem_hex_digit(k[i + 2]);
-			i += 2;
-		}
-		if (want[w] == '\0' || (unsigned char)want[w] != c)
-			return false;
-	}
-	return want[w] == '\0';
+	return strncmp(s, "postgresql://", 13) == 0 || strncmp(s, "postgres://", 11) == 0 ||
+	       strchr(s, '=') != NULL;
 }
 
-static bool lex_uri_has_password(const char *s)
-{
-	const char *p = strstr(s, "://") + 3;
-	const char *q;
-
-	/* As libpq: user info is what precedes an '@' that comes before any '/'. */
-	for (q = p; *q != '\0' && *q != '@' && *q != '/'; q++)
-		;
-	if (*q == '@') {
-		const char *colon = memchr(p, ':', (size_t)(q - p));
-
-		if (colon != NULL && colon + 1 < q)
-			return true;
-	}
-	q = strchr(p, '?');
-	while (q != NULL) {
-		const char *k = q + 1, *eq, *end;
-
-		end = strchr(k, '&');
-		if (end == NULL)
-			end = k + strlen(k);
-		eq = memchr(k, '=', (size_t)(end - k));
-		if (eq != NULL && eq + 1 < end && lex_uri_key_is(k, (size_t)(eq - k), "password"))
-			return true;
-		q = *end == '&' ? end : NULL;
-	}
-	return false;
-}
-
-static bool lex_is_uri(const char *s)
-{
-	return strncmp(s, "postgresql://", 13) == 0 || strncmp(s, "postgres://", 11) == 0;
-}
-
-static bool lex_is_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
+/*
+ * libpq's own parser reads @s (without defaults from the environment or a service file); a
+ * dbname that is itself a conninfo string or a URI is read too, once (@depth), as libpq
+ * expands it.
+ */
 static idem_status lex_conninfo_password(const char *s, int depth, bool *ret)
 {
-	char *val;
+	PQconninfoOption *opts;
+	char *errmsg = NULL;
 	idem_status r = IDEM_OK;
 
-	if (lex_is_uri(s)) {
-		*ret = lex_uri_has_password(s);
-		return IDEM_OK;
-	}
-	/* keyword = value pairs, parsed as libpq does; values may be quoted and escaped. */
-	val = malloc(strlen(s) + 1);
-	if (val == NULL)
-		return IDEM_ERR_NOMEM;
 	*ret = false;
-	while (*s != '\0' && !*ret) {
-		const char *name;
-		size_t name_len, n = 0;
-
-		while (lex_is_space(*s))
-			s++;
-		if (*s == '\0')
-			break;
-		name = s;
-		while (*s != '\0' && *s != '=' && !lex_is_space(*s))
-			s++;
-		name_len = (size_t)(s - name);
-		while (lex_is_space(*s))
-			s++;
-		if (*s != '=')
-			break; /* malformed: libpq will say so; nothing more to find */
-		s++;
-		while (lex_is_space(*s))
-			s++;
-		if (*s == '\'') {
-			for (s++; *s != '\0' && *s != '\''; s++) {
-				if (*s == '\\' && s[1] != '\0')
-					s++;
-				val[n++] = *s;
-			}
-			if (*s == '\'')
-				s++;
-		} else {
-			for (; *s != '\0' && !lex_is_space(*s); s++) {
-				if (*s == '\\' && s[1] != '\0')
-					s++;
-				val[n++] = *s;
-			}
-		}
-		val[n] = '\0';
-		if (name_len == 8 && memcmp(name, "password", 8) == 0 && n > 0)
-			*ret = true;
-		/* libpq expands a dbname that is itself a URI or a conninfo string. */
-		if (name_len == 6 && memcmp(name, "dbname", 6) == 0 && depth == 0 &&
-		    (lex_is_uri(val) || strchr(val, '=') != NULL)) {
-			r = lex_conninfo_password(val, depth + 1, ret);
-			if (r != IDEM_OK)
-				break;
-		}
+	opts = PQconninfoParse(s, &errmsg);
+	if (opts == NULL) {
+		if (errmsg == NULL)
+			return IDEM_ERR_NOMEM;
+		/* libpq would refuse to connect with it. Its message is not kept: it may quote the
+		 * very part that holds a password (a bad percent-encoding of one, say). */
+		PQfreemem(errmsg);
+		return IDEM_ERR_INVALID;
 	}
-	free(val);
+	for (const PQconninfoOption *o = opts; o->keyword != NULL && !*ret; o++) {
+		if (o->val == NULL)
+			continue;
+		if (strcmp(o->keyword, "password") == 0 && o->val[0] != '\0')
+			*ret = true;
+		else if (strcmp(o->keyword, "dbname") == 0 && depth == 0 && lex_is_conninfo(o->val))
+			r = lex_conninfo_password(o->val, depth + 1, ret);
+		if (r != IDEM_OK)
+			break;
+	}
+	PQconninfoFree(opts);
 	return r;
 }
 
@@ -137,6 +58,11 @@ idem_status idem_lex_conninfo_has_password(const char *conninfo, bool *ret_has_p
 	if (r == IDEM_OK)
 		*ret_has_password = has;
 	return r;
+}
+
+static bool lex_is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
 static bool lex_sql_ident_char(unsigned char c)

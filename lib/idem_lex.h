@@ -1,10 +1,11 @@
 /*
- * idem_lex.h - lexers for the Postgres-side text in the configuration.
+ * idem_lex.h - reading the Postgres-side text in the configuration.
  *
  * The configuration checks two strings meant for Postgres without a server: the conninfo (does
  * it carry a password?) and each handler statement (which $N does it use, is it one statement,
  * is anything left open?). Both answers must match what libpq and the backend's lexer would
- * see, so both lexers live here, apart from the YAML schema that asks the questions.
+ * see: the conninfo is read by libpq itself (PQconninfoParse()), the statement by a lexer
+ * following the backend's. Both live here, apart from the YAML schema that asks the questions.
  */
 #ifndef IDEM_LEX_H
 #define IDEM_LEX_H
@@ -13,11 +14,13 @@
 
 /*
  * @brief Does libpq conninfo @conninfo (keyword=value or URI form) carry a password?
- * Looks where libpq would: a non-empty password keyword (quoted and escaped values included),
- * the user info of a postgres:// or postgresql:// URI, its percent-encoded ?password= query
- * key, and a dbname that is itself a conninfo string or a URI (expanded once, as libpq does).
+ * Asks libpq's own parser (PQconninfoParse(), no defaults from the environment): a non-empty
+ * password keyword (quoted and escaped values included), the user info of a postgres:// or
+ * postgresql:// URI, its percent-encoded ?password= query key, and a dbname that is itself a
+ * conninfo string or a URI (expanded once, as libpq does).
  * @param ret_has_password on success, the answer.
- * @returns IDEM_OK or IDEM_ERR_NOMEM.
+ * @returns IDEM_OK, IDEM_ERR_INVALID if libpq cannot read it (the string, or the dbname it
+ *          expands: it would refuse to connect), or IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_lex_conninfo_has_password(const char *conninfo,
                                                           bool *ret_has_password);

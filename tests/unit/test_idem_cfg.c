@@ -537,6 +537,32 @@ static void test_conninfo_password(void **state)
 		{ "postgresql:///app?host=/run/postgresql", false },
 		{ "postgresql://db/a:b@c", false },
 		{ "", false },
+		/* Read by libpq itself (PQconninfoParse()): escapes, spaces, percent-encoding. */
+		{ "password='it\\'s'", true },
+		{ "  password  =  x  ", true },
+		{ "dbname=app password=", false },
+		{ "postgresql://u:%70@h/d", true },
+		{ "postgresql://u:p@[::1]:5432/d", true },
+		{ "postgresql://h1,h2:5433/d?target_session_attrs=read-write", false },
+		{ "postgresql://h/d?password=", false },
+		{ "postgresql://h/d?application_name=a&password=b", true },
+		/* A dbname that is itself a conninfo string or a URI, expanded once as libpq does.
+		 */
+		{ "dbname='postgresql://h/d?password=x'", true },
+		{ "dbname=postgres://u:p@h/d", true },
+		{ "dbname=postgres://h/d", false },
+		{ "dbname='user=u'", false },
+		{ "dbname='dbname=\\'password=x\\''", false },
+	};
+	/* Strings libpq refuses (it would not connect): an error, whatever they hold. */
+	static const char *const refused[] = {
+		"foo=1 password=x",
+		"password=x host",
+		"host",
+		"postgresql://u:p%zz@h/d",
+		"postgresql://h/d?foo=bar&password=x",
+		"dbname='foo=1 password=x'",
+		"password='x",
 	};
 
 	(void)state;
@@ -546,6 +572,12 @@ static void test_conninfo_password(void **state)
 		assert_int_equal(idem_lex_conninfo_has_password(cases[i].conninfo, &has), IDEM_OK);
 		if (has != cases[i].has)
 			fail_msg("conninfo '%s': got %d", cases[i].conninfo, has);
+	}
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		bool has = false;
+
+		if (idem_lex_conninfo_has_password(refused[i], &has) != IDEM_ERR_INVALID)
+			fail_msg("conninfo '%s' was not refused", refused[i]);
 	}
 }
 
@@ -721,6 +753,118 @@ static void test_diff(void **state)
 	free(text);
 }
 
+/* Every key of every table set, the optional strings and lists included. */
+static const char populated[] =
+        "kafka:\n"
+        "  brokers: b\n"
+        "  group_id: g\n"
+        "  topics: [t1, t2]\n"
+        "  properties: {client.id: c, session.timeout.ms: 6000}\n"
+        "postgres:\n"
+        "  conninfo: \"dbname=x\"\n"
+        "  password_env: PGPW\n"
+        "  lock_timeout_ms: 1\n"
+        "  statement_timeout_ms: 2\n"
+        "routes:\n"
+        "  - name: one\n"
+        "    topics: [t1]\n"
+        "    consumer: c1\n"
+        "    business_key: \"${header:tenant}/${json:/id}\"\n"
+        "    handler: {sql: \"SELECT $1, $2\", params: [business_key, \"json:/a\"], mode: set}\n"
+        "    on_poison: halt\n"
+        "    on_payload_mismatch: quarantine\n"
+        "    reply: {topic: r1, key: message_key, duplicates: true}\n"
+        "    dead_letter_topic: d1\n"
+        "  - name: two\n"
+        "    topics: [t2]\n"
+        "    business_key: key\n"
+        "    handler: {sql: \"SELECT 1\"}\n"
+        "batch: {max_messages: 1, max_bytes: 1024, max_bytes_total: 2048, max_wait_ms: 1,"
+        " workers: 1}\n"
+        "limits: {max_key_bytes: 1, max_message_bytes: 1024}\n"
+        "retry: {initial_ms: 1, max_ms: 2, max_attempts: 1}\n"
+        "retention: {keep: 1h, interval: 1s, batch: 1}\n"
+        "outbox: {enabled: true, poll_interval_ms: 1, batch: 1, keep: 1s, purge_interval: 1s}\n"
+        "metrics: {listen: \"127.0.0.1:1\"}\n"
+        "log: {level: warn}\n";
+
+/*
+ * idem_cfg_free() walks the same tables as parsing: a configuration holding a value for every
+ * key is freed whole (ASan/LSan report anything left or freed twice), and comparing it with
+ * itself or another one reads every value.
+ */
+static void test_free_fully_populated(void **state)
+{
+	static const char minimal[] = "kafka: {brokers: b, group_id: g}\n"
+	                              "postgres: {conninfo: \"dbname=x\"}\n"
+	                              "routes: [{name: one, topics: [t1], business_key: key,"
+	                              " handler: {sql: \"SELECT 1\"}}]\n";
+	struct idem_cfg *cfg = NULL, *min = NULL;
+	const struct idem_route *r;
+	char *errors = NULL, *text;
+	size_t n;
+
+	(void)state;
+	if (idem_cfg_parse("p.yaml", populated, strlen(populated), &cfg, &errors) != IDEM_OK)
+		fail_msg("p.yaml: %s", errors ? errors : "?");
+	assert_int_equal(idem_cfg_parse("m.yaml", minimal, strlen(minimal), &min, NULL), IDEM_OK);
+	assert_int_equal(cfg->n_topics, 2);
+	assert_int_equal(cfg->n_kafka_props, 2);
+	assert_non_null(cfg->password_env);
+	assert_non_null(cfg->metrics_listen);
+	assert_int_equal(cfg->log_level, IDEM_LOG_WARN);
+	r = &cfg->routes[0];
+	assert_string_equal(r->consumer, "c1");
+	assert_int_equal(r->key.n_parts, 3);
+	assert_int_equal(r->n_params, 2);
+	assert_string_equal(r->reply_topic, "r1");
+	assert_string_equal(r->dead_letter_topic, "d1");
+	assert_string_equal(cfg->routes[1].consumer, "g");
+	assert_int_equal(idem_cfg_diff(cfg, cfg, NULL, NULL), 0);
+	idem_cfg_free(min);
+	idem_cfg_free(cfg);
+	/* Against the minimal file, every setting it changes, routes as a whole (one route
+	 * against two), each with its value if it has a single one. */
+	text = diff_text(minimal, populated, &n);
+	assert_string_equal(
+	        text,
+	        "kafka.topics restart;kafka.properties restart;postgres.password_env=PGPW restart;"
+	        "postgres.lock_timeout_ms=1 restart;postgres.statement_timeout_ms=2 restart;"
+	        "routes restart;batch.max_messages=1 restart;batch.max_bytes=1024 restart;"
+	        "batch.max_bytes_total=2048 restart;batch.max_wait_ms=1 restart;"
+	        "batch.workers=1 restart;limits.max_key_bytes=1 restart;"
+	        "limits.max_message_bytes=1024 restart;retry.initial_ms=1 restart;"
+	        "retry.max_ms=2 restart;retry.max_attempts=1 restart;retention.keep=3600s restart;"
+	        "retention.interval=1s restart;retention.batch=1 restart;"
+	        "outbox.enabled=true restart;outbox.poll_interval_ms=1 restart;"
+	        "outbox.batch=1 restart;outbox.keep=1s restart;outbox.purge_interval=1s restart;"
+	        "metrics.listen=127.0.0.1:1 restart;log.level=warn reload;");
+	assert_int_equal(n, 26);
+	free(text);
+}
+
+/* log.level's names are idem_log's, value for value. */
+static void test_log_level_names(void **state)
+{
+	(void)state;
+	for (int l = IDEM_LOG_ERROR; l <= IDEM_LOG_DEBUG; l++) {
+		enum idem_log_level parsed;
+		struct idem_cfg *cfg = NULL;
+		char text[512];
+
+		snprintf(text, sizeof(text),
+		         "kafka: {brokers: b, group_id: g}\npostgres: {conninfo: \"dbname=x\"}\n"
+		         "routes: [{name: r, topics: [t], business_key: key,"
+		         " handler: {sql: \"SELECT 1\"}}]\nlog: {level: %s}\n",
+		         idem_log_level_name((enum idem_log_level)l));
+		assert_int_equal(idem_cfg_parse("l.yaml", text, strlen(text), &cfg, NULL), IDEM_OK);
+		assert_int_equal(cfg->log_level, l);
+		assert_true(idem_log_level_parse(idem_log_level_name(cfg->log_level), &parsed));
+		assert_int_equal(parsed, l);
+		idem_cfg_free(cfg);
+	}
+}
+
 static void test_golden_dir(void **state)
 {
 	size_t n;
@@ -802,6 +946,8 @@ int main(void)
 		cmocka_unit_test(test_optional_out_params),
 		cmocka_unit_test(test_buffer_not_nul_terminated),
 		cmocka_unit_test(test_free_null_and_half_built),
+		cmocka_unit_test(test_free_fully_populated),
+		cmocka_unit_test(test_log_level_names),
 		cmocka_unit_test(test_sql_params),
 		cmocka_unit_test(test_conninfo_password),
 		cmocka_unit_test(test_edit_distance),

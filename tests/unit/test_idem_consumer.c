@@ -1,7 +1,8 @@
 /*
  * Unit tests for idem_consumer's configuration: librdkafka's prefetch divided among the
  * subscribed topics' partitions (idem_consumer_prefetch()), the fixed fallback when they cannot
- * be counted, and kafka.properties winning over idemd's choice.
+ * be counted, kafka.properties winning over idemd's choice, and the one table of idemd's
+ * property policy (idem_cfg_kafka_props()) both applied and checked.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 /* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,12 +123,109 @@ static void test_conf_user_wins(void **state)
 	idem_cfg_free(cfg);
 }
 
+/* librdkafka holds @name at @got, which means @want (it spells some values its own way). */
+static void assert_same_value(const char *name, const char *got, const char *want)
+{
+	rd_kafka_conf_t *ref = rd_kafka_conf_new();
+	char errstr[256], v[256];
+	size_t len = sizeof(v);
+
+	assert_int_equal(rd_kafka_conf_set(ref, name, want, errstr, sizeof(errstr)),
+	                 RD_KAFKA_CONF_OK);
+	assert_int_equal(rd_kafka_conf_get(ref, name, v, &len), RD_KAFKA_CONF_OK);
+	assert_string_equal(got, v);
+	rd_kafka_conf_destroy(ref);
+}
+
+/*
+ * The one policy table (idem_cfg_kafka_props()): each property has one entry, librdkafka knows
+ * it, idem_consumer_conf() sets it to the table's value, and a default has a value to set.
+ */
+static void test_policy_table_applied(void **state)
+{
+	struct idem_cfg *cfg = parse("kafka: {brokers: b, group_id: g}\n" BASE);
+	const struct idem_cfg_kafka_prop *props;
+	rd_kafka_conf_t *conf = NULL;
+	idem_error err;
+	size_t n;
+
+	(void)state;
+	props = idem_cfg_kafka_props(&n);
+	assert_true(n > 0);
+	assert_int_equal(idem_consumer_conf(cfg, 0, &conf, &err), IDEM_OK);
+	for (size_t i = 0; i < n; i++) {
+		char v[256];
+		size_t len = sizeof(v);
+
+		for (size_t j = i + 1; j < n; j++) {
+			if (strcmp(props[i].name, props[j].name) == 0)
+				fail_msg("kafka property '%s' has two policy entries",
+				         props[i].name);
+		}
+		if (rd_kafka_conf_get(conf, props[i].name, v, &len) != RD_KAFKA_CONF_OK)
+			fail_msg("librdkafka does not know '%s'", props[i].name);
+		if (props[i].value != NULL)
+			assert_same_value(props[i].name, v, props[i].value);
+		if (!props[i].managed) {
+			assert_non_null(props[i].value);
+			assert_null(props[i].use);
+		}
+	}
+	assert_prop(conf, "bootstrap.servers", "b");
+	assert_prop(conf, "group.id", "g");
+	rd_kafka_conf_destroy(conf);
+	idem_cfg_free(cfg);
+}
+
+/* kafka.properties: a managed property is refused with the table's message, a default not. */
+static void test_policy_table_checked(void **state)
+{
+	const struct idem_cfg_kafka_prop *props = NULL;
+	size_t n = 0;
+
+	(void)state;
+	props = idem_cfg_kafka_props(&n);
+	for (size_t i = 0; i < n; i++) {
+		struct idem_cfg *cfg = NULL;
+		char text[1024], want[256], *errors = NULL;
+		int col;
+		idem_status r;
+
+		snprintf(text, sizeof(text),
+		         "kafka: {brokers: b, group_id: g, properties: {%s: %s}}\n" BASE,
+		         props[i].name, props[i].value != NULL ? props[i].value : "x");
+		r = idem_cfg_parse("t.yaml", text, strlen(text), &cfg, &errors);
+		if (!props[i].managed) {
+			if (r != IDEM_OK)
+				fail_msg("'%s' refused: %s", props[i].name, errors ? errors : "?");
+			idem_cfg_free(cfg);
+			continue;
+		}
+		assert_int_equal(r, IDEM_ERR_CONFIG);
+		col = (int)(strstr(text, "properties: {") - text) + 14;
+		if (props[i].use != NULL)
+			snprintf(
+			        want, sizeof(want),
+			        "t.yaml:1:%d: error: kafka property '%s' cannot be set here; use '%s'\n",
+			        col, props[i].name, props[i].use);
+		else
+			snprintf(
+			        want, sizeof(want),
+			        "t.yaml:1:%d: error: kafka property '%s' is managed by idemd and cannot be set\n",
+			        col, props[i].name);
+		assert_string_equal(errors, want);
+		free(errors);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_prefetch_divided),
 		cmocka_unit_test(test_conf_prefetch),
 		cmocka_unit_test(test_conf_user_wins),
+		cmocka_unit_test(test_policy_table_applied),
+		cmocka_unit_test(test_policy_table_checked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
