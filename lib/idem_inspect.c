@@ -324,22 +324,99 @@ static idem_status db_position(PGconn *conn, const char *consumer, struct idem_r
 	return r;
 }
 
+/* The business keys of a range, collected to count the distinct ones. */
+struct keyset {
+	char **v;
+	size_t n, cap;
+};
+
+static idem_status keyset_add(struct keyset *ks, const char *key, idem_error *err)
+{
+	if (ks->n == ks->cap) {
+		size_t nc = ks->cap ? ks->cap * 2 : 1024;
+		char **nv = realloc(ks->v, nc * sizeof(*nv));
+
+		if (nv == NULL)
+			return idem_error_nomem(err);
+		ks->v = nv;
+		ks->cap = nc;
+	}
+	if ((ks->v[ks->n] = strdup(key)) == NULL)
+		return idem_error_nomem(err);
+	ks->n++;
+	return IDEM_OK;
+}
+
+/* Sort the keys and drop the repeats; returns how many were dropped. */
+static int64_t keyset_unique(struct keyset *ks)
+{
+	size_t w = 0;
+	int64_t dropped = 0;
+
+	if (ks->n > 0)
+		qsort(ks->v, ks->n, sizeof(*ks->v), str_cmp);
+	for (size_t i = 0; i < ks->n; i++) {
+		if (w > 0 && strcmp(ks->v[w - 1], ks->v[i]) == 0) {
+			free(ks->v[i]);
+			dropped++;
+			continue;
+		}
+		ks->v[w++] = ks->v[i];
+	}
+	ks->n = w;
+	return dropped;
+}
+
+static void keyset_done(struct keyset *ks)
+{
+	for (size_t i = 0; i < ks->n; i++)
+		free(ks->v[i]);
+	free(ks->v);
+	*ks = (struct keyset){ 0 };
+}
+
+/* What reading one message's business key as idemd does takes, reused message after message. */
+struct key_scratch {
+	struct idem_jsondoc doc;
+	struct idem_consumer_headers hdrs;
+	struct idem_buf key;
+};
+
+/* Count message @rkm of the range in @plan, and keep its business key in @ks. */
+static idem_status plan_message(const struct idem_cfg *cfg, const struct idem_route *route,
+                                const rd_kafka_message_t *rkm, struct key_scratch *s,
+                                struct idem_replay_plan *plan, struct keyset *ks, idem_error *err)
+{
+	struct idem_msgview m;
+	idem_error kerr;
+
+	plan->messages++;
+	if (idem_consumer_view(rkm, &s->hdrs, &m) != IDEM_OK)
+		return idem_error_nomem(err);
+	if (m.timestamp_ms >= 0 && (plan->oldest_ts_ms < 0 || m.timestamp_ms < plan->oldest_ts_ms))
+		plan->oldest_ts_ms = m.timestamp_ms;
+	idem_jsondoc_reset(&s->doc);
+	if (idem_key_build(&route->key, &m, &s->doc, cfg->max_key_bytes, &s->key, &kerr) !=
+	    IDEM_OK) {
+		plan->undecodable++;
+		return IDEM_OK;
+	}
+	return keyset_add(ks, s->key.data, err);
+}
+
 /* Read [plan->from, plan->to) of one partition and fill in the counts. */
 static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct idem_cfg *cfg,
                                   const struct idem_route *route, struct idem_replay_plan *plan,
                                   idem_error *err)
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-	struct idem_jsondoc doc;
-	struct idem_consumer_headers hdrs = { 0 };
-	struct idem_buf key = { 0 };
-	char **keys = NULL;
-	size_t n_keys = 0, cap_keys = 0, w = 0;
+	struct key_scratch scratch = { 0 };
+	struct keyset keys = { 0 };
 	int64_t next = plan->from, deadline = idem_mono_ms() + 60000;
 	idem_status r = IDEM_OK;
 	rd_kafka_resp_err_t e;
 
-	idem_jsondoc_init(&doc);
+	idem_jsondoc_init(&scratch.doc);
 	rd_kafka_topic_partition_list_add(list, plan->topic, plan->partition)->offset = plan->from;
 	e = rd_kafka_assign(rk, list);
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -347,89 +424,38 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 		                   plan->partition, rd_kafka_err2str(e));
 		goto out;
 	}
-	while (next < plan->to) {
+	while (next < plan->to && r == IDEM_OK) {
 		rd_kafka_message_t *rkm = rd_kafka_consumer_poll(rk, 500);
-		struct idem_msgview m;
-		idem_error kerr;
 
 		if (rkm == NULL) {
-			if (idem_mono_ms() > deadline) {
+			if (idem_mono_ms() > deadline)
 				r = idem_error_set(err, IDEM_ERR_KAFKA,
 				                   "reading %s/%" PRId32
 				                   " stalled at offset %" PRId64
 				                   " (range ends at %" PRId64 ")",
 				                   plan->topic, plan->partition, next, plan->to);
-				goto out;
-			}
 			continue;
 		}
-		if (rkm->err != RD_KAFKA_RESP_ERR_NO_ERROR || rkm->offset < next) {
-			rd_kafka_message_destroy(rkm);
-			continue;
-		}
-		next = rkm->offset + 1;
-		if (rkm->offset >= plan->to) {
-			rd_kafka_message_destroy(rkm);
-			break;
-		}
-		plan->messages++;
-		if (idem_consumer_view(rkm, &hdrs, &m) != IDEM_OK) {
-			rd_kafka_message_destroy(rkm);
-			r = idem_error_nomem(err);
-			goto out;
-		}
-		if (m.timestamp_ms >= 0 &&
-		    (plan->oldest_ts_ms < 0 || m.timestamp_ms < plan->oldest_ts_ms))
-			plan->oldest_ts_ms = m.timestamp_ms;
-		idem_jsondoc_reset(&doc);
-		if (idem_key_build(&route->key, &m, &doc, cfg->max_key_bytes, &key, &kerr) !=
-		    IDEM_OK) {
-			plan->undecodable++;
-		} else {
-			if (n_keys == cap_keys) {
-				size_t nc = cap_keys ? cap_keys * 2 : 1024;
-				char **nk = realloc(keys, nc * sizeof(*nk));
-
-				if (nk == NULL) {
-					rd_kafka_message_destroy(rkm);
-					r = idem_error_nomem(err);
-					goto out;
-				}
-				keys = nk;
-				cap_keys = nc;
-			}
-			keys[n_keys] = strdup(key.data);
-			if (keys[n_keys] == NULL) {
-				rd_kafka_message_destroy(rkm);
-				r = idem_error_nomem(err);
-				goto out;
-			}
-			n_keys++;
+		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR && rkm->offset >= next) {
+			next = rkm->offset + 1;
+			if (rkm->offset < plan->to)
+				r = plan_message(cfg, route, rkm, &scratch, plan, &keys, err);
 		}
 		rd_kafka_message_destroy(rkm);
 	}
-	qsort(keys, n_keys, sizeof(*keys), str_cmp);
-	for (size_t i = 0; i < n_keys; i++) {
-		if (w > 0 && strcmp(keys[w - 1], keys[i]) == 0) {
-			free(keys[i]);
-			plan->in_range_dups++;
-			continue;
-		}
-		keys[w++] = keys[i];
-	}
-	n_keys = w;
-	if ((r = count_claimed(conn, route->consumer, keys, n_keys, &plan->already_claimed, err)) ==
-	    IDEM_OK)
-		plan->would_apply = (int64_t)n_keys - plan->already_claimed;
+	if (r != IDEM_OK)
+		goto out;
+	plan->in_range_dups = keyset_unique(&keys);
+	if ((r = count_claimed(conn, route->consumer, keys.v, keys.n, &plan->already_claimed,
+	                       err)) == IDEM_OK)
+		plan->would_apply = (int64_t)keys.n - plan->already_claimed;
 out:
 	rd_kafka_assign(rk, NULL);
 	rd_kafka_topic_partition_list_destroy(list);
-	for (size_t i = 0; i < n_keys; i++)
-		free(keys[i]);
-	free(keys);
-	idem_buf_done(&key);
-	idem_jsondoc_done(&doc);
-	idem_consumer_headers_free(&hdrs);
+	keyset_done(&keys);
+	idem_buf_done(&scratch.key);
+	idem_jsondoc_done(&scratch.doc);
+	idem_consumer_headers_free(&scratch.hdrs);
 	return r;
 }
 

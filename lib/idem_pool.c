@@ -16,7 +16,8 @@
 
 #include "idem_flush.h"
 
-/* Most batches one transaction carries, and most messages (in units of the largest batch). */
+/* Most batches one transaction carries, and most messages, in units of the most one batch can
+ * hold (IDEM_BATCH_GROW x batch.max_messages): 32 batches, 4 x batch.max_messages by default. */
 #define GROUP_MAX_BATCHES 32
 #define GROUP_MAX_FULL    2
 /* How often an idle worker checks its connection (idem_flush_check()). */
