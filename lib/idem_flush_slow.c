@@ -43,18 +43,8 @@ static void handler_reason(const idem_flush *pg, const PGresult *res, char *buf,
 	         det ? det : "");
 }
 
-/* Run prepared statement @name; the result goes to *ret_res (the caller clears it, always). */
-static idem_status exec_params(idem_flush *pg, const char *name, int n, const char *const *vals,
-                               const int *lens, const int *fmts, PGresult **ret_res)
-{
-	PGresult *res = PQexecPrepared(pg->conn, name, n, vals, lens, fmts, 0);
-	ExecStatusType s = PQresultStatus(res);
-
-	*ret_res = res;
-	return (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) ? IDEM_OK : IDEM_ERR_PG;
-}
-
-/* The same for statement @id of idem_sql's table, run as idem_sql_send() sends it. */
+/* Statement @id of idem_sql's table, run as idem_sql_send() sends it; the result goes to
+ * *ret_res (the caller clears it, always), the error stays in it. */
 static idem_status exec_stmt(idem_flush *pg, enum idem_sql_id id, const char *const *vals,
                              const int *lens, const int *fmts, PGresult **ret_res)
 {
@@ -83,22 +73,19 @@ static idem_status run_handler(idem_flush *pg, struct idem_batch *b, size_t i, c
 	if (!idem__flush_set_mode(b)) {
 		if (idem_bind_row(&pg->bind, b, i) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
-		return exec_params(pg, hname, (int)rt->n_params, pg->bind.vals, NULL, NULL,
-		                   ret_res);
+		return idem_pg_result(pg->conn,
+		                      PQexecPrepared(pg->conn, hname, (int)rt->n_params,
+		                                     pg->bind.vals, NULL, NULL, 0),
+		                      hname, ret_res, NULL);
 	}
 	if ((r = idem_bind_set_open(&pg->bind, rt->n_params)) != IDEM_OK ||
 	    (r = idem_bind_set_add(&pg->bind, b, i)) != IDEM_OK ||
 	    (r = idem_bind_set_close(&pg->bind, rt->n_params)) != IDEM_OK)
 		return r;
-	*ret_res = PQexecParams(pg->conn, rt->handler_sql, (int)rt->n_params, NULL, pg->bind.vals,
-	                        NULL, NULL, 0);
-	switch (PQresultStatus(*ret_res)) {
-	case PGRES_TUPLES_OK:
-	case PGRES_COMMAND_OK:
-		return IDEM_OK;
-	default:
-		return IDEM_ERR_PG;
-	}
+	return idem_pg_result(pg->conn,
+	                      PQexecParams(pg->conn, rt->handler_sql, (int)rt->n_params, NULL,
+	                                   pg->bind.vals, NULL, NULL, 0),
+	                      hname, ret_res, NULL);
 }
 
 /* Message @i's result from its handler's @res: row mode's first column, set mode's row. */
