@@ -12,14 +12,14 @@ flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "$src/lib/idem_field.c" "$src/lib/idem_json.c" \
 	"$src/lib/idem_common.c" $(pkg-config --cflags --libs json-c) -o "$out/fuzz_key"
-clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" \
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_cfg_ops.c" \
 	"$src/lib/idem_lex.c" "$src/lib/idem_field.c" "$src/lib/idem_json.c" \
 	"$src/lib/idem_common.c" "$src/lib/idem_log.c" \
-	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka) -o "$out/fuzz_cfg"
+	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka libpq) -o "$out/fuzz_cfg"
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_decode.c" "$src/lib/idem_batch.c" "$src/lib/idem_bind.c" \
-	"$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_lex.c" \
+	"$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_cfg_ops.c" "$src/lib/idem_lex.c" \
 	"$src/lib/idem_field.c" "$src/lib/idem_json.c" "$src/lib/idem_common.c" "$src/lib/idem_log.c" \
-	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka libcrypto) -lpthread -o "$out/fuzz_decode"
+	$(pkg-config --cflags --libs yaml-0.1 json-c rdkafka libcrypto libpq) -lpthread -o "$out/fuzz_decode"
 
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_json.c" "$src/lib/idem_field.c" "$src/lib/idem_json.c" \
 	"$src/lib/idem_common.c" $(pkg-config --cflags --libs json-c) -o "$out/fuzz_json"
