@@ -157,8 +157,8 @@ idem_status idem__flush_check_floor(struct flush_ctx *ctx, size_t n, idem_error 
  * topic and partition too, telling its batch). A key that is no message's would be claimed
  * without its handler running: that fails the flush.
  */
-static idem_status mark_claimed(struct flush_ctx *ctx, size_t n, const PGresult *res,
-                                idem_error *err)
+idem_status idem__flush_mark_claimed(struct flush_ctx *ctx, size_t n, const PGresult *res,
+                                     idem_error *err)
 {
 	for (int row = 0; row < PQntuples(res); row++) {
 		const char *k = PQgetvalue(res, row, 0);
@@ -184,7 +184,7 @@ static idem_status mark_claimed(struct flush_ctx *ctx, size_t n, const PGresult 
  * Unclaimed keys belong to someone else already: duplicates. The handler runs for the claimed
  * ones in offset order.
  */
-static void split_claimed(struct flush_ctx *ctx)
+void idem__flush_split_claimed(struct flush_ctx *ctx)
 {
 	struct idem_batch *b = ctx->b;
 
@@ -231,7 +231,7 @@ static enum fast_outcome begin_rt(idem_flush *pg, struct flush_ctx *ctx, size_t 
 				ctx->b->claim_timeouts++;
 			return fast_fail(pg, res, "batch", err);
 		}
-		r = mark_claimed(ctx, n, res, err);
+		r = idem__flush_mark_claimed(ctx, n, res, err);
 		PQclear(res);
 		if (r != IDEM_OK) {
 			idem__flush_pipeline_abort(pg, false);
@@ -239,7 +239,7 @@ static enum fast_outcome begin_rt(idem_flush *pg, struct flush_ctx *ctx, size_t 
 		}
 	}
 	for (size_t k = 0; k < n; k++)
-		split_claimed(&ctx[k]);
+		idem__flush_split_claimed(&ctx[k]);
 	return FAST_DONE;
 }
 
@@ -495,8 +495,8 @@ static enum fast_outcome read_handlers(idem_flush *pg, struct flush_ctx *ctx, id
  * to store with the claims of the messages of ctx[first..n) of its route; other rows, and keys
  * of no message it applied, are ignored.
  */
-static idem_status store_set_results(struct flush_ctx *ctx, size_t n, size_t first,
-                                     const PGresult *res)
+idem_status idem__flush_store_set_results(struct flush_ctx *ctx, size_t n, size_t first,
+                                          const PGresult *res)
 {
 	const struct idem_route *rt = ctx[first].b->route;
 
@@ -542,7 +542,7 @@ static enum fast_outcome read_sets(idem_flush *pg, struct flush_ctx *ctx, size_t
 		s = idem__flush_next_result(pg->conn, &res);
 		if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
 			return handler_failed(pg, res, err);
-		if (store_set_results(ctx, n, k, res) != IDEM_OK)
+		if (idem__flush_store_set_results(ctx, n, k, res) != IDEM_OK)
 			return fast_nomem(pg, res, err);
 		PQclear(res);
 	}
@@ -654,9 +654,19 @@ static idem_status send_replies(idem_flush *pg, struct flush_ctx *ctx, int *ret_
 }
 
 /*
+ * Bad message @m's quarantine insert answered @res (one row: whether its row is new). A position
+ * idem.quarantine had already makes it a redelivery, counted as such by count().
+ */
+void idem__flush_quarantine_answer(struct idem_batch_msg *m, const PGresult *res)
+{
+	m->quarantined_before = strcmp(PQgetvalue(res, 0, 0), "f") == 0;
+	if (m->quarantined_before)
+		m->dup = IDEM_DUP_REDELIVERY;
+}
+
+/*
  * Read what send_closing() sent for @ctx: the results statement, then for each bad message
- * whether idem.quarantine had its position already (IDEM_SQL_QUARANTINE returns whether its row
- * is new): then it is a redelivery, counted as such by count().
+ * whether idem.quarantine had its position already (idem__flush_quarantine_answer()).
  */
 static idem_status read_closing(idem_flush *pg, struct flush_ctx *ctx, idem_error *err)
 {
@@ -683,9 +693,7 @@ static idem_status read_closing(idem_flush *pg, struct flush_ctx *ctx, idem_erro
 			PQclear(res);
 			return r;
 		}
-		m->quarantined_before = strcmp(PQgetvalue(res, 0, 0), "f") == 0;
-		if (m->quarantined_before)
-			m->dup = IDEM_DUP_REDELIVERY;
+		idem__flush_quarantine_answer(m, res);
 		PQclear(res);
 	}
 	return IDEM_OK;

@@ -8,9 +8,9 @@
  * idem_flush_batch() and idem_flush_many()); idem_flush_slow.c, the slow path (a savepoint per
  * message) and idem_flush_apply_one(). ARCHITECTURE.md "The transaction" describes the whole.
  *
- * Included by those three files only: not installed and not part of libidem's contract
- * (idem_flush.h is). The types keep their short names, the functions with external linkage are
- * idem__flush_*.
+ * Included by those three files only (and by tests/unit/test_idem_flush.c): not installed and
+ * not part of libidem's contract (idem_flush.h is). The types keep their short names, the
+ * functions with external linkage are idem__flush_*.
  */
 #ifndef IDEM_FLUSH_INT_H
 #define IDEM_FLUSH_INT_H
@@ -143,6 +143,29 @@ IDEM_NODISCARD idem_status idem__flush_store_result(struct idem_batch *b, size_t
  */
 IDEM_NODISCARD idem_status idem__flush_close_batch(idem_flush *pg, struct flush_ctx *ctx, size_t n,
                                                    idem_error *err);
+
+/* idem_flush.c: reading the round trips' answers (external so that tests/unit reaches them) */
+
+/*
+ * Mark APPLIED the messages of the batches of ctx[0..n) whose keys the claim's @res returned
+ * (IDEM_SQL_CLAIM, or IDEM_SQL_CLAIM_MANY whose rows name topic and partition when n > 1);
+ * IDEM_ERR_PG for a key of no message being flushed.
+ */
+IDEM_NODISCARD idem_status idem__flush_mark_claimed(struct flush_ctx *ctx, size_t n,
+                                                    const PGresult *res, idem_error *err);
+/*
+ * After the claim: a message still PENDING ran into an existing claim (DUPLICATE); ctx->applied
+ * lists the APPLIED ones, in offset order.
+ */
+void idem__flush_split_claimed(struct flush_ctx *ctx);
+/*
+ * Set mode: the (business key, result) rows of the set statement of ctx[first]'s route, stored
+ * with the APPLIED messages of that route's batches of ctx[first..n); other rows are ignored.
+ */
+IDEM_NODISCARD idem_status idem__flush_store_set_results(struct flush_ctx *ctx, size_t n,
+                                                         size_t first, const PGresult *res);
+/* Bad message @m's quarantine insert answered @res: a position there already is a redelivery. */
+void idem__flush_quarantine_answer(struct idem_batch_msg *m, const PGresult *res);
 
 /* idem_flush_slow.c */
 
