@@ -578,7 +578,7 @@ static idem_status json_read(const struct idem_field *f, const struct idem_msgvi
                              const char **ret_absent, idem_error *err)
 {
 	json_object *val = NULL;
-	enum json_lookup how;
+	enum json_lookup how = JSON_LOOKUP_NOT_FOUND;
 	const char *text;
 	size_t text_n;
 	idem_status r;
