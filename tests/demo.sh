@@ -24,7 +24,7 @@ idem_write_config "$IDEM_TMP/idemd.yaml" payments-demo payments
 idem_setup_db "$IDEM_TMP/idemd.yaml"
 
 echo "== producing $count payment messages, 25% of them upstream retries (duplicates)"
-idem_produce "$count" 0.25 42
+idem_produce --count "$count" --dup-ratio 0.25 --seed 42
 echo "   produced=$IDEM_PRODUCED unique payments=$IDEM_UNIQUE duplicates=$((IDEM_PRODUCED - IDEM_UNIQUE))"
 
 echo "== running idemd"

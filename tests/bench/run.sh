@@ -347,7 +347,7 @@ drop_history() {
 
 # ---- the messages ------------------------------------------------------------------------------
 idem_log "producing $messages payments over $partitions partitions, dup-ratio $dup_ratio"
-idem_produce "$messages" "$dup_ratio" 1
+idem_produce --count "$messages" --dup-ratio "$dup_ratio" --seed 1
 while read -r line; do
 	case $line in
 	partition=*)

@@ -8,12 +8,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 3 payments:8
-idem_write_config "$IDEM_TMP/idemd.yaml" g-flap payments --max 100
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce_bg 60000 0.3 81 1500
+idem_fixture --brokers 3 --topics payments:8 --config idemd.yaml g-flap payments --max 100
+idem_produce_bg --count 60000 --dup-ratio 0.3 --seed 81 --rate 1500
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 for round in 1 2 3 4; do

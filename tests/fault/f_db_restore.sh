@@ -29,19 +29,15 @@ esac
 count=${IDEM_RESTORE_COUNT:-12000}
 dups=${IDEM_RESTORE_DUPS:-0.2}
 rate=${IDEM_RESTORE_RATE:-500}
-idem_tmp_init
-idem_pg_start
-idem_pg_durable_commits
-idem_kafka_start payments:8 payment-applied:8
-a_cfg=$IDEM_TMP/a.yaml
-b_cfg=$IDEM_TMP/b.yaml
 # Small batches spread the re-apply over many transactions (the kill lands inside it); a short
 # session lets the survivor take over the killed instance's partitions sooner.
-idem_write_config "$a_cfg" g-restore payments --route-name pay --sql "$IDEM_EMIT_SQL" \
+idem_fixture --durable-commits --topics "payments:8 payment-applied:8" \
+	--config a.yaml g-restore payments --route-name pay --sql "$IDEM_EMIT_SQL" \
 	--mode row --max 50 --retry max_ms=1000 --kafka-prop session.timeout.ms=4000 \
 	--outbox enabled=true --outbox poll_interval_ms=20
+a_cfg=$IDEM_CFG
+b_cfg=$IDEM_TMP/b.yaml
 idem_write_downstream_config "$b_cfg" g-restore-b --retry max_ms=1000
-idem_setup_db "$a_cfg"
 idem_create_downstream_table
 idem_create_emit_fn
 
@@ -52,7 +48,7 @@ drained() { [ "$(pending)" = 0 ]; }
 
 # ---- before: apply everything, with a base backup taken about 40% in -----------------------------
 # ~25 s of stream at the defaults (20% duplicates: ~9,600 unique payments).
-idem_produce_bg "$count" "$dups" 171 "$rate"
+idem_produce_bg --count "$count" --dup-ratio "$dups" --seed 171 --rate "$rate"
 idemd_start a "$a_cfg"
 idem_wait_until 120 "40% of the payments in the ledger" ledger_at_least $((count * 32 / 100))
 idem_producer_running || idem_fail "the stream ended before the backup"

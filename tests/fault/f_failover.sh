@@ -22,13 +22,9 @@ async | sync) ;;
 esac
 count=15000
 unique_est=$((count * 8 / 10)) # 20% duplicates
-idem_tmp_init
-idem_pg_start
-idem_pg_durable_commits
-idem_kafka_start payments:8
-cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-failover payments --retry max_ms=1000
-idem_setup_db "$cfg"
+idem_fixture --durable-commits --topics payments:8 \
+	--config idemd.yaml g-failover payments --retry max_ms=1000
+cfg=$IDEM_CFG
 if [ "$mode" = sync ]; then
 	idem_pg_standby_start --sync
 else
@@ -45,7 +41,7 @@ ledger_at_least() { [ "$(rows ledger)" -ge "$1" ]; }
 idemd_start a "$cfg"
 owns() { grep -qs "assigned topic=payments" "$IDEM_TMP/idemd-a.log"; }
 idem_wait_until 60 "idemd gets partitions" owns
-idem_produce_bg "$count" 0.2 181 1500
+idem_produce_bg --count "$count" --dup-ratio 0.2 --seed 181 --rate 1500
 if [ "$mode" = async ]; then
 	idem_wait_until 60 "25% of the payments in the ledger" ledger_at_least $((unique_est / 4))
 	idem_pg_standby_pause

@@ -8,16 +8,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/common.sh"
 
 restarts=${IDEM_RESTARTS:-30}
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:8
 # Small batches: many transactions, so the kills land between claim, commit and offset store.
 # A short session (2.5 s, about the least the embedded Kafka forms a group with) lets a new
 # instance take over from a killed one sooner.
-idem_write_config "$IDEM_TMP/idemd.yaml" g-kill9 payments --max 20 \
+idem_fixture --topics payments:8 --config idemd.yaml g-kill9 payments --max 20 \
 	--kafka-prop session.timeout.ms=2500
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce_bg 55000 0.3 101 500
+idem_produce_bg --count 55000 --dup-ratio 0.3 --seed 101 --rate 500
 
 claims() { idem_psql -c 'SELECT count(*) FROM idem.processed_messages'; }
 landed=0

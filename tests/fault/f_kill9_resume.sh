@@ -26,17 +26,13 @@ kills=${IDEM_KILLS:-10}
 assignor=${IDEM_ASSIGNOR:-range}
 workers=2
 max=20
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:8
 # A short session (2.5 s) lets the survivor take over a killed instance's partitions sooner.
 # Debug logging: each committed batch is logged, which tells whether a kill landed while its
 # victim applied.
-idem_write_config "$IDEM_TMP/idemd.yaml" g-resume payments --max $max --workers $workers \
-	--kafka-prop session.timeout.ms=2500 \
+idem_fixture --topics payments:8 --config idemd.yaml g-resume payments \
+	--max $max --workers $workers --kafka-prop session.timeout.ms=2500 \
 	--kafka-prop partition.assignment.strategy="$assignor" --log-level debug
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce_bg 75000 0.3 111 1500
+idem_produce_bg --count 75000 --dup-ratio 0.3 --seed 111 --rate 1500
 
 # owns NAME: instance NAME (its current run) has been assigned partitions.
 owns() {

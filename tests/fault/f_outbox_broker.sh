@@ -9,13 +9,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 3 payments:1 events:6
-cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-outbox-broker payments --outbox enabled=true \
+idem_fixture --brokers 3 --topics "payments:1 events:6" \
+	--config idemd.yaml g-outbox-broker payments --outbox enabled=true \
 	--outbox poll_interval_ms=20 --outbox batch=200 --retry max_ms=500
-idem_setup_db "$cfg"
+cfg=$IDEM_CFG
 idemd_start a "$cfg"
 
 # 60 inserts of 200 rows, 0.2 s apart, over 30 keys.

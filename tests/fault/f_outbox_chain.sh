@@ -12,19 +12,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/common.sh"
 
 kills=${IDEM_CHAIN_KILLS:-4}
-idem_tmp_init
-idem_pg_start
-idem_pg_durable_commits
-idem_kafka_start payments:8 payment-applied:8
 common=(--max 20 --kafka-prop session.timeout.ms=2500 --retry max_ms=1000
 	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=200)
-idem_write_config "$IDEM_TMP/a.yaml" g-chain-a payments "${common[@]}" --route-name pay \
+idem_fixture --durable-commits --topics "payments:8 payment-applied:8" \
+	--config a.yaml g-chain-a payments "${common[@]}" --route-name pay \
 	--sql "$IDEM_EMIT_SQL" --mode row
 idem_write_downstream_config "$IDEM_TMP/b.yaml" g-chain-b "${common[@]}"
-idem_setup_db "$IDEM_TMP/a.yaml"
 idem_create_downstream_table
 idem_create_emit_fn
-idem_produce_bg 12000 0.2 131 200
+idem_produce_bg --count 12000 --dup-ratio 0.2 --seed 131 --rate 200
 
 count() { idem_psql -c "SELECT count(*) FROM $1"; }
 # kill9_when_busy NAME CONFIG TABLE N: once NAME has its partitions and TABLE grows (NAME is

@@ -8,13 +8,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_pg_durable_commits
-idem_kafka_start payments:8
-idem_write_config "$IDEM_TMP/idemd.yaml" g-pgrestart payments --max 100 --retry max_ms=1000
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce_bg 30000 0.3 61 2000
+idem_fixture --durable-commits --topics payments:8 \
+	--config idemd.yaml g-pgrestart payments --max 100 --retry max_ms=1000
+idem_produce_bg --count 30000 --dup-ratio 0.3 --seed 61 --rate 2000
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 for i in 1 2 3; do

@@ -8,12 +8,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:8
-idem_write_config "$IDEM_TMP/idemd.yaml" g-terminate payments --max 50 --retry max_ms=500
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce_bg 50000 0.3 71 2000
+idem_fixture --topics payments:8 \
+	--config idemd.yaml g-terminate payments --max 50 --retry max_ms=500
+idem_produce_bg --count 50000 --dup-ratio 0.3 --seed 71 --rate 2000
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "first payments applied" idem_claims_above 0

@@ -8,12 +8,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:8
-idem_write_config "$IDEM_TMP/idemd.yaml" g-rebalance payments --max 50
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce_bg 60000 0.3 91 1500
+idem_fixture --topics payments:8 --config idemd.yaml g-rebalance payments --max 50
+idem_produce_bg --count 60000 --dup-ratio 0.3 --seed 91 --rate 1500
 
 # owns NAME: true once instance NAME was assigned a partition (to pace the test only).
 owns() {

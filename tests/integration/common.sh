@@ -1,6 +1,9 @@
 # common.sh - idemd-specific helpers for the integration tests, on top of lib.sh (the generic
 # fixture): the one config writer (idem_write_config), the payments workload and its checks.
-# Sourced after lib.sh; assumes idem_tmp_init, idem_pg_start and idem_kafka_start have run.
+# Sourced after lib.sh; the helpers assume idem_tmp_init, idem_pg_start and idem_kafka_start
+# have run, which is what idem_fixture, a test's usual opening, does:
+#
+#   idem_fixture --topics payments:8 --config idemd.yaml g-once payments --max 100
 
 # The payments handlers, from their one copy in sql/examples/ (see payments.sql there): row mode
 # (once per payment, returns the balance, stored as the claim's result) and set mode (once per
@@ -180,6 +183,52 @@ idem_setup_db() {
 	idem_psql -f "$IDEM_SRC/sql/examples/payments.sql" >/dev/null
 }
 
+# idem_fixture [--durable-commits] [--brokers N] --topics "TOPIC:PARTITIONS..."
+#              [--config NAME GROUP CONSUMER [OPTION...]]
+# The opening most tests share: idem_tmp_init, idem_pg_start and idem_kafka_start.
+#   --durable-commits   idem_pg_durable_commits once Postgres runs (tests that crash it)
+#   --brokers N         the embedded Kafka's brokers [3]
+#   --topics LIST       the topics, space-separated in one word ("payments:4 payment-applied:4");
+#                       may be repeated
+#   --config NAME GROUP CONSUMER [OPTION...]
+#                       then idem_write_config "$IDEM_TMP/NAME" GROUP CONSUMER OPTION... and
+#                       idem_setup_db on that file; exports IDEM_CFG ($IDEM_TMP/NAME). Comes
+#                       last: everything after it is idem_write_config's.
+idem_fixture() {
+	local durable=0 kafka_args=() topic_list=() words=()
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--durable-commits) durable=1; shift; continue ;;
+		--config) break ;;
+		--brokers | --topics) [ $# -ge 2 ] || idem_fail "idem_fixture: $1 needs a value" ;;
+		*) idem_fail "idem_fixture: unknown option '$1'" ;;
+		esac
+		case $1 in
+		--brokers) kafka_args+=(--brokers "$2") ;;
+		--topics)
+			read -ra words <<<"$2"
+			topic_list+=("${words[@]}")
+			;;
+		esac
+		shift 2
+	done
+	[ ${#topic_list[@]} -gt 0 ] || idem_fail "idem_fixture: --topics is required"
+	if [ $# -gt 0 ]; then
+		[ $# -ge 4 ] || idem_fail "idem_fixture: --config needs NAME GROUP CONSUMER"
+		[[ $2 != */* ]] || idem_fail "idem_fixture: --config takes a file name in \$IDEM_TMP, not '$2'"
+	fi
+	idem_tmp_init
+	idem_pg_start
+	[ "$durable" = 0 ] || idem_pg_durable_commits
+	idem_kafka_start "${kafka_args[@]}" "${topic_list[@]}"
+	[ $# -gt 0 ] || return 0
+	IDEM_CFG=$IDEM_TMP/$2
+	export IDEM_CFG
+	shift 2
+	idem_write_config "$IDEM_CFG" "$@"
+	idem_setup_db "$IDEM_CFG"
+}
+
 # idem_pkey_reads: primary key entries of idem.processed_messages read so far by index scans
 # (pg_stat_user_indexes.idx_tup_read; the calling session's own counts flushed first).
 idem_pkey_reads() {
@@ -221,13 +270,46 @@ idemd_kill9() {
 	idem_wait_exit "$pid" 10
 }
 
-# idem_produce COUNT DUP_RATIO SEED: produce payments, manifest in $IDEM_TMP/manifest.csv.
-# Sets IDEM_PRODUCED, IDEM_UNIQUE.
+# idem__produce_cmd CALLER NEED_RATE OPTION...: the idem-kafkatool command of idem_produce and
+# idem_produce_bg (CALLER, named in errors) into the array IDEM__PRODUCE_CMD: topic payments,
+# --count, --dup-ratio and --seed (all three required), --rate (required if NEED_RATE is 1),
+# accounts $IDEM_ACCOUNTS (default 50), manifest $IDEM_TMP/manifest.csv.
+idem__produce_cmd() {
+	local caller=$1 need_rate=$2 count='' dup_ratio='' seed='' rate_opt=()
+	shift 2
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--count | --dup-ratio | --seed | --rate)
+			[ $# -ge 2 ] || idem_fail "$caller: $1 needs a value" ;;
+		*) idem_fail "$caller: unknown option '$1'" ;;
+		esac
+		case $1 in
+		--count) count=$2 ;;
+		--dup-ratio) dup_ratio=$2 ;;
+		--seed) seed=$2 ;;
+		--rate) rate_opt=(--rate "$2") ;;
+		esac
+		shift 2
+	done
+	if [ -z "$count" ] || [ -z "$dup_ratio" ] || [ -z "$seed" ]; then
+		idem_fail "$caller: --count, --dup-ratio and --seed are required"
+	fi
+	if [ "$need_rate" = 1 ] && [ ${#rate_opt[@]} -eq 0 ]; then
+		idem_fail "$caller: --rate is required"
+	fi
+	IDEM__PRODUCE_CMD=("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS"
+		--topic payments --count "$count" --dup-ratio "$dup_ratio" --seed "$seed"
+		"${rate_opt[@]}" --accounts "${IDEM_ACCOUNTS:-50}" --manifest "$IDEM_TMP/manifest.csv")
+}
+
+# idem_produce --count N --dup-ratio R --seed S [--rate MSGS_PER_SEC]: produce N payments, a
+# share R of them duplicates, from seed S (the same options give the same messages), at most
+# MSGS_PER_SEC a second if given; manifest in $IDEM_TMP/manifest.csv. Sets IDEM_PRODUCED,
+# IDEM_UNIQUE.
 idem_produce() {
 	local out
-	out=$("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" --topic payments \
-		--count "$1" --dup-ratio "$2" --seed "$3" --accounts "${IDEM_ACCOUNTS:-50}" \
-		--manifest "$IDEM_TMP/manifest.csv")
+	idem__produce_cmd idem_produce 0 "$@"
+	out=$("${IDEM__PRODUCE_CMD[@]}")
 	IDEM_PRODUCED=$(sed -n 's/.*produced=\([0-9]*\).*/\1/p' <<<"$out")
 	IDEM_UNIQUE=$(sed -n 's/.*unique=\([0-9]*\).*/\1/p' <<<"$out")
 	[ -n "$IDEM_PRODUCED" ] && [ -n "$IDEM_UNIQUE" ] || idem_fail "unexpected producer output: $out"
@@ -312,13 +394,13 @@ idem_produce_one() {
 		>/dev/null || idem_fail "produce-one $* failed"
 }
 
-# idem_produce_bg COUNT DUP_RATIO SEED RATE: produce in the background at RATE messages/s (a
-# live stream for fault tests); idem_produce_wait collects it like idem_produce.
+# idem_produce_bg --count N --dup-ratio R --seed S --rate MSGS_PER_SEC: idem_produce in the
+# background at MSGS_PER_SEC (required: a live stream for fault tests); idem_produce_wait
+# collects it like idem_produce.
 idem_produce_bg() {
+	idem__produce_cmd idem_produce_bg 1 "$@"
 	rm -f "$IDEM_TMP/producer.out"
-	idem_spawn producer "$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS" \
-		--topic payments --count "$1" --dup-ratio "$2" --seed "$3" --rate "$4" \
-		--accounts "${IDEM_ACCOUNTS:-50}" --manifest "$IDEM_TMP/manifest.csv"
+	idem_spawn producer "${IDEM__PRODUCE_CMD[@]}"
 	IDEM_PRODUCER_PID=$IDEM_LAST_PID
 }
 

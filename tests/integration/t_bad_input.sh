@@ -10,13 +10,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:1
 # The key combines a header and a JSON field, so missing and duplicate headers matter.
-idem_write_config "$IDEM_TMP/idemd.yaml" g-bad payments --key '${header:tenant}${json:/payment_id}' \
+idem_fixture --brokers 1 --topics payments:1 --config idemd.yaml g-bad payments \
+	--key '${header:tenant}${json:/payment_id}' \
 	--wait 500 --limits max_key_bytes=64 --limits max_message_bytes=524288
-idem_setup_db "$IDEM_TMP/idemd.yaml"
 
 GOOD=()    # business keys that must be applied, with their amounts: "key|amount"
 BAD=()     # "offset|reason LIKE pattern|sqlstate|attempts"

@@ -13,9 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 command -v promtool >/dev/null || idem_fail "promtool (Debian package prometheus) is not installed"
 command -v python3 >/dev/null || idem_fail "python3 is not installed"
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4 payment-applied:4
+idem_fixture --topics "payments:4 payment-applied:4"
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
 idem_write_config "$cfg" g-dashboard payments --max 50 --route-name pay \
@@ -24,7 +22,7 @@ idem_write_config "$cfg" g-dashboard payments --max 50 --route-name pay \
 idem_setup_db "$cfg"
 idem_create_emit_fn
 
-idem_produce 1000 0.2 23
+idem_produce --count 1000 --dup-ratio 0.2 --seed 23
 idemd_start a "$cfg"
 idem_wait_done g-dashboard 120
 url=http://127.0.0.1:$port/metrics

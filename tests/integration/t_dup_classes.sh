@@ -13,14 +13,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
-idem_write_config "$IDEM_TMP/log.yaml" g-dups payments
+idem_fixture --topics payments:4 --config log.yaml g-dups payments
 idem_write_config "$IDEM_TMP/quarantine.yaml" g-dups payments \
 	--route on_payload_mismatch=quarantine
-idem_setup_db "$IDEM_TMP/log.yaml"
-idem_produce 3000 0.3 41
+idem_produce --count 3000 --dup-ratio 0.3 --seed 41
 dups=$((IDEM_PRODUCED - IDEM_UNIQUE))
 
 kinds() {

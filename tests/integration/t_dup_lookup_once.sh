@@ -9,9 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
+idem_fixture --topics payments:4
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
 idem_write_config "$cfg" g-dup-lookup payments --workers 1 --max 200 --metrics "127.0.0.1:$port"
@@ -19,7 +17,7 @@ idem_setup_db "$cfg"
 idem_psql -c "ALTER SYSTEM SET track_functions = 'all'" >/dev/null
 idem_psql -c "SELECT pg_reload_conf()" >/dev/null
 
-idem_produce 20000 0.3 11 # all of it waiting before idemd starts
+idem_produce --count 20000 --dup-ratio 0.3 --seed 11 # all of it waiting before idemd starts
 idemd_start a "$cfg"
 idem_wait_done g-dup-lookup 180
 batches=$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '$1 == "idemd_batches_total" { print $2 }')

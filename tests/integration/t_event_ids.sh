@@ -14,9 +14,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:2
+idem_fixture --brokers 1 --topics payments:2
 # shellcheck disable=SC2016 # $n are SQL parameters
 row_sql='SELECT apply_twice($1, $2, $3::bigint)'
 # shellcheck disable=SC2016
@@ -47,7 +45,7 @@ SELECT o.id, o.event_id, split_part(convert_from(o.value, 'UTF8'), ' ', 2) AS pa
            AS ordinal
 FROM idem.outbox o;
 SQL
-idem_produce 300 0.2 91
+idem_produce --count 300 --dup-ratio 0.2 --seed 91
 
 # not_named CONSUMER: events whose id is not named after their payment (and ordinal).
 not_named() {

@@ -7,12 +7,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:8
-idem_write_config "$IDEM_TMP/idemd.yaml" g-once payments
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce 20000 0.3 1
+idem_fixture --topics payments:8 --config idemd.yaml g-once payments
+idem_produce --count 20000 --dup-ratio 0.3 --seed 1
 [ $((IDEM_PRODUCED - IDEM_UNIQUE)) -ge 5000 ] || idem_fail "producer made too few duplicates"
 
 idemd_start a "$IDEM_TMP/idemd.yaml"

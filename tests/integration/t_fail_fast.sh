@@ -8,12 +8,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:2
-idem_write_config "$IDEM_TMP/good.yaml" g-fast payments
-idem_setup_db "$IDEM_TMP/good.yaml"
-idem_produce 200 0 21
+idem_fixture --topics payments:2 --config good.yaml g-fast payments
+idem_produce --count 200 --dup-ratio 0 --seed 21
 
 n=0
 for sql in 'SELEC $1, $2, $3' 'SELECT no_such_function($1, $2, $3::bigint)' \

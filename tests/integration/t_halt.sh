@@ -9,14 +9,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:1
 cfg_opts=(--sql "$IDEM_FN_SQL" --retry max_ms=1000)
-idem_write_config "$IDEM_TMP/halt.yaml" g-halt payments "${cfg_opts[@]}" --route on_poison=halt
+idem_fixture --brokers 1 --topics payments:1 \
+	--config halt.yaml g-halt payments "${cfg_opts[@]}" --route on_poison=halt
 idem_write_config "$IDEM_TMP/quarantine.yaml" g-halt payments "${cfg_opts[@]}" \
 	--route on_poison=quarantine
-idem_setup_db "$IDEM_TMP/halt.yaml"
 idem_create_apply_fn
 idem_psql -c "INSERT INTO blocked_accounts VALUES ('acct-blocked')"
 

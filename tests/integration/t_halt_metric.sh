@@ -8,9 +8,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:2
+idem_fixture --brokers 1 --topics payments:2
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
 idem_write_config "$cfg" g-halt-metric payments --sql "$IDEM_FN_SQL" --retry max_ms=60000 \

@@ -7,14 +7,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
-idem_write_config "$IDEM_TMP/idemd.yaml" g-broken payments --sql "$IDEM_FN_SQL" --max 100 \
-	--retry max_ms=500
-idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_fixture --topics payments:4 --config idemd.yaml g-broken payments --sql "$IDEM_FN_SQL" \
+	--max 100 --retry max_ms=500
 idem_create_apply_fn
-idem_produce_bg 6000 0.2 31 1500
+idem_produce_bg --count 6000 --dup-ratio 0.2 --seed 31 --rate 1500
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "first payments applied" idem_claims_above 200

@@ -7,12 +7,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:1
-idem_write_config "$IDEM_TMP/idemd.yaml" g-raise payments --sql "$IDEM_FN_SQL" --max 500 \
-	--wait 2000
-idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_fixture --brokers 1 --topics payments:1 --config idemd.yaml g-raise payments \
+	--sql "$IDEM_FN_SQL" --max 500 --wait 2000
 idem_create_apply_fn
 idem_produce_victim 500
 

@@ -11,9 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
+idem_fixture --topics payments:4
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
 idem_write_config "$cfg" g-flood payments --metrics "0.0.0.0:$port"
@@ -69,7 +67,7 @@ idem_wait_until 30 "/readyz" curl -fsS "$url/readyz" -o /dev/null
 # The same stream (3000 messages at 1500/s) without and with the flood: how long from its first
 # message until it is all committed.
 t0=$EPOCHREALTIME
-idem_produce_bg 3000 0.2 11 1500
+idem_produce_bg --count 3000 --dup-ratio 0.2 --seed 11 --rate 1500
 idem_produce_wait 60
 idem_wait_done g-flood 120
 base_s=$(awk "BEGIN { printf \"%.2f\", $EPOCHREALTIME - $t0 }")
@@ -83,7 +81,7 @@ idem_wait_until 60 "the flooders to connect" flooded
 echo "flood: from 127.0.0.1 $(cat "$IDEM_TMP/flood-self.out") of 220, from 127.0.0.2 $(cat "$IDEM_TMP/flood-other.out") of 300"
 
 t0=$EPOCHREALTIME
-idem_produce_bg 3000 0.2 12 1500
+idem_produce_bg --count 3000 --dup-ratio 0.2 --seed 12 --rate 1500
 max_ms=0 probes=0
 while idem_producer_running || [ "$probes" -lt 20 ]; do
 	for path in healthz readyz; do

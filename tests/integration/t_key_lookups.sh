@@ -12,12 +12,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 
 history=200000
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:2
-cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-lookups payments
-idem_setup_db "$cfg"
+idem_fixture --topics payments:2 --config idemd.yaml g-lookups payments
+cfg=$IDEM_CFG
 idem_psql -c "ALTER TABLE idem.processed_messages SET (autovacuum_enabled = false)"
 idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash) SELECT 'payments', 'hist-' || g, 'history', 0, g, sha256(g::text::bytea) FROM generate_series(1, $history) g"
 idem_assert_eq "claims table never analyzed" "-1" \
@@ -25,7 +21,7 @@ idem_assert_eq "claims table never analyzed" "-1" \
 before=$(idem_pkey_reads)
 
 idemd_start a "$cfg"
-idem_produce 3000 0.3 5
+idem_produce --count 3000 --dup-ratio 0.3 --seed 5
 idem_wait_done g-lookups 120
 idemd_stop a
 sleep 1 # the backends' statistics reach shared memory when they exit

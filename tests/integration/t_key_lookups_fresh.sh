@@ -11,17 +11,13 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:2
-cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-lookups-fresh payments --workers 1
-idem_setup_db "$cfg"
+idem_fixture --topics payments:2 --config idemd.yaml g-lookups-fresh payments --workers 1
+cfg=$IDEM_CFG
 idem_psql -c "ALTER TABLE idem.processed_messages SET (autovacuum_enabled = false)"
 before=$(idem_pkey_reads)
 
 idemd_start a "$cfg"
-idem_produce 30000 0.3 13
+idem_produce --count 30000 --dup-ratio 0.3 --seed 13
 idem_wait_done g-lookups-fresh 180
 idemd_stop a
 sleep 1 # the backends' statistics reach shared memory when they exit

@@ -7,13 +7,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 
 kills=${IDEM_KILLS:-6}
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:8
 # Small batches: many transactions, so the kills land between claim, commit and offset store.
-idem_write_config "$IDEM_TMP/idemd.yaml" g-kill payments --max 20
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce 60000 0.3 11
+idem_fixture --topics payments:8 --config idemd.yaml g-kill payments --max 20
+# Set mode applies several times faster: a longer stream, so that the kills land while it runs.
+count=60000
+[ "$IDEM_HANDLER_MODE" != set ] || count=200000
+idem_produce --count "$count" --dup-ratio 0.3 --seed 11
 
 landed=0
 for i in $(seq 1 $((kills * 2))); do

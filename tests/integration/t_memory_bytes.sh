@@ -32,14 +32,11 @@ if grep -q '^CMAKE_BUILD_TYPE:STRING=Asan$' "$IDEM_BIN/CMakeCache.txt" 2>/dev/nu
 fi
 CONSTANT_KIB=${IDEM_MEM_CONSTANT_KIB:-$((FOOTPRINT_KIB + PARTS * 1024 + 2 * 1024 + PARTS * VALUE_BYTES / 1024 + 10 * 1024))}
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:$PARTS
-idem_write_config "$IDEM_TMP/idemd.yaml" g-mem payments --max 500 --wait 20 \
+idem_fixture --brokers 1 --topics payments:$PARTS \
+	--config idemd.yaml g-mem payments --max 500 --wait 20 \
 	--batch max_bytes=$MAX_BYTES --batch max_bytes_total=$BUDGET \
 	--limits max_message_bytes=$((2 * VALUE_BYTES)) --postgres lock_timeout_ms=60000 \
 	--kafka-prop queued.max.messages.kbytes=512 --kafka-prop fetch.max.bytes=2097152
-idem_setup_db "$IDEM_TMP/idemd.yaml"
 
 # Values: payments JSON padded to VALUE_BYTES; manifest for idem_check_exactly_once.
 python3 - "$IDEM_TMP" "$PARTS" "$PER_PART" "$VALUE_BYTES" <<'PY'
@@ -104,7 +101,7 @@ echo "peak RSS (VmHWM) $((hwm_kib / 1024)) MiB ($hwm_kib KiB); bound: budget $((
 # backlog (checked again with it).
 cp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/big.csv"
 big=$IDEM_PRODUCED
-idem_produce 1500 0.1 7
+idem_produce --count 1500 --dup-ratio 0.1 --seed 7
 cat "$IDEM_TMP/big.csv" >>"$IDEM_TMP/manifest.csv"
 for ((p = 0; p < 4; p++)); do
 	idem_produce_one --partition "$p" --key "big-$p-$PER_PART" \

@@ -8,9 +8,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 
 command -v promtool >/dev/null || idem_fail "promtool (Debian package prometheus) is not installed"
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
+idem_fixture --topics payments:4
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
 idem_write_config "$cfg" g-metrics payments --workers 3 --metrics "127.0.0.1:$port"
@@ -29,7 +27,7 @@ promtool check metrics <"$IDEM_TMP/before.prom"
 metric() { awk -v k="$1" '$1 == k {print $2}' "$2"; }
 idem_assert_eq "consumed before" 0 "$(metric idemd_messages_consumed_total "$IDEM_TMP/before.prom")"
 
-idem_produce 5000 0.3 9
+idem_produce --count 5000 --dup-ratio 0.3 --seed 9
 idem_wait_done g-metrics 120
 sleep 1.5 # one publication interval, for the gauges
 curl -fsS "$url/metrics" >"$IDEM_TMP/after.prom"

@@ -6,16 +6,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
-idem_write_config "$IDEM_TMP/ledger.yaml" g-ledger ledger
+idem_fixture --topics payments:4 --config ledger.yaml g-ledger ledger
 idem_write_config "$IDEM_TMP/audit.yaml" g-audit audit \
 	--sql 'INSERT INTO audit (payment_id, tenant) VALUES ($1, $2) RETURNING id' \
 	--params '[business_key, "header:tenant"]'
-idem_setup_db "$IDEM_TMP/ledger.yaml"
 idem_psql -c "CREATE TABLE audit (id bigserial PRIMARY KEY, payment_id text NOT NULL, tenant text NOT NULL)"
-idem_produce 5000 0.3 5
+idem_produce --count 5000 --dup-ratio 0.3 --seed 5
 
 idemd_start ledger "$IDEM_TMP/ledger.yaml"
 idemd_start audit "$IDEM_TMP/audit.yaml"

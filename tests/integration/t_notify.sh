@@ -7,11 +7,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:2
-idem_write_config "$IDEM_TMP/idemd.yaml" g-notify payments
-idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_fixture --topics payments:2 --config idemd.yaml g-notify payments
 sock=$IDEM_TMP/notify.sock
 out=$IDEM_TMP/sink.out
 idem_spawn sink "$IDEM_BIN/idem-notify-sink" "$sock"
@@ -23,7 +19,7 @@ idem_wait_until 30 "READY=1" grep -q ' READY=1$' "$out"
 idem_wait_until 10 "a watchdog ping after READY" \
 	awk '/ READY=1$/ {r = 1} r && / WATCHDOG=1$/ {f = 1} END {exit !f}' "$out"
 
-idem_produce 2000 0.2 1
+idem_produce --count 2000 --dup-ratio 0.2 --seed 1
 unique1=$IDEM_UNIQUE
 idem_wait_done g-notify 60
 idem_wait_until 10 "STATUS with the applied count" grep -q " STATUS=.*applied=$unique1 " "$out"
@@ -33,7 +29,7 @@ stall_start=$(awk '{t = $1} END {print t}' "$out")
 idem_psql -c "BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT;" >/dev/null &
 locker=$!
 sleep 0.5
-idem_produce 50 0 2
+idem_produce --count 50 --dup-ratio 0 --seed 2
 wait "$locker"
 idem_wait_done g-notify 60
 idem_wait_until 10 "watchdog pings resume" \

@@ -6,13 +6,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
-cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-ops payments
-idem_setup_db "$cfg"
-idem_produce 3000 0.3 21
+idem_fixture --topics payments:4 --config idemd.yaml g-ops payments
+cfg=$IDEM_CFG
+idem_produce --count 3000 --dup-ratio 0.3 --seed 21
 idemd_start a "$cfg"
 idem_wait_done g-ops 120
 idemd_stop a

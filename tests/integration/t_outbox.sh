@@ -11,9 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4 payment-applied:4
+idem_fixture --topics "payments:4 payment-applied:4"
 cfg=$IDEM_TMP/idemd.yaml
 write_cfg() {
 	idem_write_config "$cfg" g-outbox payments --max 50 --route-name pay \
@@ -51,7 +49,7 @@ if idem_psql -c "SELECT idem.emit('x', 'k', 'v', ARRAY['idem-outbox-id'], ARRAY[
 	idem_fail "idem.emit accepted a header named idem-outbox-id"
 fi
 
-IDEM_ACCOUNTS=12 idem_produce 1500 0.2 71
+IDEM_ACCOUNTS=12 idem_produce --count 1500 --dup-ratio 0.2 --seed 71
 idem_produce_one --key blocked-1 \
 	--value '{"payment_id":"blocked-1","account":"acct-blocked","amount":5}'
 idemd_start a "$cfg"

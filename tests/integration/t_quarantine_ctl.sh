@@ -9,15 +9,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
-idem_write_config "$IDEM_TMP/idemd.yaml" g-qctl payments --sql "$IDEM_FN_SQL"
-idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_fixture --topics payments:4 --config idemd.yaml g-qctl payments --sql "$IDEM_FN_SQL"
 idem_create_apply_fn
 ctl() { "$IDEM_BIN/idemctl" -c "$IDEM_TMP/idemd.yaml" quarantine "$@"; }
 idem_psql -c "INSERT INTO blocked_accounts VALUES ('acct-7')"
-idem_produce 2000 0.3 51
+idem_produce --count 2000 --dup-ratio 0.3 --seed 51
 blocked=$(grep -c ',acct-7,' "$IDEM_TMP/manifest.csv")
 
 idemd_start a "$IDEM_TMP/idemd.yaml"

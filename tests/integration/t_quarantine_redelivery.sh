@@ -11,9 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:1
+idem_fixture --brokers 1 --topics payments:1
 cfg=$IDEM_TMP/idemd.yaml
 # No offset reaches Kafka before the SIGKILL (its first automatic commit would be in 10 min):
 # the next instance starts from the beginning.

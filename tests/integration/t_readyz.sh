@@ -9,9 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
+idem_fixture --topics payments:4
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
 idem_write_config "$cfg" g-readyz payments --workers 3 --metrics "127.0.0.1:$port"
@@ -41,13 +39,13 @@ consumed_is() { [ "$(idem_psql -c 'SELECT coalesce(sum(consumed), 0) FROM idem.p
 
 # A backlog waits before idemd starts: it is consumed from the moment the partitions are
 # assigned, so the first claim's transaction marks a time they were assigned by.
-idem_produce 4000 0.3 5
+idem_produce --count 4000 --dup-ratio 0.3 --seed 5
 total=$IDEM_PRODUCED
 idemd_start a "$cfg"
 idem_wait_until 60 "the backlog consumed" consumed_is "$total"
 t_assigned=$(idem_psql -c "SELECT (extract(epoch FROM min(processed_at)) * 1000)::bigint FROM idem.processed_messages")
 sleep 3 # idle
-idem_produce 4000 0.3 6
+idem_produce --count 4000 --dup-ratio 0.3 --seed 6
 total=$((total + IDEM_PRODUCED))
 idem_wait_until 60 "the second stream consumed" consumed_is "$total"
 sleep 3 # idle
@@ -70,7 +68,7 @@ idem_pg_start_again
 idem_wait_until 10 "/readyz ready again" answers "200 ready"
 t_back=$(now_ms)
 # Still applying: a few more payments after the outage.
-idem_produce 500 0 7
+idem_produce --count 500 --dup-ratio 0 --seed 7
 total=$((total + IDEM_PRODUCED))
 idem_wait_until 60 "payments after the outage consumed" consumed_is "$total"
 t_end=$(now_ms)

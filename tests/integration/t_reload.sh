@@ -6,15 +6,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:2
-cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-reload payments --log-level info
-idem_setup_db "$cfg"
+idem_fixture --topics payments:2 --config idemd.yaml g-reload payments --log-level info
+cfg=$IDEM_CFG
 log=$IDEM_TMP/idemd-a.log
 idemd_start a "$cfg"
-idem_produce 200 0 1
+idem_produce --count 200 --dup-ratio 0 --seed 1
 idem_wait_done g-reload 60
 grep -q ' debug batch: committed' "$log" && idem_fail "debug lines at level info"
 
@@ -29,7 +25,7 @@ grep -q " info config: 'log.level' changed to 'debug'" "$log" || idem_fail "the 
 grep -q " warn config: 'batch.max_messages' changed; restart to apply" "$log" ||
 	idem_fail "the reload does not name batch.max_messages as needing a restart"
 grep -q "config: 'batch.max_messages' changed to" "$log" && idem_fail "batch.max_messages reported as applied"
-idem_produce 200 0 2
+idem_produce --count 200 --dup-ratio 0 --seed 2
 idem_wait_done g-reload 60
 grep -q ' debug batch: committed' "$log" || idem_fail "no debug lines after reloading level debug"
 after=$(idem_psql -c 'SELECT sum(consumed) FROM idem.partition_progress')
@@ -48,7 +44,7 @@ echo "nonsense_key: 1" >>"$cfg"
 kill -HUP "$IDEMD_PID_a"
 idem_wait_until 10 "the refused reload" grep -q "reload failed, keeping the running configuration" "$log"
 grep -Eq "idemd.yaml:[0-9]+:1: error: unknown section 'nonsense_key'" "$log" || idem_fail "the refused reload does not say why"
-idem_produce 200 0 3
+idem_produce --count 200 --dup-ratio 0 --seed 3
 idem_wait_done g-reload 60
 idem_assert_eq "claims after the refused reload" 600 "$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')"
 idemd_stop a

@@ -6,12 +6,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
-idem_write_config "$IDEM_TMP/idemd.yaml" g-replay payments
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce 6000 0.2 7
+idem_fixture --topics payments:4 --config idemd.yaml g-replay payments
+idem_produce --count 6000 --dup-ratio 0.2 --seed 7
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_done g-replay 120

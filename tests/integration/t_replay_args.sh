@@ -13,11 +13,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:2
-idem_write_config "$IDEM_TMP/idemd.yaml" g-args payments --key '${header:order}'
-idem_setup_db "$IDEM_TMP/idemd.yaml"
+idem_fixture --brokers 1 --topics payments:2 --config idemd.yaml g-args payments \
+	--key '${header:order}'
 
 # 20 payments, each with 70 headers: h0..h68, then the business key's header.
 n=20

@@ -15,15 +15,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
 coop=(--kafka-prop partition.assignment.strategy=cooperative-sticky)
-idem_write_config "$IDEM_TMP/lazy.yaml" g-rr payments "${coop[@]}" \
+idem_fixture --topics payments:4 --config lazy.yaml g-rr payments "${coop[@]}" \
 	--kafka-prop auto.commit.interval.ms=60000
 # Small batches, one worker: the replay takes long enough to be killed partway.
 idem_write_config "$IDEM_TMP/slow.yaml" g-rr payments "${coop[@]}" --max 20 --workers 1
-idem_setup_db "$IDEM_TMP/lazy.yaml"
 ctl() { "$IDEM_BIN/idemctl" -c "$IDEM_TMP/lazy.yaml" "$@"; }
 
 sum() { idem_psql -c "SELECT coalesce(sum($1), 0) FROM idem.partition_progress WHERE consumer = 'payments'"; }
@@ -38,7 +34,7 @@ idem_wait_until 60 "a gets partitions" owns a
 idemd_start b "$IDEM_TMP/lazy.yaml"
 idem_wait_until 60 "b gets partitions" owns b
 # Produced once both have their partitions: no revoke commits Kafka's offsets meanwhile.
-idem_produce 8000 0.2 17
+idem_produce --count 8000 --dup-ratio 0.2 --seed 17
 idem_wait_until 120 "every message applied in the database" applied_all
 idem_log "applied; Kafka's committed offsets total $(committed) of $IDEM_PRODUCED"
 idemd_kill9 a

@@ -13,9 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4 replies-once:2 replies-all:2 replies-set:2
+idem_fixture --topics "payments:4 replies-once:2 replies-all:2 replies-set:2"
 cfg=$IDEM_TMP/idemd.yaml
 write_cfg() { # GROUP CONSUMER REPLY
 	idem_write_config "$cfg" "$1" "$2" --max 50 --mode row \
@@ -33,7 +31,7 @@ grep -q "route 'payments' has 'reply' but outbox.enabled is false" <<<"$out" ||
 
 write_cfg g-once c-once '{topic: replies-once}'
 idem_setup_db "$cfg"
-IDEM_ACCOUNTS=10 idem_produce 1200 0.25 17
+IDEM_ACCOUNTS=10 idem_produce --count 1200 --dup-ratio 0.25 --seed 17
 idem_log "produced $IDEM_PRODUCED payments, $IDEM_UNIQUE unique"
 
 # reply.duplicates: false.

@@ -7,13 +7,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
-cfg=$IDEM_TMP/idemd.yaml
-idem_write_config "$cfg" g-ret payments --retention keep=1h --retention interval=1s --retention batch=100
-idem_setup_db "$cfg"
-idem_produce 3000 0.2 13
+idem_fixture --topics payments:4 --config idemd.yaml g-ret payments \
+	--retention keep=1h --retention interval=1s --retention batch=100
+cfg=$IDEM_CFG
+idem_produce --count 3000 --dup-ratio 0.2 --seed 13
 idemd_start a "$cfg"
 idem_wait_done g-ret 120
 total=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages")
@@ -32,7 +29,7 @@ idem_assert_eq "horizon recorded" t \
 	"$(idem_psql -c "SELECT purged_before BETWEEN now() - interval '61 minutes' AND now() - interval '59 minutes' FROM idem.retention_horizon WHERE consumer = 'payments'")"
 
 # The pipeline goes on applying while the purge runs.
-idem_produce 500 0 14
+idem_produce --count 500 --dup-ratio 0 --seed 14
 idem_wait_done g-ret 60
 idem_assert_eq "claims after more messages" $((total - 1000 + IDEM_UNIQUE)) \
 	"$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')"

@@ -11,16 +11,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:1
 # apply_payment() for each element, in the arrays' order; (payment id, balance after) returned.
 # shellcheck disable=SC2016 # $n are SQL parameters
 set_sql='SELECT u.id, apply_payment(u.id, u.account, u.amount::bigint)::text FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(id, account, amount, n) ORDER BY u.n'
-idem_write_config "$IDEM_TMP/idemd.yaml" g-set payments --sql "$set_sql" --mode set --max 500 \
-	--wait 2000
+idem_fixture --brokers 1 --topics payments:1 --config idemd.yaml g-set payments \
+	--sql "$set_sql" --mode set --max 500 --wait 2000
 grep -q '^      mode: set$' "$IDEM_TMP/idemd.yaml" || idem_fail "configuration is not in set mode"
-idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
 idem_produce_victim 501
 

@@ -11,13 +11,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:1
-idem_write_config "$IDEM_TMP/idemd.yaml" g-timeouts payments --sql "$IDEM_FN_SQL" --max 50 \
-	--retry max_ms=300 --retry max_attempts=2 \
+idem_fixture --brokers 1 --topics payments:1 --config idemd.yaml g-timeouts payments \
+	--sql "$IDEM_FN_SQL" --max 50 --retry max_ms=300 --retry max_attempts=2 \
 	--postgres lock_timeout_ms=300 --postgres statement_timeout_ms=600
-idem_setup_db "$IDEM_TMP/idemd.yaml"
 idem_create_apply_fn
 idem_psql -c "INSERT INTO slow_accounts VALUES ('acct-slow', 5)"
 idem_psql -c "INSERT INTO accounts VALUES ('acct-locked', 0)"

@@ -6,12 +6,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:8
-idem_write_config "$IDEM_TMP/idemd.yaml" g-two payments --max 100
-idem_setup_db "$IDEM_TMP/idemd.yaml"
-idem_produce 20000 0.3 3
+idem_fixture --topics payments:8 --config idemd.yaml g-two payments --max 100
+idem_produce --count 20000 --dup-ratio 0.3 --seed 3
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "first instance applies something" idem_claims_above 0

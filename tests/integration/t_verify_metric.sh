@@ -15,9 +15,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 
 command -v python3 >/dev/null || idem_fail "python3 is not installed"
-idem_tmp_init
-idem_pg_start
-idem_kafka_start payments:4
+idem_fixture --topics payments:4
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
 idem_write_config "$cfg" g-verify payments --metrics "127.0.0.1:$port"
@@ -34,7 +32,7 @@ next_offset() {
 	idem_psql -c "SELECT next_offset FROM idem.partition_progress WHERE partition = $1"
 }
 
-idem_produce 2000 0.2 41
+idem_produce --count 2000 --dup-ratio 0.2 --seed 41
 idemd_start a "$cfg"
 idem_wait_done g-verify 120
 curl -fsS "$url/metrics" >"$IDEM_TMP/first.prom"

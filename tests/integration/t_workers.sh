@@ -13,9 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_tmp_init
-idem_pg_start
-idem_kafka_start --brokers 1 payments:8 burst:8
+idem_fixture --brokers 1 --topics "payments:8 burst:8"
 
 # The payments handler, logging which backend and transaction applied what, and when; it
 # sleeps 2 ms per message so that transactions last long enough to overlap.
@@ -47,7 +45,7 @@ SQL
 idem_write_config "$IDEM_TMP/two.yaml" g-two payments "${cfg_opts[@]}" --workers 2 --max 40
 idem_setup_db "$IDEM_TMP/two.yaml"
 create_fn
-idem_produce 3000 0.1 21
+idem_produce --count 3000 --dup-ratio 0.1 --seed 21
 idemd_start a "$IDEM_TMP/two.yaml"
 idem_wait_done g-two 120
 idemd_stop a

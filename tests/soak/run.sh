@@ -90,7 +90,7 @@ for ((i = 1; i <= instances; i++)); do
 	idemd_start "i$i" "$IDEM_TMP/i$i.yaml"
 done
 idem_log "soak: $minutes min, $count payments at $rate/s over $partitions partitions, $instances instances"
-idem_produce_bg "$count" 0.2 4242 "$rate"
+idem_produce_bg --count "$count" --dup-ratio 0.2 --seed 4242 --rate "$rate"
 
 # progress: every partition's committed next offset, "p:offset" space-separated.
 progress() {
