@@ -598,10 +598,11 @@ static idem_status json_read(const struct idem_field *f, const struct idem_msgvi
 		*ret_absent = "not found in value";
 		return IDEM_OK;
 	}
-	switch (scalar ? json_object_get_type(val) : json_type_string) {
-	case json_type_null:
+	if (val == NULL) { /* JSON null: json-c has no object for it */
 		*ret_absent = "is null";
 		return IDEM_OK;
+	}
+	switch (scalar ? json_object_get_type(val) : json_type_null) {
 	case json_type_object:
 		return idem_error_set(err, IDEM_ERR_KEY, "json:%s: is an object, not a scalar",
 		                      f->arg);
@@ -631,10 +632,6 @@ static idem_status json_read(const struct idem_field *f, const struct idem_msgvi
 		break;
 	default:
 		break;
-	}
-	if (val == NULL) { /* JSON null, as a parameter */
-		*ret_absent = "is null";
-		return IDEM_OK;
 	}
 	if (json_append(out, val) != IDEM_OK)
 		return idem_error_nomem(err);

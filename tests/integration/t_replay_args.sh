@@ -69,19 +69,18 @@ idem_assert_eq "Kafka's offsets after the refusals" "$kafka0" "$(offsets)"
 idem_assert_eq "database positions after the refusals" "$db0" "$(positions)"
 
 # --to-time without --partition: refused before any broker or database is asked, so even a
-# configuration whose broker and database are gone answers at once.
+# configuration whose broker and database are gone is refused as a usage error (exit 2), not as
+# a failure to reach them (exit 1, what asking first gives).
 sed -e "s|^  brokers: .*|  brokers: \"127.0.0.1:$(idem_free_port)\"|" \
 	-e "s|^  conninfo: .*|  conninfo: \"host=127.0.0.1 port=$(idem_free_port) dbname=idem user=idem\"|" \
 	"$IDEM_TMP/idemd.yaml" >"$IDEM_TMP/gone.yaml"
 ! grep -q "$IDEM_BROKERS" "$IDEM_TMP/gone.yaml" || idem_fail "gone.yaml still names the broker"
-t0=$SECONDS
 rc=0
 "$IDEM_BIN/idemctl" -c "$IDEM_TMP/gone.yaml" replay --topic payments \
 	--to-time 2026-01-01T00:00:00Z >"$IDEM_TMP/out.txt" 2>&1 || rc=$?
 idem_assert_eq "exit status of --to-time without --partition" 2 "$rc"
 grep -q -- "--to-time needs --partition" "$IDEM_TMP/out.txt" ||
 	idem_fail "--to-time without --partition: $(cat "$IDEM_TMP/out.txt")"
-[ $((SECONDS - t0)) -lt 5 ] || idem_fail "--to-time without --partition took $((SECONDS - t0)) s: something was asked first"
 
 # The plan reads every header, as idemd did: all 20 already claimed, none undecodable.
 ctl 0 "^total: messages=$n would_apply=0 already_claimed=$n repeated_in_range=0 undecodable=0" \
