@@ -223,6 +223,14 @@ static idem_status put_hash(struct idem_batch *b, struct idem_batch_msg *msg, co
 	return arena_put(b, text, 2 * mdlen, &msg->hash);
 }
 
+/* A message that cannot be decoded now (IDEM_ERR_UNAVAILABLE): keep why, for the caller. */
+static idem_status batch_wait(struct idem_batch *b, idem_status r, const idem_error *err)
+{
+	if (r == IDEM_ERR_UNAVAILABLE)
+		snprintf(b->wait_reason, sizeof(b->wait_reason), "%s", err->msg);
+	return r;
+}
+
 /* Decode key and parameters; on a message-specific failure set the reason and state BAD. */
 static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgview *m,
                           const struct idem_cfg *cfg)
@@ -244,8 +252,8 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 		return idem_batch_set_reason(b, i, why, NULL);
 	}
 	r = idem_key_build(&route->key, m, &b->doc, cfg->max_key_bytes, &b->scratch, &err);
-	if (r == IDEM_ERR_NOMEM)
-		return r;
+	if (r == IDEM_ERR_NOMEM || r == IDEM_ERR_UNAVAILABLE)
+		return batch_wait(b, r, &err);
 	if (r != IDEM_OK) {
 		char why[sizeof(err.msg) + 64];
 
@@ -268,8 +276,8 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 		 * pass a pointer taken after every append. */
 		r = idem_field_get(&route->params[p], m, &b->doc, b->arena.data + msg->bkey.off,
 		                   &b->scratch, &is_null, &err);
-		if (r == IDEM_ERR_NOMEM)
-			return r;
+		if (r == IDEM_ERR_NOMEM || r == IDEM_ERR_UNAVAILABLE)
+			return batch_wait(b, r, &err);
 		if (r != IDEM_OK) {
 			char why[sizeof(err.msg) + 64];
 
@@ -345,6 +353,13 @@ idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
 	r = decode(b, i, m, cfg);
 	/* The parsed value is needed no more, and may be as large as the message. */
 	idem_jsondoc_reset(&b->doc);
+	if (r == IDEM_ERR_UNAVAILABLE) {
+		/* Not added: the message is read again later, as if it had not come yet. */
+		b->n_msgs--;
+		b->n_hdrs -= m->n_headers;
+		b->arena.len = before;
+		return r;
+	}
 	b->bytes += b->arena.len - before;
 	return r;
 }

@@ -455,6 +455,7 @@ enum {
 	TOP_RETRY,
 	TOP_RETENTION,
 	TOP_OUTBOX,
+	TOP_REGISTRY,
 	TOP_METRICS,
 	TOP_LOG,
 	TOP_N
@@ -481,6 +482,9 @@ static const struct cfg_key top_keys[] = {
 	[TOP_RETRY] = { .name = "retry", .type = CFG_SECTION, .sub = &retry_section },
 	[TOP_RETENTION] = { .name = "retention", .type = CFG_SECTION, .sub = &retention_section },
 	[TOP_OUTBOX] = { .name = "outbox", .type = CFG_SECTION, .sub = &outbox_section },
+	[TOP_REGISTRY] = { .name = "schema_registry",
+	                   .type = CFG_SECTION,
+	                   .sub = &idem__cfg_registry_section },
 	[TOP_METRICS] = { .name = "metrics", .type = CFG_SECTION, .sub = &metrics_section },
 	[TOP_LOG] = { .name = "log", .type = CFG_SECTION, .sub = &log_section },
 };
@@ -850,6 +854,34 @@ static void cfg_check_route_outbox(struct cfg_ctx *ctx, struct idem_cfg *cfg, ya
 	}
 }
 
+bool idem_route_reads_avro(const struct idem_route *route)
+{
+	if (idem_template_needs_avro(&route->key))
+		return true;
+	for (size_t j = 0; j < route->n_params; j++) {
+		if (route->params[j].kind == IDEM_FIELD_AVRO ||
+		    route->params[j].kind == IDEM_FIELD_AVRO_KEY)
+			return true;
+	}
+	return false;
+}
+
+/* A route that reads avro: fields needs a schema registry. */
+static void cfg_check_route_avro(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes,
+                                 bool has_registry)
+{
+	char label[32];
+
+	for (size_t i = 0; i < cfg->n_routes && !has_registry; i++) {
+		if (!idem_route_reads_avro(&cfg->routes[i]))
+			continue;
+		idem__cfg_error(
+		        ctx, idem__cfg_seq_get(ctx, routes, i),
+		        "route '%s' reads avro: fields but there is no 'schema_registry' section",
+		        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
+	}
+}
+
 static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
 {
 	struct idem_cfg *cfg = target;
@@ -860,6 +892,7 @@ static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, voi
 	cfg_check_route_topics(ctx, cfg, routes,
 	                       idem__cfg_map_get(ctx, slots[TOP_KAFKA].value, "topics"));
 	cfg_check_route_outbox(ctx, cfg, routes);
+	cfg_check_route_avro(ctx, cfg, routes, slots[TOP_REGISTRY].key != NULL);
 }
 
 /* Fills in what is computed from other settings; only called on a valid file. */
@@ -877,6 +910,7 @@ static void cfg_finish(struct cfg_ctx *ctx, struct idem_cfg *cfg)
 			if (route->params[j].kind == IDEM_FIELD_JSON)
 				route->needs_json = true;
 		}
+		route->needs_avro = idem_route_reads_avro(route);
 		total += route->n_topics;
 	}
 	if (cfg->topics != NULL)

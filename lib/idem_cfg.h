@@ -11,6 +11,10 @@
 #include "idem_field.h"
 #include "idem_log.h"
 
+/* The schema_registry section's table (idem_cfg_registry.c), for idem_cfg.c's top section. */
+struct cfg_section;
+extern const struct cfg_section idem__cfg_registry_section;
+
 /*
  * routes[].on_poison: what happens to a message that cannot be applied (ARCHITECTURE.md,
  * "The transaction").
@@ -60,6 +64,7 @@ struct idem_route {
 	int reply_duplicates;              /* routes[].reply.duplicates, default false */
 	char *dead_letter_topic;           /* routes[].dead_letter_topic: NULL, quarantine only */
 	bool needs_json;                   /* computed: key or a param uses json: */
+	bool needs_avro;                   /* computed: key or a param uses avro: or avro-key: */
 };
 
 struct idem_kv {
@@ -124,12 +129,22 @@ struct idem_cfg {
 	                                rows stay */
 	int64_t outbox_purge_interval_s; /* outbox.purge_interval, default 60s, 1s..7d */
 
+	/* schema_registry: (ARCHITECTURE.md "Avro"; idem_cfg_registry.c) */
+	char *registry_url;           /* schema_registry.url; NULL: none (no avro: fields) */
+	char *registry_username;      /* schema_registry.username: HTTP basic authentication */
+	char *registry_password_env;  /* schema_registry.password_env */
+	char *registry_password_file; /* schema_registry.password_file: first line */
+	int registry_timeout_ms;      /* schema_registry.timeout_ms, default 5000, 100..120000 */
+
 	/* metrics: */
 	char *metrics_listen; /* metrics.listen ("127.0.0.1:9187"); NULL: no HTTP listener */
 
 	/* log: */
 	enum idem_log_level log_level; /* log.level, default info */
 };
+
+/* @brief Does @route read avro: or avro-key: fields (its business key or a parameter)? */
+bool idem_route_reads_avro(const struct idem_route *route);
 
 /*
  * @brief Load and validate @path.

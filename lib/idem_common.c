@@ -3,6 +3,7 @@
  */
 #include "idem_common.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,8 +122,48 @@ const char *idem_status_str(idem_status s)
 		return "not found";
 	case IDEM_ERR_BEHIND:
 		return "database behind";
+	case IDEM_ERR_UNAVAILABLE:
+		return "unavailable, try again";
 	}
 	return "unknown error";
+}
+
+idem_status idem_secret_read(const char *section, const char *env, const char *file, char *buf,
+                             size_t len, bool *ret_set, idem_error *err)
+{
+	*ret_set = false;
+	if (env != NULL) {
+		const char *v = getenv(env);
+
+		if (v == NULL)
+			return idem_error_set(
+			        err, IDEM_ERR_CONFIG,
+			        "%s.password_env: environment variable '%s' is not set", section,
+			        env);
+		snprintf(buf, len, "%s", v);
+		*ret_set = true;
+	} else if (file != NULL) {
+		FILE *f = fopen(file, "r");
+
+		if (f == NULL)
+			return idem_error_set(err, IDEM_ERR_CONFIG,
+			                      "%s.password_file: cannot open '%s': %s", section,
+			                      file, strerror(errno));
+		if (fgets(buf, (int)len, f) == NULL)
+			buf[0] = '\0';
+		fclose(f);
+		buf[strcspn(buf, "\r\n")] = '\0';
+		*ret_set = true;
+	}
+	return IDEM_OK;
+}
+
+void idem_secret_wipe(char *p, size_t n)
+{
+	volatile char *v = p;
+
+	while (n-- > 0)
+		*v++ = 0;
 }
 
 void idem_buf_init(struct idem_buf *b)

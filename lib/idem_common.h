@@ -38,16 +38,19 @@ enum idem_exit {
 
 typedef enum idem_status {
 	IDEM_OK = 0,
-	IDEM_ERR_NOMEM,     /* out of memory */
-	IDEM_ERR_INVALID,   /* invalid argument or state (programmer or operator error) */
-	IDEM_ERR_IO,        /* file or socket I/O */
-	IDEM_ERR_CONFIG,    /* configuration is invalid */
-	IDEM_ERR_KEY,       /* business key or field could not be extracted from a message */
-	IDEM_ERR_PG,        /* Postgres error; see idem_error.sqlstate */
-	IDEM_ERR_KAFKA,     /* librdkafka error */
-	IDEM_ERR_NOT_FOUND, /* a looked-up thing does not exist */
-	IDEM_ERR_BEHIND,    /* the database lacks a position this process saw it hold: it went
-	                       back in time (ARCHITECTURE.md "When the database goes back") */
+	IDEM_ERR_NOMEM,       /* out of memory */
+	IDEM_ERR_INVALID,     /* invalid argument or state (programmer or operator error) */
+	IDEM_ERR_IO,          /* file or socket I/O */
+	IDEM_ERR_CONFIG,      /* configuration is invalid */
+	IDEM_ERR_KEY,         /* business key or field could not be extracted from a message */
+	IDEM_ERR_PG,          /* Postgres error; see idem_error.sqlstate */
+	IDEM_ERR_KAFKA,       /* librdkafka error */
+	IDEM_ERR_NOT_FOUND,   /* a looked-up thing does not exist */
+	IDEM_ERR_BEHIND,      /* the database lacks a position this process saw it hold: it went
+	                         back in time (ARCHITECTURE.md "When the database goes back") */
+	IDEM_ERR_UNAVAILABLE, /* something a message needs cannot be had now (a schema, from a
+	                         registry that does not answer): try again later, nothing is wrong
+	                         with the message */
 } idem_status;
 
 /*
@@ -72,6 +75,18 @@ idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, .
  * @returns IDEM_ERR_NOMEM.
  */
 idem_status idem_error_nomem(idem_error *err);
+
+/*
+ * @brief Read a password from the environment variable @env or the first line of @file (at
+ * most one is set; neither: *ret_set is false). @section names the settings in messages
+ * ("postgres" -> "postgres.password_env: environment variable 'X' is not set"). The password is
+ * never part of a message. Wipe @buf with idem_secret_wipe() once used.
+ */
+IDEM_NODISCARD idem_status idem_secret_read(const char *section, const char *env, const char *file,
+                                            char *buf, size_t len, bool *ret_set, idem_error *err);
+
+/* @brief Overwrite a secret in memory (stores the compiler may not drop). */
+void idem_secret_wipe(char *p, size_t n);
 
 /* @brief Human name of a status code ("out of memory", ...). */
 const char *idem_status_str(idem_status s);

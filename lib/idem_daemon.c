@@ -452,6 +452,9 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->last_stats_ms = idem_mono_ms();
 	d->commit_ms = idem_consumer_commit_interval_ms(cfg);
 	idem_parts_init(&d->parts);
+	if ((r = idem_schemas_open(cfg, &d->schemas, err)) != IDEM_OK)
+		goto out_free;
+	d->parts.schemas = d->schemas;
 	if ((r = idem_pool_new(cfg, &d->pool, err)) != IDEM_OK)
 		goto out_free;
 	d->metrics = idem_metrics_new();
@@ -512,6 +515,7 @@ void idem_daemon_free(idem_daemon *d)
 	idem_resume_free(d->resume);
 	idem_pool_free(d->pool);
 	idem_parts_done(&d->parts);
+	idem_schemas_close(d->schemas);
 	idem_consumer_headers_free(&d->hdrs);
 	free(d);
 }
@@ -526,6 +530,38 @@ void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats
 int64_t idem_daemon_stalled_ms(const idem_daemon *d)
 {
 	return idem_pool_stalled_ms(&d->parts, idem_mono_ms());
+}
+
+/*
+ * The message at @offset of @p cannot be decoded now: the schema registry does not answer
+ * (ARCHITECTURE.md "Avro"). Nothing is wrong with the message, so it is not quarantined: the
+ * partition waits, as for a retry (paused; what it has in hand before the message goes on its
+ * way), and reads the message again when the registry's backoff for that schema id is over.
+ */
+static void wait_schema(idem_daemon *d, struct idem_part *p, int64_t offset)
+{
+	int wait = p->batch.doc.retry_ms > 0 ? p->batch.doc.retry_ms : d->cfg->retry_initial_ms;
+
+	if (!p->schema_wait)
+		idem_log_warn("avro",
+		              "partition waits for the schema registry topic=%s partition=%" PRId32
+		              " offset=%" PRId64 ": %s; retrying in %dms",
+		              p->topic, p->partition, offset, p->batch.wait_reason, wait);
+	else
+		idem_log_debug("avro",
+		               "still waiting for the schema registry topic=%s partition=%" PRId32
+		               " offset=%" PRId64 ": %s; retrying in %dms",
+		               p->topic, p->partition, offset, p->batch.wait_reason, wait);
+	p->schema_wait = true;
+	d->stats.schema_waits++;
+	idem_metrics_schema_wait(d->metrics);
+	p->fetch_next = offset;
+	if (p->retry_at_ms == 0)
+		pause_part(d, p);
+	p->retry_at_ms = idem_mono_ms() + wait;
+	/* What came before the message need not wait with it. */
+	if (!p->busy && p->batch.n_msgs > 0)
+		dispatch(d, p);
 }
 
 static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err)
@@ -549,9 +585,20 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	bytes = p->batch.bytes;
 	r = idem_batch_add(&p->batch, &m, d->cfg, idem_mono_ms());
 	d->bytes_held += p->batch.bytes - bytes;
+	if (r == IDEM_ERR_UNAVAILABLE) {
+		wait_schema(d, p, rkm->offset);
+		return IDEM_OK;
+	}
 	if (r != IDEM_OK)
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
+	if (p->schema_wait) {
+		p->schema_wait = false;
+		idem_log_info("avro",
+		              "schema found, partition goes on topic=%s partition=%" PRId32
+		              " offset=%" PRId64,
+		              p->topic, p->partition, rkm->offset);
+	}
 	p->fetch_next = rkm->offset + 1;
 	if (p->batch.n_msgs == 1) {
 		p->batch.opened_us = idem_mono_us();

@@ -36,8 +36,9 @@ struct idem_daemon_stats {
 	uint64_t batches;
 	uint64_t slow_batches;
 	uint64_t retries;
-	size_t partitions; /* currently assigned */
-	size_t halted;     /* of which stopped at a poison message (routes[].on_poison: halt) */
+	uint64_t schema_waits; /* a partition waited for the schema registry */
+	size_t partitions;     /* currently assigned */
+	size_t halted;         /* of which stopped at a poison message (routes[].on_poison: halt) */
 };
 
 /* Asked between retries and during waits: true when the process should stop. */

@@ -34,6 +34,7 @@ struct idem_daemon {
 	idem_pool *pool;
 
 	struct idem_parts parts;
+	idem_schemas *schemas; /* the schema registry of avro: fields, or NULL */
 	size_t bytes_held; /* idem_part_bytes() of every partition: batch.max_bytes_total's count */
 	struct idem_consumer_headers hdrs; /* scratch for one message's headers */
 	struct idem_daemon_stats stats;

@@ -92,9 +92,12 @@ idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *
 		if (arg[0] == '\0')
 			return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
 			                  "empty header name in field 'header:'");
-	} else if (strncmp(s, "json:", 5) == 0) {
-		kind = IDEM_FIELD_JSON;
-		arg = s + 5;
+	} else if (strncmp(s, "json:", 5) == 0 || strncmp(s, "avro:", 5) == 0 ||
+	           strncmp(s, "avro-key:", 9) == 0) {
+		kind = s[0] == 'j'   ? IDEM_FIELD_JSON
+		       : s[4] == ':' ? IDEM_FIELD_AVRO
+		                     : IDEM_FIELD_AVRO_KEY;
+		arg = strchr(s, ':') + 1;
 		r = check_json_pointer(s, arg, errbuf, errlen);
 		if (r != IDEM_OK)
 			return r;
@@ -108,7 +111,7 @@ idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *
 		if (kind == IDEM_FIELD_LITERAL)
 			return parse_fail(
 			        errbuf, errlen, IDEM_ERR_INVALID,
-			        "unknown field '%s' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)",
+			        "unknown field '%s' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)",
 			        s);
 	}
 	if (arg != NULL) {
@@ -148,6 +151,17 @@ bool idem_template_needs_json(const struct idem_template *t)
 		return false;
 	for (size_t i = 0; i < t->n_parts; i++) {
 		if (t->parts[i].kind == IDEM_FIELD_JSON)
+			return true;
+	}
+	return false;
+}
+
+bool idem_template_needs_avro(const struct idem_template *t)
+{
+	if (t == NULL)
+		return false;
+	for (size_t i = 0; i < t->n_parts; i++) {
+		if (t->parts[i].kind == IDEM_FIELD_AVRO || t->parts[i].kind == IDEM_FIELD_AVRO_KEY)
 			return true;
 	}
 	return false;
@@ -303,12 +317,7 @@ idem_status idem_template_parse(const char *s, struct idem_template *ret_tpl, ch
 
 void idem_jsondoc_init(struct idem_jsondoc *doc)
 {
-	doc->root = NULL;
-	doc->tok = NULL;
-	doc->json_c_only = false;
-	doc->parsed = false;
-	doc->invalid = false;
-	doc->errmsg[0] = '\0';
+	memset(doc, 0, sizeof(*doc));
 }
 
 void idem_jsondoc_reset(struct idem_jsondoc *doc)
@@ -320,6 +329,16 @@ void idem_jsondoc_reset(struct idem_jsondoc *doc)
 	doc->parsed = false;
 	doc->invalid = false;
 	doc->errmsg[0] = '\0';
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(doc->avro); i++) {
+		struct idem_avrodoc *a = &doc->avro[i];
+
+		/* The decoded datum goes (and its schema reference); the decoder stays. */
+		if (a->decoded)
+			idem_avro_dec_reset(a->dec);
+		a->decoded = false;
+		a->invalid = false;
+		a->errmsg[0] = '\0';
+	}
 }
 
 void idem_jsondoc_done(struct idem_jsondoc *doc)
@@ -330,6 +349,10 @@ void idem_jsondoc_done(struct idem_jsondoc *doc)
 	if (doc->tok != NULL)
 		json_tokener_free(doc->tok);
 	doc->tok = NULL;
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(doc->avro); i++) {
+		idem_avro_dec_free(doc->avro[i].dec);
+		doc->avro[i].dec = NULL;
+	}
 }
 
 static void jsondoc_set_invalid(struct idem_jsondoc *doc, const char *fmt, ...) IDEM_PRINTF(2, 3);
@@ -638,6 +661,94 @@ static idem_status json_read(const struct idem_field *f, const struct idem_msgvi
 	return IDEM_OK;
 }
 
+/*
+ * Decodes the Confluent-framed Avro @p[0..@n) (the value, @which 0, or the key, 1) into @doc
+ * unless that was done already for this message. As for JSON, bytes that are not Avro of a
+ * known schema are not a failure here: they set a->invalid and a->errmsg. A schema that cannot
+ * be had now is: IDEM_ERR_UNAVAILABLE, with doc->retry_ms.
+ */
+static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p, size_t n,
+                             idem_error *err)
+{
+	struct idem_avrodoc *a = &doc->avro[which];
+	idem_avro_schema *schema = NULL;
+	const void *body;
+	size_t len;
+	int32_t id;
+	int retry_ms = 0;
+	idem_error e = { 0 };
+	idem_status r;
+
+	if (a->decoded || a->invalid)
+		return IDEM_OK;
+	if (idem_avro_frame(p, n, &id, &body, &len, &e) != IDEM_OK) {
+		snprintf(a->errmsg, sizeof(a->errmsg), "%s", e.msg);
+		a->invalid = true;
+		return IDEM_OK;
+	}
+	if (doc->schema_fn == NULL)
+		return idem_error_set(err, IDEM_ERR_INVALID,
+		                      "no schema registry to read avro fields");
+	switch (doc->schema_fn(doc->schema_ctx, id, &schema, a->errmsg, sizeof(a->errmsg),
+	                       &retry_ms)) {
+	case IDEM_SCHEMA_OK:
+		break;
+	case IDEM_SCHEMA_UNKNOWN:
+		a->invalid = true;
+		return IDEM_OK;
+	case IDEM_SCHEMA_UNAVAILABLE:
+		doc->retry_ms = retry_ms > 0 ? retry_ms : 1;
+		r = idem_error_set(err, IDEM_ERR_UNAVAILABLE, "%s", a->errmsg);
+		a->errmsg[0] = '\0';
+		return r;
+	}
+	if (a->dec == NULL && (a->dec = idem_avro_dec_new()) == NULL) {
+		idem_avro_schema_unref(schema);
+		return idem_error_nomem(err);
+	}
+	r = idem_avro_decode(a->dec, schema, id, IDEM_AVRO_HEADER_BYTES, body, len, &e);
+	idem_avro_schema_unref(schema);
+	if (r == IDEM_ERR_NOMEM)
+		return idem_error_nomem(err);
+	if (r != IDEM_OK) {
+		snprintf(a->errmsg, sizeof(a->errmsg), "%s", e.msg);
+		a->invalid = true;
+		return IDEM_OK;
+	}
+	a->decoded = true;
+	return IDEM_OK;
+}
+
+/* An avro: or avro-key: field, for field_read(): as json_read() for JSON. */
+static idem_status avro_read(const struct idem_field *f, const struct idem_msgview *m,
+                             struct idem_jsondoc *doc, bool scalar, struct idem_buf *out,
+                             const char **ret_absent, idem_error *err)
+{
+	int which = f->kind == IDEM_FIELD_AVRO_KEY;
+	const void *p = which ? m->key : m->value;
+	const char *name = which ? "avro-key" : "avro";
+	idem_error e = { 0 };
+	idem_status r;
+
+	if (p == NULL) {
+		*ret_absent = which ? "message has no key" : "message has no value";
+		return IDEM_OK;
+	}
+	r = avro_load(doc, which, p, which ? m->key_len : m->value_len, err);
+	if (r != IDEM_OK)
+		return r;
+	if (doc->avro[which].invalid)
+		return idem_error_set(err, IDEM_ERR_KEY,
+		                      "%s:%s: %s is not Avro this route can read: %s", name, f->arg,
+		                      which ? "key" : "value", doc->avro[which].errmsg);
+	r = idem_avro_read(doc->avro[which].dec, f->arg, scalar, out, ret_absent, &e);
+	if (r == IDEM_ERR_NOMEM)
+		return idem_error_nomem(err);
+	if (r != IDEM_OK)
+		return idem_error_set(err, r, "%s:%s: %s", name, f->arg, e.msg);
+	return IDEM_OK;
+}
+
 static const struct idem_header *find_header(const struct idem_msgview *m, const char *name)
 {
 	for (size_t i = m->n_headers; i > 0; i--) {
@@ -736,6 +847,9 @@ static idem_status field_read(const struct idem_field *f, const struct idem_msgv
 		break;
 	case IDEM_FIELD_JSON:
 		return json_read(f, m, doc, scalar, out, ret_absent, err);
+	case IDEM_FIELD_AVRO:
+	case IDEM_FIELD_AVRO_KEY:
+		return avro_read(f, m, doc, scalar, out, ret_absent, err);
 	}
 	if (r != IDEM_OK)
 		return idem_error_nomem(err);
@@ -749,14 +863,25 @@ static const char *field_kind_name(enum idem_field_kind kind)
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(field_names); i++)
 		if (field_names[i].kind == kind)
 			return field_names[i].name;
-	return kind == IDEM_FIELD_HEADER ? "header" : kind == IDEM_FIELD_JSON ? "json" : "text";
+	switch (kind) {
+	case IDEM_FIELD_HEADER:
+		return "header";
+	case IDEM_FIELD_JSON:
+		return "json";
+	case IDEM_FIELD_AVRO:
+		return "avro";
+	case IDEM_FIELD_AVRO_KEY:
+		return "avro-key";
+	default:
+		return "text";
+	}
 }
 
 static idem_status key_append_part(const struct idem_field *f, const struct idem_msgview *m,
                                    struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
 {
 	const char *absent;
-	bool has_arg = f->kind == IDEM_FIELD_HEADER || f->kind == IDEM_FIELD_JSON;
+	bool has_arg = f->arg != NULL;
 	idem_status r;
 
 	if (f->kind == IDEM_FIELD_BUSINESS_KEY)

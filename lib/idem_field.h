@@ -2,12 +2,15 @@
  * idem_field.h - named message fields, business-key templates and their extraction.
  *
  * A field names one piece of a Kafka message: value, key, business_key, topic, partition,
- * offset, timestamp, header:NAME or json:/pointer (RFC 6901, into the value parsed as JSON).
+ * offset, timestamp, header:NAME, json:/pointer (RFC 6901, into the value parsed as JSON),
+ * avro:/pointer (into the value decoded as Confluent-framed Avro, idem_avro.h) or
+ * avro-key:/pointer (the same, into the Kafka key).
  * A template is a sequence of literal text and fields: "${header:tenant}/${json:/order_no}".
  */
 #ifndef IDEM_FIELD_H
 #define IDEM_FIELD_H
 
+#include "idem_avro.h"
 #include "idem_common.h"
 
 enum idem_field_kind {
@@ -19,8 +22,10 @@ enum idem_field_kind {
 	IDEM_FIELD_PARTITION,
 	IDEM_FIELD_OFFSET,
 	IDEM_FIELD_TIMESTAMP,
-	IDEM_FIELD_HEADER, /* arg is the header name */
-	IDEM_FIELD_JSON,   /* arg is the JSON pointer ("" is the whole document) */
+	IDEM_FIELD_HEADER,   /* arg is the header name */
+	IDEM_FIELD_JSON,     /* arg is the JSON pointer ("" is the whole document) */
+	IDEM_FIELD_AVRO,     /* arg is the pointer into the Avro value ("" is the whole datum) */
+	IDEM_FIELD_AVRO_KEY, /* the same, into the Avro key */
 };
 
 struct idem_field {
@@ -53,6 +58,8 @@ void idem_field_done(struct idem_field *f);
 void idem_template_done(struct idem_template *t);
 /* @brief true if any part needs the value parsed as JSON. */
 bool idem_template_needs_json(const struct idem_template *t);
+/* @brief true if any part is an avro: or avro-key: field. */
+bool idem_template_needs_avro(const struct idem_template *t);
 
 /* One Kafka header as seen by extraction. value NULL means a header with a null value. */
 struct idem_header {
@@ -76,8 +83,31 @@ struct idem_msgview {
 };
 
 /*
- * The value parsed as JSON by json-c, at most once per message, on the first json: field that
- * idem_json_scalar() does not answer. Hides json-c.
+ * How avro: fields find the schema of a schema id: the schema registry in idemd
+ * (idem_registry_get()), a table in tests. On IDEM_SCHEMA_OK *ret_schema is a new reference;
+ * otherwise @why says what happened, and for IDEM_SCHEMA_UNAVAILABLE (transient: the message
+ * waits) *ret_retry_ms when to ask again.
+ */
+enum idem_schema_answer {
+	IDEM_SCHEMA_OK = 0,
+	IDEM_SCHEMA_UNKNOWN,     /* the id has no Avro schema: the message cannot be read */
+	IDEM_SCHEMA_UNAVAILABLE, /* cannot tell now */
+};
+typedef enum idem_schema_answer idem_schema_fn(void *ctx, int32_t id, idem_avro_schema **ret_schema,
+                                               char *why, size_t whylen, int *ret_retry_ms);
+
+/* The key or the value decoded as Avro, at most once per message (struct idem_jsondoc). */
+struct idem_avrodoc {
+	idem_avro_dec *dec; /* owned, created on first use, reused */
+	bool decoded;
+	bool invalid;
+	char errmsg[1024];
+};
+
+/*
+ * What is decoded of one message, at most once per message, for all its fields: the value
+ * parsed as JSON by json-c (on the first json: field that idem_json_scalar() does not answer),
+ * and the value and the key decoded as Avro. Hides json-c and avro-c.
  * idem_jsondoc_reset() between messages; idem_jsondoc_done() at the end.
  */
 struct idem_jsondoc {
@@ -87,6 +117,11 @@ struct idem_jsondoc {
 	bool parsed;
 	bool invalid;
 	char errmsg[160];
+
+	struct idem_avrodoc avro[2]; /* [0] the value, [1] the key */
+	idem_schema_fn *schema_fn;   /* set by the owner when a route reads avro: fields */
+	void *schema_ctx;
+	int retry_ms; /* after IDEM_ERR_UNAVAILABLE: when to try the message again */
 };
 
 void idem_jsondoc_init(struct idem_jsondoc *doc);
@@ -101,7 +136,9 @@ void idem_jsondoc_done(struct idem_jsondoc *doc);
  * mapping one-to-one. Errors (IDEM_ERR_KEY, message in @err) name the field and the problem:
  * missing header, missing or non-scalar JSON value, value not JSON, empty key, key longer than
  * @max_len bytes (after encoding). JSON strings yield their content, numbers and booleans their
- * JSON text; null counts as missing.
+ * JSON text; null counts as missing. Avro values have the text idem_avro.h gives them; a value
+ * or key that is not Avro of a schema the registry has is IDEM_ERR_KEY too. IDEM_ERR_UNAVAILABLE
+ * when the schema of an Avro value cannot be had now (doc->retry_ms: when to try again).
  */
 IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
                                           const struct idem_msgview *m, struct idem_jsondoc *doc,
@@ -114,7 +151,8 @@ IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
  * found or JSON null, no timestamp) - the parameter is then SQL NULL, not an error.
  * JSON strings yield their content; other JSON values their JSON text. timestamp is rendered as
  * "YYYY-MM-DD HH:MM:SS.mmm+00". business_key is @bkey. Errors: IDEM_ERR_KEY when a json: field
- * is asked of a value that is not JSON; IDEM_ERR_NOMEM.
+ * is asked of a value that is not JSON, or an avro: field of one that is not Avro;
+ * IDEM_ERR_UNAVAILABLE as for idem_key_build(); IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview *m,
                                           struct idem_jsondoc *doc, const char *bkey,

@@ -12,6 +12,7 @@
 #include "idem_consumer.h"
 #include "idem_pg.h"
 #include "idem_resume.h"
+#include "idem_schemas.h"
 #include "idem_sql.h"
 
 #define KAFKA_TIMEOUT_MS 10000
@@ -389,6 +390,7 @@ static idem_status plan_message(const struct idem_cfg *cfg, const struct idem_ro
 {
 	struct idem_msgview m;
 	idem_error kerr;
+	idem_status r;
 
 	plan->messages++;
 	if (idem_consumer_view(rkm, &s->hdrs, &m) != IDEM_OK)
@@ -396,8 +398,11 @@ static idem_status plan_message(const struct idem_cfg *cfg, const struct idem_ro
 	if (m.timestamp_ms >= 0 && (plan->oldest_ts_ms < 0 || m.timestamp_ms < plan->oldest_ts_ms))
 		plan->oldest_ts_ms = m.timestamp_ms;
 	idem_jsondoc_reset(&s->doc);
-	if (idem_key_build(&route->key, &m, &s->doc, cfg->max_key_bytes, &s->key, &kerr) !=
-	    IDEM_OK) {
+	r = idem_key_build(&route->key, &m, &s->doc, cfg->max_key_bytes, &s->key, &kerr);
+	if (r == IDEM_ERR_UNAVAILABLE || r == IDEM_ERR_NOMEM)
+		return idem_error_set(err, r, "%s/%" PRId32 " offset %" PRId64 ": %s", plan->topic,
+		                      plan->partition, m.offset, kerr.msg);
+	if (r != IDEM_OK) {
 		plan->undecodable++;
 		return IDEM_OK;
 	}
@@ -412,11 +417,15 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 	struct key_scratch scratch = { 0 };
 	struct keyset keys = { 0 };
+	idem_schemas *schemas = NULL;
 	int64_t next = plan->from, deadline = idem_mono_ms() + 60000;
 	idem_status r = IDEM_OK;
 	rd_kafka_resp_err_t e;
 
 	idem_jsondoc_init(&scratch.doc);
+	if ((r = idem_schemas_open(cfg, &schemas, err)) != IDEM_OK)
+		goto out;
+	idem_schemas_attach(schemas, &scratch.doc);
 	rd_kafka_topic_partition_list_add(list, plan->topic, plan->partition)->offset = plan->from;
 	e = rd_kafka_assign(rk, list);
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -455,6 +464,7 @@ out:
 	keyset_done(&keys);
 	idem_buf_done(&scratch.key);
 	idem_jsondoc_done(&scratch.doc);
+	idem_schemas_close(schemas);
 	idem_consumer_headers_free(&scratch.hdrs);
 	return r;
 }

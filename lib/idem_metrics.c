@@ -53,6 +53,7 @@ struct idem_metrics {
 	struct MHD_Daemon *mhd;
 	uint64_t consumed, applied, quarantined, batches, mismatches;
 	uint64_t reapplied, behind; /* the database went back: messages read again, partitions */
+	uint64_t schema_waits;      /* a message waited for the schema registry */
 	uint64_t dups[IDEM_METRICS_DUP_KINDS];
 	uint64_t retries[IDEM_ARRAY_SIZE(retry_classes)];
 	uint64_t size_buckets[N_SIZE + 1], secs_buckets[N_SECS + 1];
@@ -170,6 +171,15 @@ void idem_metrics_database_behind(idem_metrics *m)
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->behind++;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_schema_wait(idem_metrics *m)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->schema_waits++;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -564,6 +574,12 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 		                    retry_classes[k], m->retries[k]))
 			return IDEM_ERR_NOMEM;
 	}
+	if (idem_buf_printf(
+	            o,
+	            "# HELP idemd_schema_registry_waits_total Times a partition waited because the schema registry could not answer (the message is read again later, never quarantined for it).\n# TYPE idemd_schema_registry_waits_total counter\nidemd_schema_registry_waits_total %" PRIu64
+	            "\n",
+	            m->schema_waits))
+		return IDEM_ERR_NOMEM;
 	if (histogram(o, "idemd_batch_size_messages", "Messages per committed batch.",
 	              m->size_buckets, batch_size_bounds, N_SIZE, m->size_sum) ||
 	    histogram(o, "idemd_batch_duration_seconds", "Time from BEGIN to COMMIT of a batch.",

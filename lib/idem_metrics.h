@@ -57,6 +57,8 @@ void idem_metrics_mismatches(idem_metrics *m, uint64_t n);
 void idem_metrics_reapplied(idem_metrics *m, uint64_t n);
 /* A partition found behind in the database, read again from there. */
 void idem_metrics_database_behind(idem_metrics *m);
+/* A partition waited for the schema registry (ARCHITECTURE.md "Avro"). */
+void idem_metrics_schema_wait(idem_metrics *m);
 /* A failed batch attempt that will be retried; @cls is "transient", "message" or "broken". */
 void idem_metrics_retry(idem_metrics *m, const char *cls);
 /* Per-partition gauges; @lag < 0 means unknown. */

@@ -30,6 +30,7 @@
 #include "idem_cfg.h"
 #include "idem_common.h"
 #include "idem_flush.h"
+#include "idem_schemas.h"
 
 /* A batch handed to a worker, and what came of it. */
 struct idem_part_job {
@@ -60,6 +61,7 @@ struct idem_part {
 	bool held;            /* not consumed because @batch is full, or batch.max_bytes_total is
 	                         reached, while @inflight commits */
 	bool leaving;         /* being revoked or shut down: drained, not fetched again */
+	bool schema_wait;     /* waits for the schema registry to answer for its next message */
 	bool halted;          /* stopped at a poison message (on_poison: halt), from the batch that
 	                         halted to the first that commits past it, its retries included */
 	int drain_tries;      /* attempts left while draining */
@@ -78,6 +80,7 @@ struct idem_part {
 struct idem_parts {
 	struct idem_part **v;
 	size_t n, cap;
+	idem_schemas *schemas; /* not owned; what the batches read avro: fields with (or NULL) */
 };
 
 void idem_parts_init(struct idem_parts *ps);

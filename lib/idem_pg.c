@@ -61,45 +61,6 @@ idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, co
 	return IDEM_ERR_PG;
 }
 
-static idem_status read_password(const struct idem_cfg *cfg, char *buf, size_t len, bool *ret_set,
-                                 idem_error *err)
-{
-	*ret_set = false;
-	if (cfg->password_env != NULL) {
-		const char *v = getenv(cfg->password_env);
-
-		if (v == NULL)
-			return idem_error_set(
-			        err, IDEM_ERR_CONFIG,
-			        "postgres.password_env: environment variable '%s' is not set",
-			        cfg->password_env);
-		snprintf(buf, len, "%s", v);
-		*ret_set = true;
-	} else if (cfg->password_file != NULL) {
-		FILE *f = fopen(cfg->password_file, "r");
-
-		if (f == NULL)
-			return idem_error_set(err, IDEM_ERR_CONFIG,
-			                      "postgres.password_file: cannot open '%s': %s",
-			                      cfg->password_file, strerror(errno));
-		if (fgets(buf, (int)len, f) == NULL)
-			buf[0] = '\0';
-		fclose(f);
-		buf[strcspn(buf, "\r\n")] = '\0';
-		*ret_set = true;
-	}
-	return IDEM_OK;
-}
-
-/* Overwrite a secret; the volatile pointer keeps the compiler from dropping the stores. */
-static void wipe(char *p, size_t n)
-{
-	volatile char *v = p;
-
-	while (n-- > 0)
-		*v++ = 0;
-}
-
 idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name, PGconn **ret_conn,
                               idem_error *err)
 {
@@ -118,7 +79,8 @@ idem_status idem_pg_conn_open_timeout(const struct idem_cfg *cfg, const char *ap
 	idem_status r;
 	int n = 0;
 
-	r = read_password(cfg, password, sizeof(password), &have_pw, err);
+	r = idem_secret_read("postgres", cfg->password_env, cfg->password_file, password,
+	                     sizeof(password), &have_pw, err);
 	if (r != IDEM_OK)
 		return r;
 	if (connect_timeout_s > 0) {
@@ -135,7 +97,7 @@ idem_status idem_pg_conn_open_timeout(const struct idem_cfg *cfg, const char *ap
 		vals[n++] = password;
 	}
 	conn = PQconnectdbParams(kw, vals, 1);
-	wipe(password, sizeof(password));
+	idem_secret_wipe(password, sizeof(password));
 	if (conn == NULL)
 		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot allocate a connection");
 	if (PQstatus(conn) != CONNECTION_OK) {

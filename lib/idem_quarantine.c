@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "idem_batch.h"
+#include "idem_schemas.h"
 #include "idem_sql.h"
 
 static char *dup_text(PGresult *res, int row, int col, bool *nomem)
@@ -348,6 +349,7 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 	struct idem_batch_msg *m;
 	struct idem_msgview view;
 	struct idem_batch b;
+	idem_schemas *schemas = NULL;
 	enum idem_dup_kind kind;
 	idem_status r;
 
@@ -368,8 +370,17 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 		r = idem_error_nomem(err);
 		goto out_done;
 	}
+	if ((r = idem_schemas_open(cfg, &schemas, err)) != IDEM_OK)
+		goto out_done;
+	idem_schemas_attach(schemas, &b.doc);
 	entry_view(e, hdrs, &view);
-	if (idem_batch_add(&b, &view, cfg, 0) != IDEM_OK) {
+	r = idem_batch_add(&b, &view, cfg, 0);
+	if (r == IDEM_ERR_UNAVAILABLE) {
+		r = idem_error_set(err, r, "quarantine entry %" PRId64 " cannot be read now: %s",
+		                   e->id, b.wait_reason);
+		goto out_done;
+	}
+	if (r != IDEM_OK) {
 		r = idem_error_nomem(err);
 		goto out_done;
 	}
@@ -412,6 +423,7 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 out_done:
 	free(hdrs);
 	idem_batch_done(&b);
+	idem_schemas_close(schemas);
 	return r;
 }
 

@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(
 	build-essential cmake pkg-config
 	librdkafka-dev libpq-dev libyaml-dev libjson-c-dev libssl-dev
-	libcmocka-dev libmicrohttpd-dev postgresql clang clang-format libclang-rt-14-dev curl
+	libcmocka-dev libmicrohttpd-dev libavro-dev libcurl4-openssl-dev python3-avro postgresql clang clang-format libclang-rt-14-dev curl
 	prometheus dpkg-dev python3
 )
 missing=()

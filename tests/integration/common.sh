@@ -21,6 +21,17 @@ row | set) ;;
 esac
 export IDEM_HANDLER_MODE
 
+# IDEM_PAYLOAD (json or avro, default json) is how the payments are written: with avro,
+# idem_fixture starts a schema registry (tests/tools/registry.py) and registers the payments
+# schema, idem_write_config reads avro: fields through it, and idem_produce writes the same
+# payments Confluent-framed, encoded by python3-avro. CTest runs t_kill9 once more that way.
+: "${IDEM_PAYLOAD:=json}"
+case $IDEM_PAYLOAD in
+json | avro) ;;
+*) idem_fail "IDEM_PAYLOAD must be json or avro, not '$IDEM_PAYLOAD'" ;;
+esac
+export IDEM_PAYLOAD IDEM_BIN IDEM_SRC
+
 # idem__kv_set MAP ORDER NAME=VALUE: MAP[NAME]=VALUE; ORDER lists the names in first-set order.
 idem__kv_set() {
 	local -n map=$1 order=$2
@@ -57,6 +68,8 @@ idem__kv_set() {
 #   --outbox NAME=VALUE      an outbox key (the section is written only if one is given)
 #   --retention NAME=VALUE   a retention key (the section is written only if one is given)
 #   --metrics ADDR           metrics.listen: serve /metrics on ADDR (host:port; none if not given)
+#   --registry NAME=VALUE    a schema_registry key (e.g. url=http://127.0.0.1:8081; the section
+#                            is written only if one is given)
 # Every option taking a value may be repeated where that makes sense (the last --max wins).
 idem_write_config() {
 	local file=$1 group=$2 consumer=$3
@@ -67,7 +80,12 @@ idem_write_config() {
 	local kafka_defaults=0 batch_defaults=0 max_given=0 wait_given=0
 	local -A kafka=() retry=() kafka_given=()
 	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=() batch=() retention=()
-	local metrics=
+	local metrics= registry=()
+	if [ "$IDEM_PAYLOAD" = avro ]; then
+		key='${avro:/payment_id}'
+		params='[business_key, "avro:/account", "avro:/amount"]'
+		registry=("url=\"$IDEM_REGISTRY_URL\"")
+	fi
 	for name in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=50 \
 		queued.min.messages=1000000; do
 		idem__kv_set kafka kafka_order "$name"
@@ -81,7 +99,7 @@ idem_write_config() {
 		--batch-defaults) batch_defaults=1; shift; continue ;;
 		--topic | --route-name | --key | --sql | --mode | --params | --max | --wait | --workers | \
 			--log-level | --kafka-prop | --retry | --route | --postgres | --limits | --outbox | --batch | \
-			--retention | --metrics)
+			--retention | --metrics | --registry)
 			[ $# -ge 2 ] || idem_fail "idem_write_config: $1 needs a value" ;;
 		*) idem_fail "idem_write_config: unknown option '$1'" ;;
 		esac
@@ -105,6 +123,7 @@ idem_write_config() {
 		--batch) batch+=("$2") ;;
 		--retention) retention+=("$2") ;;
 		--metrics) metrics=$2 ;;
+		--registry) registry+=("$2") ;;
 		esac
 		shift 2
 	done
@@ -172,6 +191,12 @@ idem_write_config() {
 				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
 			done
 		fi
+		if [ ${#registry[@]} -gt 0 ]; then
+			echo "schema_registry:"
+			for name in "${registry[@]}"; do
+				printf '  %s: %s\n' "${name%%=*}" "${name#*=}"
+			done
+		fi
 		[ -z "$metrics" ] || printf 'metrics:\n  listen: "%s"\n' "$metrics"
 		printf 'log:\n  level: %s\n' "$level"
 	} >"$file"
@@ -195,7 +220,8 @@ idem_setup_db() {
 #                       idem_setup_db on that file; exports IDEM_CFG ($IDEM_TMP/NAME). Comes
 #                       last: everything after it is idem_write_config's.
 idem_fixture() {
-	local durable=0 kafka_args=() topic_list=() words=()
+	local durable=0 kafka_args=() topic_list=() words=() t
+	IDEM_AVRO_PAYMENTS_ID= IDEM_PAYMENTS_PARTITIONS=1
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--durable-commits) durable=1; shift; continue ;;
@@ -221,6 +247,15 @@ idem_fixture() {
 	idem_pg_start
 	[ "$durable" = 0 ] || idem_pg_durable_commits
 	idem_kafka_start "${kafka_args[@]}" "${topic_list[@]}"
+	for t in "${topic_list[@]}"; do
+		[ "${t%%:*}" != payments ] || IDEM_PAYMENTS_PARTITIONS=${t#*:}
+	done
+	if [ "$IDEM_PAYLOAD" = avro ]; then
+		idem_registry_start
+		idem_avro_encode payments-schema >"$IDEM_TMP/payments.avsc"
+		IDEM_AVRO_PAYMENTS_ID=$(idem_registry_register payments-value "$IDEM_TMP/payments.avsc")
+	fi
+	export IDEM_AVRO_PAYMENTS_ID IDEM_PAYMENTS_PARTITIONS
 	[ $# -gt 0 ] || return 0
 	IDEM_CFG=$IDEM_TMP/$2
 	export IDEM_CFG
@@ -296,6 +331,20 @@ idem__produce_cmd() {
 	fi
 	if [ "$need_rate" = 1 ] && [ ${#rate_opt[@]} -eq 0 ]; then
 		idem_fail "$caller: --rate is required"
+	fi
+	if [ "$IDEM_PAYLOAD" = avro ]; then
+		# The same payments (ids, accounts, amounts, partitions, duplicates) in Avro, encoded
+		# by python3-avro, then produced in order; prints what idem-kafkatool produce prints.
+		IDEM__PRODUCE_CMD=(bash -c 'set -euo pipefail
+			stats=$("$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/avro_encode.py" payments \
+				--schema-id "$IDEM_AVRO_PAYMENTS_ID" --count "$1" --dup-ratio "$2" --seed "$3" \
+				--accounts "$4" --partitions "$IDEM_PAYMENTS_PARTITIONS" \
+				--manifest "$IDEM_TMP/manifest.csv" --output "$IDEM_TMP/payments-$3.avro.txt")
+			"$IDEM_BIN/idem-kafkatool" produce-file --brokers "$IDEM_BROKERS" --topic payments \
+				--input "$IDEM_TMP/payments-$3.avro.txt" "${@:5}" >/dev/null
+			echo "$stats"' avro-payments "$count" "$dup_ratio" "$seed" "${IDEM_ACCOUNTS:-50}"
+			"${rate_opt[@]}")
+		return 0
 	fi
 	IDEM__PRODUCE_CMD=("$IDEM_BIN/idem-kafkatool" produce --brokers "$IDEM_BROKERS"
 		--topic payments --count "$count" --dup-ratio "$dup_ratio" --seed "$seed"

@@ -389,6 +389,128 @@ idem_kafkatool() {
 	"$IDEM_BIN/idem-kafkatool" "$@"
 }
 
+# ---- Schema Registry and Avro ------------------------------------------------------------------
+#
+# Avro messages in the Confluent wire format, written by an encoder independent of idemd's
+# (tests/tools/avro_encode.py: Apache Avro's Python library), with their schemas in a small
+# Confluent-compatible Schema Registry (tests/tools/registry.py). Both run under
+# $IDEM_AVRO_PYTHON (default /usr/bin/python3, which Debian's python3-avro is installed for; the
+# python3 first on PATH may lack it). See each tool's --help for formats and options.
+#
+#   idem_registry_start                                    # $IDEM_REGISTRY_URL
+#   id=$(idem_registry_register payments-value "$IDEM_TMP/payment.avsc")
+#   idem_avro_encode --schema-file "$IDEM_TMP/payment.avsc" --schema-id "$id" \
+#   	--key-field payment_id --records "$IDEM_TMP/in.jsonl" --output "$IDEM_TMP/msgs.tsv"
+#   idem_avro_produce payments "$IDEM_TMP/msgs.tsv"        # $IDEM_PRODUCED
+
+: "${IDEM_AVRO_PYTHON:=/usr/bin/python3}"
+export IDEM_AVRO_PYTHON
+
+# idem__avro_python_check: fail unless $IDEM_AVRO_PYTHON can import avro (python3-avro).
+idem__avro_python_check() {
+	[ "${IDEM__AVRO_PYTHON_OK:-0}" = 1 ] && return 0
+	"$IDEM_AVRO_PYTHON" -c 'import avro.io, avro.schema' 2>/dev/null ||
+		idem_fail "$IDEM_AVRO_PYTHON cannot import avro: install python3-avro (tests/install-deps.sh) or set IDEM_AVRO_PYTHON"
+	IDEM__AVRO_PYTHON_OK=1
+}
+
+# idem_registry_start [REGISTRY_OPTION...] : start tests/tools/registry.py on 127.0.0.1 and wait
+# until it listens. The port is $IDEM_REGISTRY_PORT if set (so a registry started again after
+# idem_registry_stop keeps its URL), else a free one. Its schemas persist in
+# $IDEM_REGISTRY_STATE ($IDEM_TMP/registry.state.json): started again, it serves the same ids.
+# REGISTRY_OPTIONs go to registry.py: --user U --password P, --hide-ids 3,5, --delay-ms N,
+# --fail-5xx (not --port, --port-file, --state, --log). Exports IDEM_REGISTRY_URL
+# (http://127.0.0.1:PORT), IDEM_REGISTRY_PORT, IDEM_REGISTRY_PID, IDEM_REGISTRY_STATE,
+# IDEM_REGISTRY_LOG (one line per request: METHOD PATH STATUS, kept across restarts) and
+# IDEM_REGISTRY_USER / IDEM_REGISTRY_PASSWORD (empty without --user; idem_registry_register
+# uses them). Output in $IDEM_TMP/registry.out and registry.log; the EXIT trap stops it.
+idem_registry_start() {
+	local portfile=$IDEM_TMP/registry.port prev='' a i
+	[ -n "${IDEM_TMP:-}" ] || idem_fail "idem_registry_start: call idem_tmp_init first"
+	[ -z "${IDEM_REGISTRY_PID:-}" ] || idem_fail "idem_registry_start: the registry already runs"
+	idem__avro_python_check
+	IDEM_REGISTRY_USER=
+	IDEM_REGISTRY_PASSWORD=
+	for a in "$@"; do
+		case $prev in
+		--user) IDEM_REGISTRY_USER=$a ;;
+		--password) IDEM_REGISTRY_PASSWORD=$a ;;
+		esac
+		case $a in
+		--user=*) IDEM_REGISTRY_USER=${a#--user=} ;;
+		--password=*) IDEM_REGISTRY_PASSWORD=${a#--password=} ;;
+		esac
+		prev=$a
+	done
+	: "${IDEM_REGISTRY_PORT:=$(idem_free_port)}"
+	IDEM_REGISTRY_STATE=$IDEM_TMP/registry.state.json
+	IDEM_REGISTRY_LOG=$IDEM_TMP/registry-requests.log
+	rm -f "$portfile"
+	idem_spawn registry "$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/registry.py" \
+		--port "$IDEM_REGISTRY_PORT" --port-file "$portfile" --state "$IDEM_REGISTRY_STATE" \
+		--log "$IDEM_REGISTRY_LOG" "$@"
+	IDEM_REGISTRY_PID=$IDEM_LAST_PID
+	for ((i = 0; i < 200; i++)); do
+		[ -s "$portfile" ] && break
+		if ! idem__alive "$IDEM_REGISTRY_PID"; then
+			cat "$IDEM_TMP/registry.log" >&2
+			IDEM_REGISTRY_PID=
+			idem_fail "registry.py exited during start-up (port $IDEM_REGISTRY_PORT)"
+		fi
+		sleep 0.1
+	done
+	[ -s "$portfile" ] || idem_fail "registry.py did not listen within 20s"
+	IDEM_REGISTRY_URL=http://127.0.0.1:$IDEM_REGISTRY_PORT
+	export IDEM_REGISTRY_URL IDEM_REGISTRY_PORT IDEM_REGISTRY_PID IDEM_REGISTRY_STATE \
+		IDEM_REGISTRY_LOG IDEM_REGISTRY_USER IDEM_REGISTRY_PASSWORD
+	idem_log "schema registry at $IDEM_REGISTRY_URL${*:+ ($*)}"
+}
+
+# idem_registry_stop : stop the registry (SIGTERM, wait; it exits 0). Its state file stays, and
+# $IDEM_REGISTRY_PORT too: idem_registry_start afterwards serves the same ids on the same URL.
+idem_registry_stop() {
+	[ -n "${IDEM_REGISTRY_PID:-}" ] || return 0
+	idem_stop "$IDEM_REGISTRY_PID"
+	[ "$IDEM_EXIT_STATUS" -eq 0 ] || idem_fail "registry.py exited with status $IDEM_EXIT_STATUS"
+	IDEM_REGISTRY_PID=
+}
+
+# idem_registry_register SUBJECT SCHEMA_FILE [--schema-type JSON|PROTOBUF] : register the schema
+# in SCHEMA_FILE (its text, surrounding whitespace removed) under SUBJECT through the REST API,
+# as a producer does; prints its id. The same schema under any subject has the same id.
+idem_registry_register() {
+	local auth=()
+	[ $# -ge 2 ] || idem_fail "usage: idem_registry_register SUBJECT SCHEMA_FILE [--schema-type T]"
+	[ -n "${IDEM_REGISTRY_URL:-}" ] || idem_fail "idem_registry_register: call idem_registry_start first"
+	[ -z "${IDEM_REGISTRY_USER:-}" ] ||
+		auth=(--user "$IDEM_REGISTRY_USER" --password "$IDEM_REGISTRY_PASSWORD")
+	"$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/registry.py" register --url "$IDEM_REGISTRY_URL" \
+		--subject "$1" --schema-file "$2" "${auth[@]}" "${@:3}" ||
+		idem_fail "registering $2 under subject '$1' failed"
+}
+
+# idem_avro_encode ARGS... : tests/tools/avro_encode.py ARGS (encode, payments, payments-schema,
+# decode; see its --help), stdin and stdout passed through.
+idem_avro_encode() {
+	idem__avro_python_check
+	"$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/avro_encode.py" "$@" ||
+		idem_fail "avro_encode.py $* failed"
+}
+
+# idem_avro_produce TOPIC FILE [--rate MSGS_PER_SEC] [--partition P] [-X PROP=VALUE]... : produce
+# the messages of FILE (KEYHEX<TAB>VALUEHEX[<TAB>PARTITION] lines, as avro_encode.py writes
+# them) to TOPIC of the test's Kafka, in order, and wait until all are delivered (see
+# "idem-kafkatool produce-file --help"). Prints nothing; sets IDEM_PRODUCED (messages written).
+idem_avro_produce() {
+	local topic=$1 file=$2 out
+	[ $# -ge 2 ] || idem_fail "usage: idem_avro_produce TOPIC FILE [--rate R] [--partition P]"
+	shift 2
+	out=$("$IDEM_BIN/idem-kafkatool" produce-file --brokers "$IDEM_BROKERS" --topic "$topic" \
+		--input "$file" "$@") || idem_fail "produce-file $file to topic $topic failed"
+	IDEM_PRODUCED=${out#produced=}
+	[[ $IDEM_PRODUCED =~ ^[0-9]+$ ]] || idem_fail "unexpected produce-file output: $out"
+}
+
 # ---- Postgres going back in time: base backups, restores, standbys, failover ---------------------
 #
 # For tests where the database loses its last commits while Kafka keeps the offsets committed

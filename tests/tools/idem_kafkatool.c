@@ -1,9 +1,11 @@
 /*
  * idem-kafkatool - the test rig's Kafka client: produces payment streams with upstream
- * duplicates, single hand-made messages, and reads or resets a group's committed offsets.
+ * duplicates, single hand-made messages, messages from a file (the Avro tests' encoder writes
+ * them), and reads or resets a group's committed offsets.
  *
  *   idem-kafkatool produce        --brokers B --topic T --count N [...]
  *   idem-kafkatool produce-one    --brokers B --topic T [...]
+ *   idem-kafkatool produce-file   --brokers B --topic T --input FILE [...]
  *   idem-kafkatool offsets        --brokers B --group G --topic T
  *   idem-kafkatool wait-committed --brokers B --group G --topic T --timeout SECONDS
  *   idem-kafkatool reset          --brokers B --group G --topic T (--to-beginning|--to-offset O)
@@ -57,6 +59,7 @@ enum {
 	OPT_TIMEOUT,
 	OPT_TO_BEGINNING,
 	OPT_TO_OFFSET,
+	OPT_INPUT,
 };
 
 /* clang-format off */
@@ -110,6 +113,7 @@ static void usage_main(FILE *f)
 	           "commands:\n"
 	           "  produce         write a stream of JSON payments with upstream duplicates\n"
 	           "  produce-one     write exactly one message built from the options\n"
+	           "  produce-file    write the messages of a file, one per line, in order\n"
 	           "  offsets         print a group's committed offsets and the watermarks\n"
 	           "  wait-committed  wait until a group has committed up to the high watermarks\n"
 	           "  reset           commit chosen offsets for a stopped group\n"
@@ -163,6 +167,29 @@ static void usage_produce_one(FILE *f)
 	        "empty key. Headers keep their order and may repeat; --header NAME (no '=') adds a\n"
 	        "header with a NULL value. Prints partition=P offset=O.\n"
 	        "%s",
+	        common_help);
+}
+
+static void usage_produce_file(FILE *f)
+{
+	fprintf(f,
+	        "usage: idem-kafkatool produce-file --brokers B --topic T --input FILE\n"
+	        "         [--partition P] [--rate MSGS_PER_SEC]\n"
+	        "\n"
+	        "Writes one message per line of FILE ('-': stdin), in the order of the lines:\n"
+	        "  KEY<TAB>VALUE[<TAB>PARTITION]\n"
+	        "KEY and VALUE are hex ('' is empty) or '-' for none (NULL), as tests/tools/avro_encode.py\n"
+	        "writes them; blank lines are skipped. A message goes to the line's PARTITION, else to\n"
+	        "--partition P, else a keyed one to the partition the key hashes to (librdkafka's\n"
+	        "CRC32 partitioner, 'consistent': equal keys, also empty ones, share a partition), an\n"
+	        "unkeyed one round-robin over the partitions.\n"
+	        "\n"
+	        "  --input FILE       the messages (required)\n"
+	        "  --partition P      partition of the lines that name none\n"
+	        "  --rate R           at most R messages per second\n"
+	        "%s"
+	        "\n"
+	        "Prints produced=N; exits 1 on a malformed line or if any message was not delivered.\n",
 	        common_help);
 }
 
@@ -1546,15 +1573,243 @@ out_free:
 	return rc;
 }
 
+/* ---- produce-file ------------------------------------------------------------------------ */
+
+/*
+ * Decode the field @s of a produce-file line in place: "-" is none (*ret = NULL), anything else
+ * hex ("" is empty, *ret = @s). Returns false on invalid hex.
+ */
+static bool hex_field(char *s, char **ret, size_t *ret_len)
+{
+	size_t n = strlen(s);
+
+	if (strcmp(s, "-") == 0) {
+		*ret = NULL;
+		*ret_len = 0;
+		return true;
+	}
+	if (n % 2 != 0)
+		return false;
+	for (size_t i = 0; i < n / 2; i++) {
+		int hi = idem_hex_digit(s[2 * i]), lo = idem_hex_digit(s[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return false;
+		s[i] = (char)(hi << 4 | lo);
+	}
+	*ret = s;
+	*ret_len = n / 2;
+	return true;
+}
+
+struct kt_file_opts {
+	const char *input;
+	int64_t partition; /* -1: none given */
+	double rate;
+};
+
+/*
+ * Queue every line of @in (named @path in messages) for delivery, in order; see
+ * usage_produce_file. Delivery is not yet confirmed on return. @ret_count is written on
+ * success. Returns 0 or -1.
+ */
+static int produce_lines(rd_kafka_t *rk, const struct kt_common *cm, const struct kt_file_opts *fo,
+                         FILE *in, int nparts, int64_t *ret_count)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int64_t lineno = 0, n = 0, rr = 0;
+	double start = now_s();
+	int rc = -1;
+
+	while ((len = getline(&line, &cap, in)) != -1) {
+		char *field[3], *p, *key, *value;
+		size_t key_len, value_len;
+		int64_t partition = fo->partition;
+		int nfields = 1;
+		rd_kafka_resp_err_t err;
+
+		lineno++;
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = '\0';
+		if (len == 0)
+			continue;
+		field[0] = line;
+		for (p = strchr(line, '\t'); p != NULL; p = strchr(p, '\t')) {
+			*p++ = '\0';
+			if (nfields == 3) {
+				nfields++;
+				break;
+			}
+			field[nfields++] = p;
+		}
+		if (nfields < 2 || nfields > 3) {
+			fprintf(stderr,
+			        "%s: %s:%" PRId64 ": expected KEY<TAB>VALUE[<TAB>PARTITION]\n",
+			        prog_cmd, fo->input, lineno);
+			goto out_free;
+		}
+		if (!hex_field(field[0], &key, &key_len) ||
+		    !hex_field(field[1], &value, &value_len)) {
+			fprintf(stderr, "%s: %s:%" PRId64 ": invalid hex in the key or value\n",
+			        prog_cmd, fo->input, lineno);
+			goto out_free;
+		}
+		if (nfields == 3 && !parse_i64(field[2], 0, INT32_MAX, &partition)) {
+			fprintf(stderr, "%s: %s:%" PRId64 ": invalid partition '%s'\n", prog_cmd,
+			        fo->input, lineno, field[2]);
+			goto out_free;
+		}
+		if (partition >= nparts) {
+			fprintf(stderr,
+			        "%s: %s:%" PRId64 ": topic '%s' has no partition %" PRId64 "\n",
+			        prog_cmd, fo->input, lineno, cm->topic, partition);
+			goto out_free;
+		}
+		if (partition < 0)
+			partition = key != NULL ? RD_KAFKA_PARTITION_UA : rr++ % nparts;
+
+		if (fo->rate > 0) {
+			double due = start + (double)n / fo->rate;
+
+			while (now_s() < due) {
+				rd_kafka_poll(rk, 0);
+				sleep_s(due - now_s() < 0.01 ? due - now_s() : 0.01);
+			}
+		}
+		for (;;) {
+			err = rd_kafka_producev(
+			        rk, RD_KAFKA_V_TOPIC(cm->topic),
+			        RD_KAFKA_V_PARTITION((int32_t)partition),
+			        RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE(value, value_len),
+			        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+			if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+				break;
+			rd_kafka_poll(rk, 100);
+		}
+		if (err) {
+			fprintf(stderr, "%s: %s:%" PRId64 ": produce to '%s' failed: %s\n",
+			        prog_cmd, fo->input, lineno, cm->topic, rd_kafka_err2str(err));
+			goto out_free;
+		}
+		if (++n % 1024 == 0)
+			rd_kafka_poll(rk, 0);
+	}
+	if (ferror(in)) {
+		fprintf(stderr, "%s: read '%s' failed: %s\n", prog_cmd, fo->input, strerror(errno));
+		goto out_free;
+	}
+	*ret_count = n;
+	rc = 0;
+out_free:
+	free(line);
+	return rc;
+}
+
+static int cmd_produce_file(int argc, char **argv, struct kt_common *cm)
+{
+	static const struct option opts[] = {
+		KT_COMMON_OPTS,
+		{ "input", required_argument, NULL, OPT_INPUT },
+		{ "partition", required_argument, NULL, OPT_PARTITION },
+		{ "rate", required_argument, NULL, OPT_RATE },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const struct kt_prop defaults[] = {
+		{ "acks", "all" },
+		{ "enable.idempotence", "true" },
+		{ "linger.ms", "5" },
+		{ "compression.codec", "lz4" },
+		{ "queue.buffering.max.messages", "2000000" },
+		{ "queue.buffering.max.kbytes", "2097152" },
+		{ "message.max.bytes", "16777216" },
+		/* CRC32 of the key like the default (consistent_random), but an empty key too
+		 * always lands on the same partition. */
+		{ "partitioner", "consistent" },
+		{ NULL, NULL },
+	};
+	struct kt_file_opts fo = { .partition = -1 };
+	struct kt_delivery dv = { 0 };
+	int64_t count = 0;
+	rd_kafka_t *rk;
+	FILE *in;
+	int c, nparts, rc = 1;
+
+	while ((c = getopt_long(argc, argv, "hX:", opts, NULL)) != -1) {
+		bool ok = true;
+
+		if (common_opt(c, optarg, cm))
+			continue;
+		switch (c) {
+		case OPT_INPUT:
+			fo.input = optarg;
+			break;
+		case OPT_PARTITION:
+			ok = parse_i64(optarg, 0, INT32_MAX, &fo.partition);
+			break;
+		case OPT_RATE:
+			ok = parse_double(optarg, 1e-3, 1e9, &fo.rate);
+			break;
+		default:
+			usage_produce_file(c == 'h' ? stdout : stderr);
+			return c == 'h' ? 0 : 1;
+		}
+		if (!ok) {
+			fprintf(stderr, "%s: invalid value '%s' (see --help)\n", prog_cmd, optarg);
+			return 1;
+		}
+	}
+	if (!common_check(cm, false))
+		return 1;
+	if (fo.input == NULL) {
+		fprintf(stderr, "%s: --input is required\n", prog_cmd);
+		return 1;
+	}
+	in = strcmp(fo.input, "-") == 0 ? stdin : fopen(fo.input, "r");
+	if (in == NULL) {
+		fprintf(stderr, "%s: open '%s' failed: %s\n", prog_cmd, fo.input, strerror(errno));
+		return 1;
+	}
+	rk = producer_new(cm, &dv, defaults);
+	if (rk == NULL)
+		goto out_close;
+	nparts = topic_partitions(rk, cm->topic, KT_REQUEST_MS);
+	if (nparts > 0 && fo.partition >= nparts) {
+		fprintf(stderr, "%s: topic '%s' has no partition %" PRId64 "\n", prog_cmd,
+		        cm->topic, fo.partition);
+		nparts = -1;
+	}
+	if (nparts > 0 && produce_lines(rk, cm, &fo, in, nparts, &count) == 0) {
+		if (producer_finish(rk, &dv) == 0) {
+			printf("produced=%" PRId64 "\n", count);
+			rc = 0;
+		}
+	} else {
+		/* Do not wait for the rest: nothing more will be reported as success. */
+		rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_flush(rk, 1000);
+	}
+	rd_kafka_destroy(rk);
+out_close:
+	if (in != stdin)
+		fclose(in);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
 		const char *name;
 		int (*run)(int argc, char **argv, struct kt_common *cm);
 	} cmds[] = {
-		{ "produce", cmd_produce }, { "produce-one", cmd_produce_one },
-		{ "offsets", cmd_offsets }, { "wait-committed", cmd_wait_committed },
-		{ "reset", cmd_reset },     { "consume", cmd_consume },
+		{ "produce", cmd_produce },
+		{ "produce-one", cmd_produce_one },
+		{ "produce-file", cmd_produce_file },
+		{ "offsets", cmd_offsets },
+		{ "wait-committed", cmd_wait_committed },
+		{ "reset", cmd_reset },
+		{ "consume", cmd_consume },
 	};
 	struct kt_common cm = { 0 };
 	int rc;

@@ -187,6 +187,36 @@ static void test_outbox(void **state)
 	idem_cfg_free(cfg);
 }
 
+static void test_avro(void **state)
+{
+	struct idem_cfg *cfg = load_ok("ok_avro.yaml");
+	const struct idem_route *route = &cfg->routes[0];
+
+	(void)state;
+	assert_string_equal(cfg->registry_url, "https://registry.example:8081/");
+	assert_string_equal(cfg->registry_username, "idemd");
+	assert_string_equal(cfg->registry_password_env, "REGISTRY_PASSWORD");
+	assert_null(cfg->registry_password_file);
+	assert_int_equal(cfg->registry_timeout_ms, 2000);
+	assert_true(route->needs_avro);
+	assert_int_equal(route->key.n_parts, 3);
+	assert_int_equal(route->key.parts[0].kind, IDEM_FIELD_AVRO_KEY);
+	assert_string_equal(route->key.parts[0].arg, "/tenant");
+	assert_int_equal(route->key.parts[2].kind, IDEM_FIELD_AVRO);
+	assert_string_equal(route->key.parts[2].arg, "/payment_id");
+	assert_int_equal(route->params[1].kind, IDEM_FIELD_AVRO);
+	assert_string_equal(route->params[1].arg, "");
+	assert_int_equal(route->params[2].kind, IDEM_FIELD_AVRO);
+	idem_cfg_free(cfg);
+
+	/* Without the section: no registry, the default timeout. */
+	cfg = load_ok("minimal.yaml");
+	assert_null(cfg->registry_url);
+	assert_int_equal(cfg->registry_timeout_ms, 5000);
+	assert_false(cfg->routes[0].needs_avro);
+	idem_cfg_free(cfg);
+}
+
 static void test_replies(void **state)
 {
 	struct idem_cfg *cfg = load_ok("ok_replies.yaml");
@@ -935,6 +965,7 @@ int main(void)
 		cmocka_unit_test(test_full),
 		cmocka_unit_test(test_minimal_defaults),
 		cmocka_unit_test(test_outbox),
+		cmocka_unit_test(test_avro),
 		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_default_topics_in_route_order),
 		cmocka_unit_test(test_route_for),

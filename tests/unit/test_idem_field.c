@@ -197,16 +197,16 @@ static void test_field_parse_errors(void **state)
 	assert_field_error(NULL, "empty field name");
 	assert_field_error(
 	        "vaule",
-	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)");
+	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error(
 	        "Key",
-	        "unknown field 'Key' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)");
+	        "unknown field 'Key' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error(
 	        " key",
-	        "unknown field ' key' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)");
+	        "unknown field ' key' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error(
 	        "headers:x",
-	        "unknown field 'headers:x' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)");
+	        "unknown field 'headers:x' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error("header:", "empty header name in field 'header:'");
 	assert_field_error(
 	        "json:order_no",
@@ -315,10 +315,10 @@ static void test_template_parse_errors(void **state)
 	                      "business key template cannot reference business_key");
 	assert_template_error(
 	        "order",
-	        "business key template references no field: unknown field 'order' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)");
+	        "business key template references no field: unknown field 'order' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_template_error(
 	        "$$",
-	        "business key template references no field: unknown field '$$' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)");
+	        "business key template references no field: unknown field '$$' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_template_error(
 	        "json:id",
 	        "business key template references no field: invalid JSON pointer in field 'json:id': must be empty or start with '/'");
@@ -326,7 +326,7 @@ static void test_template_parse_errors(void **state)
 	assert_template_error("${}", "empty field name");
 	assert_template_error(
 	        "a-${vaule}",
-	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME or json:/pointer)");
+	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_template_error(
 	        "${json:/a~3}",
 	        "invalid JSON pointer in field 'json:/a~3': '~' must be followed by '0' or '1'");
@@ -942,6 +942,133 @@ static void test_jsondoc_reuse(void **state)
  * the fast reader does not vouch for (here an escaped string) makes json-c parse the value once,
  * and its tree answers the fields after it.
  */
+/* avro: fields: schemas from a table instead of a registry; how often each id was asked. */
+static const char avro_payment_schema[] =
+        "{\"type\":\"record\",\"name\":\"payment\",\"fields\":["
+        "{\"name\":\"payment_id\",\"type\":\"string\"},{\"name\":\"amount\",\"type\":\"long\"},"
+        "{\"name\":\"note\",\"type\":[\"null\",\"string\"]}]}";
+static int avro_asked[4];
+
+static enum idem_schema_answer avro_table(void *ctx, int32_t id, idem_avro_schema **ret_schema,
+                                          char *why, size_t whylen, int *ret_retry_ms)
+{
+	idem_error err = { 0 };
+
+	(void)ctx;
+	if (id >= 0 && id < 4)
+		avro_asked[id]++;
+	switch (id) {
+	case 1:
+		assert_int_equal(idem_avro_schema_new(avro_payment_schema,
+		                                      sizeof(avro_payment_schema) - 1, ret_schema,
+		                                      &err),
+		                 IDEM_OK);
+		return IDEM_SCHEMA_OK;
+	case 3:
+		snprintf(why, whylen, "schema id 3: cannot reach the registry");
+		*ret_retry_ms = 250;
+		return IDEM_SCHEMA_UNAVAILABLE;
+	default:
+		snprintf(why, whylen, "schema id %d: registry answered 404", (int)id);
+		return IDEM_SCHEMA_UNKNOWN;
+	}
+}
+
+static void test_avro_fields(void **state)
+{
+	/* Confluent header (0, id 1), then "p-1", 42, null; the second with note "hi". */
+	static const unsigned char v1[] = { 0, 0, 0, 0, 1, 0x06, 'p', '-', '1', 0x54, 0x00 };
+	static const unsigned char v2[] = { 0,   0,   0,    0,    1,    0x06, 'p',
+		                            '-', '2', 0x54, 0x02, 0x04, 'h',  'i' };
+	static const unsigned char unknown[] = { 0, 0, 0, 0, 2, 0x06, 'p', '-', '1', 0x54, 0x00 };
+	static const unsigned char down[] = { 0, 0, 0, 0, 3, 0x06, 'p', '-', '1', 0x54, 0x00 };
+	static const unsigned char magic1[] = { 1, 0, 0, 0, 1, 0x06, 'p', '-', '1', 0x54, 0x00 };
+	struct idem_msgview m = msg_json(NULL);
+	struct idem_template tpl;
+	struct idem_field f;
+	struct idem_jsondoc doc;
+	struct idem_buf out = { 0 };
+	idem_error err = { 0 };
+	char errbuf[256];
+	bool null = false;
+
+	(void)state;
+	memset(avro_asked, 0, sizeof(avro_asked));
+	idem_jsondoc_init(&doc);
+	doc.schema_fn = avro_table;
+	assert_int_equal(idem_template_parse("${avro:/payment_id}/${avro-key:/payment_id}", &tpl,
+	                                     errbuf, sizeof(errbuf)),
+	                 IDEM_OK);
+	assert_true(idem_template_needs_avro(&tpl));
+
+	/* The value and the key, each decoded once for all the fields that read it. */
+	m.value = v1;
+	m.value_len = sizeof(v1);
+	m.key = v2;
+	m.key_len = sizeof(v2);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_OK);
+	assert_string_equal(out.data, "p-1/p-2");
+	assert_int_equal(idem_field_parse("avro:/amount", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_false(null);
+	assert_string_equal(out.data, "42");
+	idem_field_done(&f);
+	assert_int_equal(avro_asked[1], 2);
+	assert_int_equal(idem_field_parse("avro:/note", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_true(null);
+	idem_field_done(&f);
+	assert_int_equal(idem_field_parse("avro-key:", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_false(null);
+	assert_string_equal(out.data, "{\"payment_id\":\"p-2\",\"amount\":42,\"note\":\"hi\"}");
+	idem_field_done(&f);
+	assert_int_equal(avro_asked[1], 2);
+
+	/* A missing field refuses the key, naming it. */
+	idem_jsondoc_reset(&doc);
+	idem_template_done(&tpl);
+	assert_int_equal(idem_template_parse("avro:/note", &tpl, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_ERR_KEY);
+	assert_string_equal(err.msg, "avro:/note: is null");
+	idem_template_done(&tpl);
+	assert_int_equal(idem_template_parse("avro:/payment_id", &tpl, errbuf, sizeof(errbuf)),
+	                 IDEM_OK);
+
+	/* An id the registry does not know, a wrong magic byte: the message cannot be read. */
+	idem_jsondoc_reset(&doc);
+	m.value = unknown;
+	m.value_len = sizeof(unknown);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_ERR_KEY);
+	assert_non_null(strstr(
+	        err.msg,
+	        "avro:/payment_id: value is not Avro this route can read: schema id 2: registry answered 404"));
+	idem_jsondoc_reset(&doc);
+	m.value = magic1;
+	m.value_len = sizeof(magic1);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_ERR_KEY);
+	assert_non_null(strstr(err.msg, "avro:/payment_id: value is not Avro this route can read"));
+
+	/* A registry that cannot answer now: try again later, with its wait. */
+	idem_jsondoc_reset(&doc);
+	m.value = down;
+	m.value_len = sizeof(down);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_ERR_UNAVAILABLE);
+	assert_int_equal(doc.retry_ms, 250);
+	assert_non_null(strstr(err.msg, "cannot reach the registry"));
+
+	/* No registry at all (a caller's mistake): an error, not a crash. */
+	idem_jsondoc_reset(&doc);
+	doc.schema_fn = NULL;
+	m.value = v1;
+	m.value_len = sizeof(v1);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_ERR_INVALID);
+
+	idem_template_done(&tpl);
+	idem_jsondoc_done(&doc);
+	idem_buf_done(&out);
+}
+
 static void test_fast_reader(void **state)
 {
 	struct idem_template tpl;
@@ -1004,6 +1131,7 @@ int main(void)
 		cmocka_unit_test(test_json_depth),
 		cmocka_unit_test(test_jsondoc_reuse),
 		cmocka_unit_test(test_fast_reader),
+		cmocka_unit_test(test_avro_fields),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,85 @@
+/*
+ * idem_cfg_registry.c - the schema_registry section of the configuration (ARCHITECTURE.md,
+ * "Avro"): where avro: fields find their schemas. A section of its own, beside idem_cfg.c,
+ * which holds the others and the checks across sections.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "idem_cfg.h"
+#include "idem_cfg_walk.h"
+
+static cfg_check_value_fn check_url;
+static cfg_check_section_fn check_registry;
+
+enum { REG_URL, REG_USERNAME, REG_PASSWORD_ENV, REG_PASSWORD_FILE, REG_TIMEOUT_MS, REG_N };
+static const struct cfg_key registry_keys[] = {
+	[REG_URL] = { .name = "url",
+	              .type = CFG_STRING,
+	              .required = true,
+	              .off = offsetof(struct idem_cfg, registry_url),
+	              .check = check_url },
+	[REG_USERNAME] = { .name = "username",
+	                   .type = CFG_STRING,
+	                   .off = offsetof(struct idem_cfg, registry_username) },
+	[REG_PASSWORD_ENV] = { .name = "password_env",
+	                       .type = CFG_STRING,
+	                       .off = offsetof(struct idem_cfg, registry_password_env) },
+	[REG_PASSWORD_FILE] = { .name = "password_file",
+	                        .type = CFG_STRING,
+	                        .off = offsetof(struct idem_cfg, registry_password_file) },
+	[REG_TIMEOUT_MS] = { .name = "timeout_ms",
+	                     .type = CFG_INT,
+	                     .def = 5000,
+	                     .min = 100,
+	                     .max = 120000,
+	                     .off = offsetof(struct idem_cfg, registry_timeout_ms) },
+};
+_Static_assert(REG_N <= CFG_MAX_KEYS, "CFG_MAX_KEYS is too small");
+
+const struct cfg_section idem__cfg_registry_section = { registry_keys, REG_N, check_registry };
+
+/* http:// or https://, a host, and no password in it (the URL is logged). */
+static bool check_url(struct cfg_ctx *ctx, yaml_node_t *node, const char *path, const char *value)
+{
+	const char *rest, *at, *end;
+
+	if (strncmp(value, "http://", 7) == 0)
+		rest = value + 7;
+	else if (strncmp(value, "https://", 8) == 0)
+		rest = value + 8;
+	else {
+		idem__cfg_error(ctx, node, "'%s' must start with http:// or https://", path);
+		return false;
+	}
+	end = rest + strcspn(rest, "/?#");
+	at = memchr(rest, '@', (size_t)(end - rest));
+	if (at != NULL && memchr(rest, ':', (size_t)(at - rest)) != NULL) {
+		idem__cfg_error(
+		        ctx, node,
+		        "'%s' must not contain a password; set 'schema_registry.username' and 'schema_registry.password_env' or 'schema_registry.password_file' instead",
+		        path);
+		return false;
+	}
+	if ((at != NULL ? at + 1 : rest) == end) {
+		idem__cfg_error(ctx, node, "'%s' has no host", path);
+		return false;
+	}
+	return true;
+}
+
+static void check_registry(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
+{
+	bool has_pw = slots[REG_PASSWORD_ENV].key != NULL || slots[REG_PASSWORD_FILE].key != NULL;
+
+	(void)target;
+	if (slots[REG_PASSWORD_ENV].key != NULL && slots[REG_PASSWORD_FILE].key != NULL)
+		idem__cfg_error(
+		        ctx, slots[REG_PASSWORD_FILE].key,
+		        "'schema_registry.password_env' and 'schema_registry.password_file' are mutually exclusive; set one of them");
+	if (has_pw && slots[REG_USERNAME].key == NULL)
+		idem__cfg_error(ctx,
+		                slots[REG_PASSWORD_ENV].key != NULL ? slots[REG_PASSWORD_ENV].key
+		                                                    : slots[REG_PASSWORD_FILE].key,
+		                "a schema_registry password needs 'schema_registry.username'");
+}

@@ -1,0 +1,124 @@
+/*
+ * idem_schemas.c - the schema registry of a configuration, as struct idem_jsondoc asks for
+ * schemas: idem_registry caches parsed idem_avro_schema objects, fetched once per id.
+ */
+#include "idem_schemas.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "idem_avro.h"
+
+struct idem_schemas {
+	idem_registry *reg;
+};
+
+static idem_status parse_schema(const char *text, size_t len, void **ret_obj, char *why,
+                                size_t whylen)
+{
+	idem_avro_schema *schema;
+	idem_error e = { 0 };
+	idem_status r;
+
+	r = idem_avro_schema_new(text, len, &schema, &e);
+	if (r != IDEM_OK) {
+		snprintf(why, whylen, "%s", e.msg);
+		return r;
+	}
+	*ret_obj = schema;
+	return IDEM_OK;
+}
+
+static void *ref_schema(void *obj)
+{
+	return idem_avro_schema_ref(obj);
+}
+
+static void unref_schema(void *obj)
+{
+	idem_avro_schema_unref(obj);
+}
+
+static enum idem_schema_answer get_schema(void *ctx, int32_t id, idem_avro_schema **ret_schema,
+                                          char *why, size_t whylen, int *ret_retry_ms)
+{
+	struct idem_schemas *s = ctx;
+	void *obj = NULL;
+
+	switch (idem_registry_get(s->reg, id, &obj, why, whylen, ret_retry_ms)) {
+	case IDEM_REGISTRY_OK:
+		*ret_schema = obj;
+		return IDEM_SCHEMA_OK;
+	case IDEM_REGISTRY_UNKNOWN:
+		return IDEM_SCHEMA_UNKNOWN;
+	case IDEM_REGISTRY_UNAVAILABLE:
+		break;
+	}
+	return IDEM_SCHEMA_UNAVAILABLE;
+}
+
+idem_status idem_schemas_open(const struct idem_cfg *cfg, idem_schemas **ret_schemas,
+                              idem_error *err)
+{
+	struct idem_registry_opts opts = { 0 };
+	struct idem_schemas *s;
+	char password[1024];
+	bool have_pw = false;
+	idem_status r;
+
+	*ret_schemas = NULL;
+	if (cfg->registry_url == NULL)
+		return IDEM_OK;
+	if ((r = idem_registry_global_init(err)) != IDEM_OK)
+		return r;
+	r = idem_secret_read("schema_registry", cfg->registry_password_env,
+	                     cfg->registry_password_file, password, sizeof(password), &have_pw,
+	                     err);
+	if (r != IDEM_OK)
+		return r;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		idem_secret_wipe(password, sizeof(password));
+		return idem_error_nomem(err);
+	}
+	opts.url = cfg->registry_url;
+	opts.username = cfg->registry_username;
+	opts.password = have_pw ? password : NULL;
+	opts.timeout_ms = cfg->registry_timeout_ms;
+	opts.retry_initial_ms = cfg->retry_initial_ms;
+	opts.retry_max_ms = cfg->retry_max_ms;
+	opts.parse = parse_schema;
+	opts.ref = ref_schema;
+	opts.unref = unref_schema;
+	r = idem_registry_new(&opts, &s->reg, err);
+	idem_secret_wipe(password, sizeof(password));
+	if (r != IDEM_OK) {
+		free(s);
+		return r;
+	}
+	*ret_schemas = s;
+	return IDEM_OK;
+}
+
+void idem_schemas_close(idem_schemas *s)
+{
+	if (s == NULL)
+		return;
+	idem_registry_free(s->reg);
+	free(s);
+}
+
+void idem_schemas_attach(idem_schemas *s, struct idem_jsondoc *doc)
+{
+	doc->schema_fn = s != NULL ? get_schema : NULL;
+	doc->schema_ctx = s;
+}
+
+void idem_schemas_stats(idem_schemas *s, struct idem_registry_stats *ret_stats)
+{
+	if (s == NULL) {
+		*ret_stats = (struct idem_registry_stats){ 0 };
+		return;
+	}
+	idem_registry_stats(s->reg, ret_stats);
+}

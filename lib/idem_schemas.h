@@ -1,0 +1,32 @@
+/*
+ * idem_schemas.h - the schemas avro: fields are read with, for one configuration: its
+ * schema_registry, behind the idem_schema_fn that struct idem_jsondoc calls (ARCHITECTURE.md,
+ * "Avro"). One per process is enough: the cache and the single flight are the registry's.
+ */
+#ifndef IDEM_SCHEMAS_H
+#define IDEM_SCHEMAS_H
+
+#include "idem_cfg.h"
+#include "idem_common.h"
+#include "idem_field.h"
+#include "idem_registry.h"
+
+typedef struct idem_schemas idem_schemas;
+
+/*
+ * @brief The schemas of @cfg: *ret_schemas is NULL when it has no schema_registry section.
+ * Reads the registry password (schema_registry.password_env / password_file) and wipes it once
+ * handed to the client. No request is made. Errors: IDEM_ERR_CONFIG (the password cannot be
+ * read, the URL), IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_schemas_open(const struct idem_cfg *cfg, idem_schemas **ret_schemas,
+                                             idem_error *err);
+void idem_schemas_close(idem_schemas *s); /* accepts NULL */
+
+/* @brief Let @doc read avro: fields with @s (NULL: it cannot; such fields are an error). */
+void idem_schemas_attach(idem_schemas *s, struct idem_jsondoc *doc);
+
+/* @brief The registry's counters (zeros when @s is NULL). */
+void idem_schemas_stats(idem_schemas *s, struct idem_registry_stats *ret_stats);
+
+#endif

@@ -1,0 +1,1040 @@
+/*
+ * Unit tests for idem_registry against a scripted HTTP/1.1 server on 127.0.0.1 (a thread in
+ * this process): caching, UNKNOWN and UNAVAILABLE classification, backoff, basic
+ * authentication, eviction and single flight.
+ *
+ * The registry's timing (backoff, UNKNOWN keep time) is real time: the tests use short delays
+ * (tens of milliseconds) and bound them loosely.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
+#include <arpa/inet.h>
+#include <cmocka.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "idem_registry.h"
+
+/* Internals of idem_registry.c (IDEM_TESTABLE). */
+extern size_t idem__registry_max_schemas;
+extern int64_t idem__registry_unknown_keep_ms;
+extern size_t idem__registry_max_answer;
+char *idem__registry_url_redact(const char *url);
+
+#define SCHEMA_OK   "{\"schema\":\"{\\\"type\\\":\\\"string\\\"}\"}"
+#define NOT_FOUND   "{\"error_code\":40403,\"message\":\"Schema not found\"}"
+#define ALICE_BASIC "Basic YWxpY2U6czNjcmV0LXB3" /* alice:s3cret-pw */
+
+/* --- the fake registry --- */
+
+struct fake {
+	int lfd;
+	int port;
+	pthread_t thr;
+	atomic_bool stop;
+	pthread_mutex_t mu; /* the script and what was seen */
+	int status;
+	char *body;
+	int delay_ms;
+	bool hang_up;          /* close the connection without answering */
+	bool no_length;        /* no Content-Length: the body ends when the connection closes */
+	const char *need_auth; /* Authorization header required, else 401 */
+	int requests;
+	char path[256];
+	char auth[256];
+	char accept[256];
+};
+
+static void fake_script(struct fake *f, int status, const char *body)
+{
+	pthread_mutex_lock(&f->mu);
+	f->status = status;
+	free(f->body);
+	f->body = strdup(body);
+	pthread_mutex_unlock(&f->mu);
+}
+
+static int fake_requests(struct fake *f)
+{
+	int n;
+
+	pthread_mutex_lock(&f->mu);
+	n = f->requests;
+	pthread_mutex_unlock(&f->mu);
+	return n;
+}
+
+static void header_value(const char *req, const char *name, char *out, size_t outlen)
+{
+	size_t nl = strlen(name);
+
+	out[0] = '\0';
+	for (const char *p = strstr(req, "\r\n"); p != NULL; p = strstr(p + 2, "\r\n")) {
+		const char *line = p + 2;
+
+		if (strncasecmp(line, name, nl) == 0 && line[nl] == ':') {
+			const char *v = line + nl + 1;
+			size_t len;
+
+			v += strspn(v, " ");
+			len = strcspn(v, "\r\n");
+			snprintf(out, outlen, "%.*s", (int)len, v);
+			return;
+		}
+	}
+}
+
+static void send_all(int c, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t k = send(c, p, n, MSG_NOSIGNAL);
+
+		if (k <= 0)
+			return;
+		p += k;
+		n -= (size_t)k;
+	}
+}
+
+static void fake_serve(struct fake *f, int c)
+{
+	char req[8192], auth[256], head[512];
+	size_t n = 0;
+	int status, delay_ms;
+	bool hang_up, no_length;
+	char *body;
+
+	for (;;) {
+		struct pollfd p = { .fd = c, .events = POLLIN };
+		ssize_t k;
+
+		if (n == sizeof(req) - 1 || poll(&p, 1, 2000) <= 0)
+			return;
+		k = recv(c, req + n, sizeof(req) - 1 - n, 0);
+		if (k <= 0)
+			return;
+		n += (size_t)k;
+		req[n] = '\0';
+		if (strstr(req, "\r\n\r\n") != NULL)
+			break;
+	}
+	header_value(req, "Authorization", auth, sizeof(auth));
+	pthread_mutex_lock(&f->mu);
+	f->requests++;
+	if (sscanf(req, "GET %255s HTTP/1.1", f->path) != 1)
+		f->path[0] = '\0';
+	snprintf(f->auth, sizeof(f->auth), "%s", auth);
+	header_value(req, "Accept", f->accept, sizeof(f->accept));
+	status = f->status;
+	body = strdup(f->body != NULL ? f->body : "");
+	delay_ms = f->delay_ms;
+	hang_up = f->hang_up;
+	no_length = f->no_length;
+	if (f->need_auth != NULL && strcmp(auth, f->need_auth) != 0) {
+		status = 401;
+		free(body);
+		body = strdup("{\"error_code\":401,\"message\":\"Unauthorized\"}");
+	}
+	pthread_mutex_unlock(&f->mu);
+	if (body == NULL)
+		return; /* no cmocka assertion outside the test's thread */
+
+	if (delay_ms > 0) {
+		/* Wakes early when the client gives up and closes. */
+		struct pollfd p = { .fd = c, .events = POLLIN };
+
+		(void)poll(&p, 1, delay_ms);
+	}
+	if (!hang_up) {
+		if (no_length)
+			snprintf(
+			        head, sizeof(head),
+			        "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+			        status);
+		else
+			snprintf(
+			        head, sizeof(head),
+			        "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+			        status, strlen(body));
+		send_all(c, head, strlen(head));
+		send_all(c, body, strlen(body));
+		shutdown(c, SHUT_WR);
+	}
+	free(body);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p = { .fd = f->lfd, .events = POLLIN };
+		int c;
+
+		if (poll(&p, 1, 20) <= 0)
+			continue;
+		c = accept(f->lfd, NULL, NULL);
+		if (c < 0)
+			continue;
+		fake_serve(f, c);
+		close(c);
+	}
+	return NULL;
+}
+
+/* Listen on 127.0.0.1:@port (0: any free port) and serve in a thread. */
+static void fake_start(struct fake *f, int port)
+{
+	struct sockaddr_in a = { 0 };
+	socklen_t alen = sizeof(a);
+	int one = 1;
+
+	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)port);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(f->lfd, 64), 0);
+	assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &alen), 0);
+	f->port = ntohs(a.sin_port);
+	atomic_store(&f->stop, false);
+	assert_int_equal(pthread_create(&f->thr, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	if (f->lfd < 0)
+		return;
+	atomic_store(&f->stop, true);
+	pthread_join(f->thr, NULL);
+	close(f->lfd);
+	f->lfd = -1;
+}
+
+/* A port on 127.0.0.1 with nothing listening (bound, then released). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { 0 };
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* --- the parsed objects: reference counted, counted --- */
+
+struct obj {
+	atomic_int refs;
+	char text[64];
+};
+
+static atomic_int parse_calls;
+static atomic_int live_objs;
+
+static idem_status obj_parse(const char *text, size_t len, void **ret_obj, char *why, size_t whylen)
+{
+	struct obj *o;
+
+	atomic_fetch_add(&parse_calls, 1);
+	assert_int_equal(text[len], '\0');
+	if (strncmp(text, "bad", 3) == 0) {
+		snprintf(why, whylen, "not an avro schema: %s", text);
+		return IDEM_ERR_INVALID;
+	}
+	o = calloc(1, sizeof(*o));
+	if (o == NULL)
+		return IDEM_ERR_NOMEM;
+	atomic_init(&o->refs, 1);
+	snprintf(o->text, sizeof(o->text), "%s", text);
+	atomic_fetch_add(&live_objs, 1);
+	*ret_obj = o;
+	return IDEM_OK;
+}
+
+static void *obj_ref(void *p)
+{
+	struct obj *o = p;
+
+	atomic_fetch_add(&o->refs, 1);
+	return o;
+}
+
+static void obj_unref(void *p)
+{
+	struct obj *o = p;
+
+	if (o != NULL && atomic_fetch_sub(&o->refs, 1) == 1) {
+		atomic_fetch_sub(&live_objs, 1);
+		free(o);
+	}
+}
+
+/* --- helpers --- */
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+static idem_registry *reg_new(const char *url, const char *user, const char *pass, int timeout_ms,
+                              int initial_ms, int max_ms)
+{
+	struct idem_registry_opts opts = {
+		.url = url,
+		.username = user,
+		.password = pass,
+		.timeout_ms = timeout_ms,
+		.retry_initial_ms = initial_ms,
+		.retry_max_ms = max_ms,
+		.parse = obj_parse,
+		.ref = obj_ref,
+		.unref = obj_unref,
+	};
+	idem_registry *reg = NULL;
+	idem_error err;
+
+	if (idem_registry_new(&opts, &reg, &err) != IDEM_OK)
+		fail_msg("idem_registry_new: %s", err.msg);
+	return reg;
+}
+
+static idem_registry *reg_fake(const struct fake *f)
+{
+	char url[64];
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", f->port);
+	return reg_new(url, NULL, NULL, 2000, 20, 80);
+}
+
+static void assert_contains(const char *s, const char *part)
+{
+	if (strstr(s, part) == NULL)
+		fail_msg("'%s' does not contain '%s'", s, part);
+}
+
+static void assert_lacks(const char *s, const char *part)
+{
+	if (strstr(s, part) != NULL)
+		fail_msg("'%s' contains '%s'", s, part);
+}
+
+static int setup(void **state)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+
+	if (f == NULL)
+		return -1;
+	pthread_mutex_init(&f->mu, NULL);
+	f->lfd = -1;
+	fake_script(f, 200, SCHEMA_OK);
+	fake_start(f, 0);
+	atomic_store(&parse_calls, 0);
+	atomic_store(&live_objs, 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fake *f = *state;
+
+	fake_stop(f);
+	free(f->body);
+	pthread_mutex_destroy(&f->mu);
+	free(f);
+	idem__registry_max_schemas = IDEM_REGISTRY_MAX_SCHEMAS;
+	idem__registry_unknown_keep_ms = IDEM_REGISTRY_UNKNOWN_KEEP_MS;
+	idem__registry_max_answer = IDEM_REGISTRY_MAX_ANSWER_BYTES;
+	/* Every reference was released: by the tests and by idem_registry_free(). */
+	assert_int_equal(atomic_load(&live_objs), 0);
+	return 0;
+}
+
+/* --- tests --- */
+
+static void test_url_check(void **state)
+{
+	static const struct {
+		const char *url;
+		const char *msg; /* NULL: accepted */
+	} cases[] = {
+		{ "http://registry:8081", NULL },
+		{ "https://registry.example.com/", NULL },
+		{ "HTTP://registry:8081/base//", NULL },
+		{ "https://u:p@registry:443/sr", NULL },
+		{ "http://[::1]:8081", NULL },
+		{ "ftp://x", "schema_registry.url 'ftp://x' must start with http:// or https://" },
+		{ "registry:8081",
+		  "schema_registry.url 'registry:8081' must start with http:// or https://" },
+		{ "ftp://alice:s3cret-pw@x/y",
+		  "schema_registry.url 'ftp://x/y' must start with http:// or https://" },
+		{ "http://", "schema_registry.url 'http://' has no host" },
+		{ "https://alice:s3cret-pw@/x", "schema_registry.url 'https:///x' has no host" },
+		{ "http://:8081", "schema_registry.url 'http://:8081' has no host" },
+		{ "http://h:0", "schema_registry.url 'http://h:0' has an invalid port" },
+		{ "http://h:99999", "schema_registry.url 'http://h:99999' has an invalid port" },
+		{ "http://h:80x", "schema_registry.url 'http://h:80x' has an invalid port" },
+		{ "http://[::1", "schema_registry.url 'http://[::1' has no valid host" },
+		{ "http://h/x?y=1",
+		  "schema_registry.url 'http://h/x?y=1' must not have a query or a fragment" },
+		{ "http://h /x",
+		  "schema_registry.url 'http://h /x' must not contain spaces or control characters" },
+	};
+	struct idem_registry_opts opts = {
+		.timeout_ms = 1000,
+		.retry_initial_ms = 100,
+		.retry_max_ms = 1000,
+		.parse = obj_parse,
+		.ref = obj_ref,
+		.unref = obj_unref,
+	};
+
+	(void)state;
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(cases); i++) {
+		idem_registry *reg = NULL;
+		idem_error err;
+		idem_status r;
+
+		opts.url = cases[i].url;
+		r = idem_registry_new(&opts, &reg, &err);
+		if (cases[i].msg == NULL) {
+			if (r != IDEM_OK)
+				fail_msg("'%s' refused: %s", cases[i].url, err.msg);
+			idem_registry_free(reg);
+			continue;
+		}
+		assert_int_equal(r, IDEM_ERR_CONFIG);
+		assert_null(reg);
+		assert_string_equal(err.msg, cases[i].msg);
+	}
+	opts.url = "http://h";
+	opts.timeout_ms = 0;
+	{
+		idem_registry *reg = NULL;
+		idem_error err;
+
+		assert_int_equal(idem_registry_new(&opts, &reg, &err), IDEM_ERR_INVALID);
+		assert_null(reg);
+	}
+	idem_registry_free(NULL);
+}
+
+static void test_url_redact(void **state)
+{
+	static const char *const cases[][2] = {
+		{ "https://u:p@host", "https://host" },
+		{ "http://alice:s3cret@host:8081/x@y", "http://host:8081/x@y" },
+		{ "http://a@b:c@host/", "http://host/" },
+		{ "http://host/p", "http://host/p" },
+		{ "u:p@host", "host" },
+		{ "", "" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(cases); i++) {
+		char *s = idem__registry_url_redact(cases[i][0]);
+
+		assert_non_null(s);
+		assert_string_equal(s, cases[i][1]);
+		free(s);
+	}
+}
+
+static void test_ok_cached(void **state)
+{
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	char url[64], why[256] = "untouched";
+	struct obj *first = NULL;
+	idem_registry *reg;
+	int retry = -7;
+
+	/* A trailing '/' in the base URL does not double in the path. */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", f->port);
+	reg = reg_new(url, NULL, NULL, 2000, 20, 80);
+	for (int i = 0; i < 50; i++) {
+		void *obj = NULL;
+
+		assert_int_equal(idem_registry_get(reg, 7, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_OK);
+		assert_non_null(obj);
+		if (first == NULL)
+			first = obj_ref(obj);
+		assert_ptr_equal(obj, first);
+		obj_unref(obj);
+	}
+	assert_string_equal(why, "untouched");
+	assert_int_equal(retry, -7);
+	assert_string_equal(first->text, "{\"type\":\"string\"}");
+	assert_int_equal(fake_requests(f), 1);
+	assert_int_equal(atomic_load(&parse_calls), 1);
+	assert_string_equal(f->path, "/schemas/ids/7");
+	assert_string_equal(f->accept, "application/vnd.schemaregistry.v1+json, application/json");
+	assert_string_equal(f->auth, "");
+
+	/* schemaType AVRO and empty references are plain Avro. */
+	fake_script(f, 200,
+	            "{\"schema\":\"\\\"long\\\"\",\"schemaType\":\"AVRO\",\"references\":[]}\r\n");
+	{
+		void *obj = NULL;
+
+		assert_int_equal(idem_registry_get(reg, 8, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+		assert_string_equal(((struct obj *)obj)->text, "\"long\"");
+		obj_unref(obj);
+	}
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.fetches, 2);
+	assert_int_equal(st.failures, 0);
+	assert_int_equal(st.unknown, 0);
+	assert_int_equal(st.cached, 2);
+
+	/* The cache holds its own reference: ours outlives nothing. */
+	assert_int_equal(atomic_load(&first->refs), 2);
+	obj_unref(first);
+	idem_registry_free(reg);
+}
+
+static void test_not_found(void **state)
+{
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	char why[256], want[256];
+	idem_registry *reg = reg_fake(f);
+	void *obj = NULL;
+
+	fake_script(f, 404, NOT_FOUND);
+	assert_int_equal(idem_registry_get(reg, 7, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_null(obj);
+	snprintf(
+	        want, sizeof(want),
+	        "schema id 7: registry http://127.0.0.1:%d answered 404 Not Found (error_code 40403: Schema not found)",
+	        f->port);
+	assert_string_equal(why, want);
+
+	/* Kept: asked again only after the keep time. */
+	why[0] = '\0';
+	assert_int_equal(idem_registry_get(reg, 7, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_string_equal(why, want);
+	assert_int_equal(fake_requests(f), 1);
+
+	/* A 404 without a JSON body still is UNKNOWN. */
+	fake_script(f, 404, "<html>no</html>");
+	assert_int_equal(idem_registry_get(reg, 8, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_contains(why, "schema id 8: registry http://127.0.0.1:");
+	assert_contains(why, "answered 404 Not Found");
+
+	/* A short buffer is truncated, not overrun. */
+	assert_int_equal(idem_registry_get(reg, 7, &obj, why, 10, NULL), IDEM_REGISTRY_UNKNOWN);
+	assert_string_equal(why, "schema id");
+
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.fetches, 2);
+	assert_int_equal(st.unknown, 2);
+	assert_int_equal(st.failures, 0);
+	assert_int_equal(st.cached, 0);
+	idem_registry_free(reg);
+}
+
+static void test_unknown_kept_then_asked_again(void **state)
+{
+	struct fake *f = *state;
+	idem_registry *reg;
+	void *obj = NULL;
+	char why[256];
+
+	idem__registry_unknown_keep_ms = 100;
+	reg = reg_fake(f);
+	fake_script(f, 404, NOT_FOUND);
+	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	fake_script(f, 200, SCHEMA_OK);
+	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_int_equal(fake_requests(f), 1);
+	sleep_ms(130);
+	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), NULL), IDEM_REGISTRY_OK);
+	assert_int_equal(fake_requests(f), 2);
+	obj_unref(obj);
+	idem_registry_free(reg);
+}
+
+/* 500s with backoff 20, 40, 80, 80 ms (+-20%), then the registry recovers. */
+static void test_unavailable_backoff(void **state)
+{
+	static const int cap[] = { 20, 40, 80, 80 };
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	idem_registry *reg = reg_fake(f);
+	char why[256], again[256];
+	int retry = 0, retry2 = 0, prev = 0;
+	void *obj = NULL;
+
+	fake_script(f, 500, "{\"error_code\":50001,\"message\":\"Error in the backend\"}");
+	for (int k = 0; k < (int)IDEM_ARRAY_SIZE(cap); k++) {
+		assert_int_equal(idem_registry_get(reg, 5, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_UNAVAILABLE);
+		assert_int_equal(fake_requests(f), k + 1);
+		assert_contains(why, "schema id 5: registry http://127.0.0.1:");
+		assert_contains(
+		        why,
+		        "answered 500 Internal Server Error (error_code 50001: Error in the backend)");
+		assert_in_range(retry, cap[k] * 8 / 10, cap[k] * 12 / 10);
+		if (k > 0 && cap[k] > cap[k - 1])
+			assert_true(retry > prev);
+		prev = retry;
+
+		/* Inside the window: the same answer at once, no request. */
+		assert_int_equal(idem_registry_get(reg, 5, &obj, again, sizeof(again), &retry2),
+		                 IDEM_REGISTRY_UNAVAILABLE);
+		assert_string_equal(again, why);
+		assert_in_range(retry2, 1, retry);
+		assert_int_equal(fake_requests(f), k + 1);
+		sleep_ms(retry2 + 5);
+	}
+
+	/* Recovery. */
+	fake_script(f, 200, SCHEMA_OK);
+	assert_int_equal(idem_registry_get(reg, 5, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.fetches, 5);
+	assert_int_equal(st.failures, 4);
+	assert_int_equal(st.cached, 1);
+
+	/* The other statuses that mean "not now". */
+	for (int s = 0; s < 5; s++) {
+		static const int status[] = { 429, 403, 503, 400, 302 };
+
+		fake_script(f, status[s], "");
+		assert_int_equal(idem_registry_get(reg, 100 + s, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_UNAVAILABLE);
+		snprintf(again, sizeof(again), "answered %d", status[s]);
+		assert_contains(why, again);
+		assert_true(retry > 0);
+	}
+	idem_registry_free(reg);
+}
+
+static void test_timeout(void **state)
+{
+	struct fake *f = *state;
+	char url[64], why[256];
+	idem_registry *reg;
+	void *obj = NULL;
+	int64_t t0;
+	int retry = 0;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", f->port);
+	reg = reg_new(url, NULL, NULL, 100, 50, 50);
+	f->delay_ms = 2000;
+	t0 = idem_mono_ms();
+	assert_int_equal(idem_registry_get(reg, 4, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_true(idem_mono_ms() - t0 < 1000);
+	assert_contains(why, "schema id 4: request to http://127.0.0.1:");
+	assert_contains(why, "timed out");
+	assert_true(retry > 0);
+	idem_registry_free(reg);
+}
+
+static void test_refused_then_back(void **state)
+{
+	struct fake *f = *state;
+	char url[64], why[256], want[128];
+	idem_registry *reg;
+	void *obj = NULL;
+	int port = free_port(), retry = 0;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	reg = reg_new(url, NULL, NULL, 1000, 50, 100);
+	assert_int_equal(idem_registry_get(reg, 6, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	snprintf(want, sizeof(want), "schema id 6: cannot reach http://127.0.0.1:%d: ", port);
+	assert_contains(why, want);
+	assert_in_range(retry, 40, 60);
+
+	/* The registry comes back on that port. */
+	fake_stop(f);
+	fake_start(f, port);
+	assert_int_equal(idem_registry_get(reg, 6, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_int_equal(fake_requests(f), 0); /* still inside the window */
+	sleep_ms(retry + 5);
+	assert_int_equal(idem_registry_get(reg, 6, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_OK);
+	assert_int_equal(fake_requests(f), 1);
+	obj_unref(obj);
+	idem_registry_free(reg);
+}
+
+static void test_bad_answers(void **state)
+{
+	static const char *const bodies[] = {
+		"<html>oops</html>",
+		"{\"id\":1}",
+		"{\"schema\":{\"type\":\"string\"}}",
+		"[1]",
+		"{\"schema\":\"x\"} trailing",
+		"",
+	};
+	struct fake *f = *state;
+	idem_registry *reg = reg_fake(f);
+	void *obj = NULL;
+	char why[256];
+	int retry = 0;
+
+	for (int i = 0; i < (int)IDEM_ARRAY_SIZE(bodies); i++) {
+		fake_script(f, 200, bodies[i]);
+		assert_int_equal(idem_registry_get(reg, 20 + i, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_UNAVAILABLE);
+		assert_contains(why, "answered 200 OK without the registry's JSON");
+		assert_true(retry > 0);
+	}
+
+	/* The connection closes without an answer. */
+	f->hang_up = true;
+	assert_int_equal(idem_registry_get(reg, 40, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_contains(why, "schema id 40: request to http://127.0.0.1:");
+	assert_int_equal(atomic_load(&parse_calls), 0);
+	idem_registry_free(reg);
+}
+
+static void test_not_avro(void **state)
+{
+	struct fake *f = *state;
+	idem_registry *reg = reg_fake(f);
+	void *obj = NULL;
+	char why[256];
+
+	fake_script(f, 200,
+	            "{\"schema\":\"syntax = \\\"proto3\\\";\",\"schemaType\":\"PROTOBUF\"}");
+	assert_int_equal(idem_registry_get(reg, 9, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_string_equal(why, "schema id 9 is PROTOBUF, not AVRO");
+
+	fake_script(
+	        f, 200,
+	        "{\"schema\":\"{}\",\"references\":[{\"name\":\"a.b\",\"subject\":\"s\",\"version\":1}]}");
+	assert_int_equal(idem_registry_get(reg, 10, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_string_equal(why,
+	                    "schema id 10 uses schema references, which idemd does not support");
+
+	fake_script(f, 200, "{\"schema\":\"bad schema\"}");
+	assert_int_equal(idem_registry_get(reg, 11, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_string_equal(why, "schema id 11: not an avro schema: bad schema");
+	assert_int_equal(atomic_load(&parse_calls), 1);
+	assert_int_equal(fake_requests(f), 3);
+	idem_registry_free(reg);
+}
+
+static void test_too_big(void **state)
+{
+	struct fake *f = *state;
+	char body[2100], why[256];
+	idem_registry *reg;
+	void *obj = NULL;
+	int retry = 0;
+
+	idem__registry_max_answer = 1024;
+	reg = reg_fake(f);
+	memset(body, 'x', sizeof(body));
+	memcpy(body, "{\"schema\":\"", 11);
+	memcpy(body + sizeof(body) - 3, "\"}", 3);
+	fake_script(f, 200, body);
+	assert_int_equal(idem_registry_get(reg, 12, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_contains(why, "schema id 12: answer of http://127.0.0.1:");
+	assert_contains(why, "is larger than 1024 bytes");
+
+	/* Without Content-Length, the limit is met while reading. */
+	f->no_length = true;
+	assert_int_equal(idem_registry_get(reg, 13, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_contains(why, "is larger than 1024 bytes");
+
+	/* A large error page is an error page. */
+	fake_script(f, 503, body);
+	assert_int_equal(idem_registry_get(reg, 14, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_contains(why, "answered 503 Service Unavailable");
+
+	/* Under the limit, without Content-Length. */
+	fake_script(f, 200, SCHEMA_OK);
+	assert_int_equal(idem_registry_get(reg, 15, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	assert_int_equal(atomic_load(&parse_calls), 1);
+	idem_registry_free(reg);
+}
+
+static void test_basic_auth(void **state)
+{
+	struct fake *f = *state;
+	char url[128], why[256];
+	idem_registry *reg;
+	void *obj = NULL;
+	int retry = 0;
+
+	f->need_auth = ALICE_BASIC;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", f->port);
+
+	/* Wrong password: 401 is UNAVAILABLE (credentials can be fixed) and says no password. */
+	reg = reg_new(url, "alice", "wrong-pw", 2000, 20, 80);
+	assert_int_equal(idem_registry_get(reg, 1, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_contains(why, "answered 401 Unauthorized");
+	assert_lacks(why, "wrong-pw");
+	idem_registry_free(reg);
+
+	reg = reg_new(url, "alice", "s3cret-pw", 2000, 20, 80);
+	assert_int_equal(idem_registry_get(reg, 1, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_OK);
+	assert_string_equal(f->auth, ALICE_BASIC);
+	obj_unref(obj);
+	idem_registry_free(reg);
+
+	/* Credentials in the URL are used, and never shown. */
+	snprintf(url, sizeof(url), "http://alice:s3cret-pw@127.0.0.1:%d/", f->port);
+	reg = reg_new(url, NULL, NULL, 2000, 20, 80);
+	assert_int_equal(idem_registry_get(reg, 1, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_OK);
+	assert_string_equal(f->auth, ALICE_BASIC);
+	obj_unref(obj);
+	fake_script(f, 500, "");
+	assert_int_equal(idem_registry_get(reg, 2, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	snprintf(url, sizeof(url), "schema id 2: registry http://127.0.0.1:%d answered 500",
+	         f->port);
+	assert_contains(why, url);
+	assert_lacks(why, "s3cret");
+	assert_lacks(why, "alice");
+	fake_script(f, 404, NOT_FOUND);
+	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_lacks(why, "s3cret");
+	idem_registry_free(reg);
+
+	/* Nothing listening: curl's own message must not carry them either. */
+	snprintf(url, sizeof(url), "http://alice:s3cret-pw@127.0.0.1:%d", free_port());
+	reg = reg_new(url, "alice", "s3cret-pw", 2000, 20, 80);
+	assert_int_equal(idem_registry_get(reg, 1, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_contains(why, "cannot reach http://127.0.0.1:");
+	assert_lacks(why, "s3cret");
+	idem_registry_free(reg);
+}
+
+static void test_eviction(void **state)
+{
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	idem_registry *reg;
+	void *obj = NULL;
+
+	idem__registry_max_schemas = 4;
+	reg = reg_fake(f);
+	for (int id = 1; id <= 4; id++) {
+		assert_int_equal(idem_registry_get(reg, id, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+		obj_unref(obj);
+	}
+	/* Touch 1: 2 is now the least recently used. */
+	assert_int_equal(idem_registry_get(reg, 1, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	assert_int_equal(idem_registry_get(reg, 5, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	assert_int_equal(fake_requests(f), 5);
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.cached, 4);
+	assert_int_equal(atomic_load(&live_objs), 4); /* 2's object went with its entry */
+
+	assert_int_equal(idem_registry_get(reg, 1, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	assert_int_equal(fake_requests(f), 5);
+	assert_int_equal(idem_registry_get(reg, 2, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+	assert_int_equal(fake_requests(f), 6);
+
+	/* A reference held by the caller survives the eviction of its entry. */
+	for (int id = 10; id < 14; id++) {
+		void *other = NULL;
+
+		assert_int_equal(idem_registry_get(reg, id, &other, NULL, 0, NULL),
+		                 IDEM_REGISTRY_OK);
+		obj_unref(other);
+	}
+	assert_int_equal(atomic_load(&((struct obj *)obj)->refs), 1);
+	obj_unref(obj);
+
+	/* Ids that do not resolve do not push schemas out. */
+	fake_script(f, 404, NOT_FOUND);
+	for (int id = 20; id < 30; id++)
+		assert_int_equal(idem_registry_get(reg, id, &obj, NULL, 0, NULL),
+		                 IDEM_REGISTRY_UNKNOWN);
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.cached, 4);
+	idem_registry_free(reg);
+}
+
+/* The real limit, against the local server. */
+static void test_eviction_default_limit(void **state)
+{
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	idem_registry *reg = reg_fake(f);
+	void *obj = NULL;
+
+	for (int id = 0; id <= IDEM_REGISTRY_MAX_SCHEMAS; id++) {
+		assert_int_equal(idem_registry_get(reg, id, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+		obj_unref(obj);
+	}
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.cached, IDEM_REGISTRY_MAX_SCHEMAS);
+	assert_int_equal(st.fetches, IDEM_REGISTRY_MAX_SCHEMAS + 1);
+	assert_int_equal(atomic_load(&live_objs), IDEM_REGISTRY_MAX_SCHEMAS);
+	/* Id 0 went first; the last one is still there. */
+	assert_int_equal(idem_registry_get(reg, IDEM_REGISTRY_MAX_SCHEMAS, &obj, NULL, 0, NULL),
+	                 IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	assert_int_equal(fake_requests(f), IDEM_REGISTRY_MAX_SCHEMAS + 1);
+	assert_int_equal(idem_registry_get(reg, 0, &obj, NULL, 0, NULL), IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	assert_int_equal(fake_requests(f), IDEM_REGISTRY_MAX_SCHEMAS + 2);
+	idem_registry_free(reg);
+}
+
+#define FLIGHT_THREADS 8
+
+struct flight {
+	idem_registry *reg;
+	pthread_barrier_t *start;
+	int32_t id;
+	enum idem_registry_answer answer;
+	void *obj;
+	char why[256];
+	int retry;
+};
+
+static void *flight_main(void *arg)
+{
+	struct flight *fl = arg;
+
+	pthread_barrier_wait(fl->start);
+	fl->answer =
+	        idem_registry_get(fl->reg, fl->id, &fl->obj, fl->why, sizeof(fl->why), &fl->retry);
+	return NULL;
+}
+
+static void run_flight(idem_registry *reg, int32_t id, struct flight *fl)
+{
+	pthread_t thr[FLIGHT_THREADS];
+	pthread_barrier_t start;
+
+	assert_int_equal(pthread_barrier_init(&start, NULL, FLIGHT_THREADS), 0);
+	for (int i = 0; i < FLIGHT_THREADS; i++) {
+		fl[i] = (struct flight){ .reg = reg, .start = &start, .id = id };
+		assert_int_equal(pthread_create(&thr[i], NULL, flight_main, &fl[i]), 0);
+	}
+	for (int i = 0; i < FLIGHT_THREADS; i++)
+		pthread_join(thr[i], NULL);
+	pthread_barrier_destroy(&start);
+}
+
+static void test_single_flight(void **state)
+{
+	struct fake *f = *state;
+	struct flight fl[FLIGHT_THREADS];
+	struct idem_registry_stats st;
+	idem_registry *reg = reg_fake(f);
+
+	f->delay_ms = 200;
+	run_flight(reg, 42, fl);
+	assert_int_equal(fake_requests(f), 1);
+	assert_int_equal(atomic_load(&parse_calls), 1);
+	for (int i = 0; i < FLIGHT_THREADS; i++) {
+		assert_int_equal(fl[i].answer, IDEM_REGISTRY_OK);
+		assert_ptr_equal(fl[i].obj, fl[0].obj);
+	}
+	assert_int_equal(atomic_load(&((struct obj *)fl[0].obj)->refs), FLIGHT_THREADS + 1);
+	for (int i = 0; i < FLIGHT_THREADS; i++)
+		obj_unref(fl[i].obj);
+
+	/* A failure is shared the same way. */
+	fake_script(f, 503, "");
+	run_flight(reg, 43, fl);
+	assert_int_equal(fake_requests(f), 2);
+	for (int i = 0; i < FLIGHT_THREADS; i++) {
+		assert_int_equal(fl[i].answer, IDEM_REGISTRY_UNAVAILABLE);
+		assert_string_equal(fl[i].why, fl[0].why);
+		assert_true(fl[i].retry > 0);
+	}
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.fetches, 2);
+	assert_int_equal(st.failures, 1);
+	idem_registry_free(reg);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_url_redact),
+		cmocka_unit_test(test_url_check),
+		cmocka_unit_test_setup_teardown(test_ok_cached, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_not_found, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_kept_then_asked_again, setup,
+		                                teardown),
+		cmocka_unit_test_setup_teardown(test_unavailable_backoff, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_then_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_not_avro, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_too_big, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_basic_auth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction_default_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_single_flight, setup, teardown),
+	};
+	idem_error err;
+
+	/* The fake registry is local: a proxy from the environment must not be asked. */
+	unsetenv("http_proxy");
+	unsetenv("HTTP_PROXY");
+	unsetenv("https_proxy");
+	unsetenv("HTTPS_PROXY");
+	unsetenv("all_proxy");
+	unsetenv("ALL_PROXY");
+	if (idem_registry_global_init(&err) != IDEM_OK) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 1;
+	}
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
