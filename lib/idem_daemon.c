@@ -664,6 +664,8 @@ size_t idem_daemon_retry_now(idem_daemon *d)
 	int64_t now = idem_mono_ms();
 	size_t n = 0;
 
+	/* A partition waiting for a schema asks the registry again, not only its cache. */
+	idem_schemas_retry_now(d->schemas);
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
 

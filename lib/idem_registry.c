@@ -950,6 +950,21 @@ enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void
 	return answer;
 }
 
+size_t idem_registry_retry_now(idem_registry *reg)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&reg->mu);
+	for (struct idem_registry_entry *e = reg->other.head; e != NULL; e = e->next) {
+		if (e->answer == IDEM_REGISTRY_UNAVAILABLE && e->until_ms > 0) {
+			e->until_ms = 0;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&reg->mu);
+	return n;
+}
+
 void idem_registry_stats(idem_registry *reg, struct idem_registry_stats *ret_stats)
 {
 	pthread_mutex_lock(&reg->mu);

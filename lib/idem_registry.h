@@ -105,6 +105,13 @@ IDEM_NODISCARD idem_status idem_registry_global_init(idem_error *err);
 enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void **ret_obj,
                                             char *why, size_t whylen, int *ret_retry_ms);
 
+/*
+ * @brief Forget the backoff of every id the registry did not answer for: the next get() of each
+ * asks again at once (SIGHUP, with the partitions' own retries).
+ * @returns how many ids were waiting.
+ */
+size_t idem_registry_retry_now(idem_registry *reg);
+
 void idem_registry_stats(idem_registry *reg, struct idem_registry_stats *ret_stats);
 
 #endif

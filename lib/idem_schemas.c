@@ -114,6 +114,12 @@ void idem_schemas_attach(idem_schemas *s, struct idem_jsondoc *doc)
 	doc->schema_ctx = s;
 }
 
+void idem_schemas_retry_now(idem_schemas *s)
+{
+	if (s != NULL)
+		idem_registry_retry_now(s->reg);
+}
+
 void idem_schemas_stats(idem_schemas *s, struct idem_registry_stats *ret_stats)
 {
 	if (s == NULL) {

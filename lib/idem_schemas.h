@@ -26,6 +26,9 @@ void idem_schemas_close(idem_schemas *s); /* accepts NULL */
 /* @brief Let @doc read avro: fields with @s (NULL: it cannot; such fields are an error). */
 void idem_schemas_attach(idem_schemas *s, struct idem_jsondoc *doc);
 
+/* @brief idem_registry_retry_now() (nothing when @s is NULL). */
+void idem_schemas_retry_now(idem_schemas *s);
+
 /* @brief The registry's counters (zeros when @s is NULL). */
 void idem_schemas_stats(idem_schemas *s, struct idem_registry_stats *ret_stats);
 

@@ -10,7 +10,7 @@
 #                      [--latency-beside]
 #                      [--kafka-prop NAME=VALUE]... [--pg-setting NAME=VALUE]...
 #                      [--peer-batch N] [--peer-connections K] [--peer-arg ARG]...
-#                      [--modes row,set] [--profile] [--statements]
+#                      [--modes row,set] [--avro] [--profile] [--statements]
 #                      [--skip-latency] [--build-dir DIR] [--out DIR]
 #
 # Defaults: 1,000,000 messages, 3 runs, 16 partitions, 10% duplicates, no claims history (a
@@ -30,8 +30,12 @@
 # arrives).
 #
 # One Postgres (fsync on, default synchronous_commit, track_commit_timestamp on) and one
-# embedded Kafka for everything. N payment messages are produced once; then each run measures,
-# on freshly truncated tables:
+# embedded Kafka for everything. N payment messages are produced once (topic payments, JSON); with
+# --avro the same N payments once more in Avro (topic payments_avro: Confluent-framed, encoded by
+# tests/tools/avro_encode.py with python3-avro, the schema in a Schema Registry,
+# tests/tools/registry.py; the same ids, accounts, amounts, duplicates and partitions: the
+# manifests and the partitions' high watermarks are compared). Then each run measures, on freshly
+# truncated tables:
 #   A  bench_raw: idemd's batch SQL straight through libpq, no Kafka in the timed loop, the
 #      payments handler once per message (row mode);
 #   As bench_raw --mode set: the same with the set handler once per transaction (A_set);
@@ -44,6 +48,9 @@
 #      the ledger and balances checked;
 #   Cs idemd the same as C with handler.mode set (C_set), and its exactly-once check; then the
 #      bytes per claim (the claims table and its indexes over its rows, vacuumed);
+#   Vs with --avro: C_set over payments_avro, idemd reading avro: fields through the registry
+#      (V_set: business_key ${avro:/payment_id}, params avro:/account and avro:/amount), and the
+#      same exactly-once check; V_set/C_set is the cost of Avro against JSON (target >= 0.9);
 #   Hs with --history-purge H: C_set over a claims table that holds H claims older than
 #      retention.keep, which idemd's retention purges while it applies the backlog (H_set):
 #      its rate against C_set's, and the purge's rate (claims deleted per second of the run)
@@ -59,8 +66,9 @@
 # group, while idemd applies it): Kafka's share under the same load (Postgres, idemd and the
 # embedded Kafka on the same CPUs), so that p99 - beside p99 is what idemd itself adds. The reader
 # beside adds its own load, so idemd's figures of such a run are not those of a run without it.
-# Headline ratio: C_set/P_set. --modes row or --modes set runs only that mode's phases
-# (A/C/L or As/Ps/Cs/Ls).
+# Headline ratio: C_set/P_set; with --avro also V_set/C_set, with idemd's CPU per 1,000 messages
+# of both. --modes row or --modes set runs only that mode's phases (A/C/L or As/Ps/Cs/Vs/Ls;
+# --avro needs set mode).
 # --statements loads pg_stat_statements (planning tracked too) and reports, for each latency run,
 # every statement's calls and mean planning and execution time: where the commit stage goes.
 # --profile adds one more idemd pass over the N messages under `perf record -a` and prints
@@ -95,6 +103,7 @@ latency_seconds=20
 profile=0
 skip_latency=0
 statements=0
+avro=0
 build_dir=$src/build-bench
 out_dir=
 kafka_props=()
@@ -140,6 +149,7 @@ while [ $# -gt 0 ]; do
 	--kafka-prop) kafka_props+=("$2") && shift 2 ;;
 	--pg-setting) pg_settings+=("$2") && shift 2 ;;
 	--modes) modes=$2 && shift 2 ;;
+	--avro) avro=1 && shift ;;
 	--profile) profile=1 && shift ;;
 	--skip-latency) skip_latency=1 && shift ;;
 	--statements) statements=1 && shift ;;
@@ -172,6 +182,8 @@ fi
 run_row=0 run_set=0
 [[ $modes != *row* ]] || run_row=1
 [[ $modes != *set* ]] || run_set=1
+[ "$avro" = 0 ] || [ "$run_set" = 1 ] ||
+	{ echo "run.sh: --avro runs set mode: it needs --modes set or row,set" >&2 && exit 2; }
 : "${out_dir:=$build_dir/bench-out/$(date +%Y%m%d-%H%M%S)}"
 
 # ---- build (Release) ---------------------------------------------------------------------------
@@ -230,6 +242,7 @@ idem_pg_restart_immediate
 PM=$(head -n 1 "$IDEM_PGDATA/postmaster.pid")
 
 topics=("payments:$partitions")
+[ "$avro" = 0 ] || topics+=("payments_avro:$partitions")
 for ((r = 1; r <= runs; r++)); do
 	topics+=("lat$r:$partitions" "klat$r:$partitions" "lats$r:$partitions" "klats$r:$partitions")
 	for ((i = 0; i < ${#rates[@]}; i++)); do
@@ -238,8 +251,8 @@ for ((r = 1; r <= runs; r++)); do
 done
 idem_kafka_start "${topics[@]}"
 
-# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MODE SETTINGS: the tests' config
-# writer with route 'bench', handler.mode MODE, idemd's retry defaults, and SETTINGS:
+# bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MODE SETTINGS [OPTION...]: the tests'
+# config writer with route 'bench', handler.mode MODE, idemd's retry defaults, and SETTINGS:
 #   backlog  C, C_set and the profile: idemd's defaults (--kafka-defaults, --batch-defaults) plus
 #            what --batch, --workers, --max-wait-ms set; with --tuned the settings of before
 #            (--batch, --workers, --max-wait-ms, fetch.wait.max.ms 10, queued.min.messages 1000000)
@@ -247,7 +260,8 @@ idem_kafka_start "${topics[@]}"
 #            fetch.wait.max.ms --latency-fetch-wait-ms, queued.min.messages 1000000
 #   rates    Ls at the --latency-rates: as backlog, plus what --latency-max-wait-ms and
 #            --latency-fetch-wait-ms set; with --tuned as latency
-# then --kafka-prop (a later NAME=VALUE replaces an earlier one).
+# then --kafka-prop (a later NAME=VALUE replaces an earlier one), then OPTIONs (idem_write_config's,
+# e.g. --key and --registry for Avro).
 bench_config() {
 	local p props=() cfg=()
 	local tuned_backlog=(--max "$batch" --wait "$max_wait_ms" --workers "$workers"
@@ -276,7 +290,7 @@ bench_config() {
 		props+=(--kafka-prop "$p")
 	done
 	idem_write_config "$1" "$2" "$3" --topic "$4" --route-name bench --sql "$5" --params "$6" \
-		--mode "$7" "${cfg[@]}" "${props[@]}" --no-retry --log-level info
+		--mode "$7" "${cfg[@]}" "${props[@]}" --no-retry --log-level info "${@:9}"
 }
 
 # settings_text SETTINGS: what bench_config SETTINGS gives idemd, for the report.
@@ -346,19 +360,53 @@ drop_history() {
 }
 
 # ---- the messages ------------------------------------------------------------------------------
+# check_topic TOPIC: TOPIC holds all N messages from offset 0 of each partition; prints each
+# partition's high watermark ("partition=P high=H" lines).
+check_topic() {
+	local line
+	while read -r line; do
+		case $line in
+		partition=*)
+			[ "$(kv "$line" low)" = 0 ] || idem_fail "the embedded Kafka dropped messages of $1 ($line): use more --partitions"
+			echo "partition=$(kv "$line" partition) high=$(kv "$line" high)"
+			;;
+		total*)
+			[ "$(kv "$line" high)" = "$messages" ] || idem_fail "topic $1 holds $(kv "$line" high) messages, expected $messages"
+			;;
+		esac
+	done < <("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group none --topic "$1")
+}
+
 idem_log "producing $messages payments over $partitions partitions, dup-ratio $dup_ratio"
 idem_produce --count "$messages" --dup-ratio "$dup_ratio" --seed 1
-while read -r line; do
-	case $line in
-	partition=*)
-		[ "$(kv "$line" low)" = 0 ] || idem_fail "the embedded Kafka dropped messages ($line): use more --partitions"
-		;;
-	total*)
-		[ "$(kv "$line" high)" = "$messages" ] || idem_fail "topic holds $(kv "$line" high) messages, expected $messages"
-		;;
-	esac
-done < <("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group none --topic payments)
+check_topic payments >"$IDEM_TMP/payments.highs"
 idem_log "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE"
+if [ "$avro" = 1 ]; then
+	# The same payments in Avro: avro_encode.py draws them as idem_produce's idem-kafkatool
+	# produce does (the same --count, --dup-ratio, --seed 1, --accounts, and the topic's
+	# partition count), each line naming its partition.
+	idem_log "producing the same payments in Avro to payments_avro"
+	idem_registry_start
+	idem_avro_encode payments-schema >"$IDEM_TMP/payments.avsc"
+	avro_id=$(idem_registry_register payments-value "$IDEM_TMP/payments.avsc")
+	line=$(idem_avro_encode payments --count "$messages" --dup-ratio "$dup_ratio" --seed 1 \
+		--accounts "$IDEM_ACCOUNTS" --partitions "$partitions" --schema-id "$avro_id" \
+		--manifest "$IDEM_TMP/manifest-avro.csv" --output "$IDEM_TMP/payments-avro.txt")
+	[ "$line" = "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE duplicates=$((IDEM_PRODUCED - IDEM_UNIQUE))" ] ||
+		idem_fail "avro_encode.py made other payments ($line) than idem-kafkatool (produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE)"
+	cmp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest-avro.csv" ||
+		idem_fail "the Avro payments differ from the JSON ones: manifest.csv and manifest-avro.csv in $IDEM_TMP"
+	json_produced=$IDEM_PRODUCED
+	idem_avro_produce payments_avro "$IDEM_TMP/payments-avro.txt"
+	[ "$IDEM_PRODUCED" = "$json_produced" ] ||
+		idem_fail "produce-file wrote $IDEM_PRODUCED Avro messages, expected $json_produced"
+	check_topic payments_avro >"$IDEM_TMP/payments_avro.highs"
+	cmp "$IDEM_TMP/payments.highs" "$IDEM_TMP/payments_avro.highs" ||
+		idem_fail "payments_avro's partitions hold other counts than payments': $(paste -d ' ' "$IDEM_TMP/payments.highs" "$IDEM_TMP/payments_avro.highs" | tr '\n' ';')"
+	line="produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE schema_id=$avro_id value_bytes_mean=$(awk -F '\t' '{ n += length($2) / 2 } END { printf "%.1f", n / NR }' "$IDEM_TMP/payments-avro.txt")"
+	idem_log "payments_avro: $line"
+	echo "payments_avro: $line; the manifest and each partition's count are those of payments" >>"$results"
+fi
 
 # ---- phases ------------------------------------------------------------------------------------
 # phase_a RUN MODE: A (row) or As (set).
@@ -437,14 +485,23 @@ phase_p() {
 	rec "$r.Ps.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
 }
 
-# phase_c RUN MODE [PURGE]: C (row) or Cs (set); with PURGE > 0, Hs: set mode over a claims
-# table that holds PURGE claims older than retention.keep (30 days, idemd's default), which
-# idemd's retention purges while it applies the backlog (it starts at once, retention.batch
-# rows per transaction, and has work the whole run if PURGE is large enough).
+# phase_c RUN MODE PAYLOAD [PURGE]: C (row) or Cs (set) over topic payments (PAYLOAD json);
+# with PAYLOAD avro, Vs: set mode over topic payments_avro, the same payments in Avro, read
+# with avro: fields through the schema registry; with PURGE > 0, Hs: set mode (json) over a
+# claims table that holds PURGE claims older than retention.keep (30 days, idemd's default),
+# which idemd's retention purges while it applies the backlog (it starts at once,
+# retention.batch rows per transaction, and has work the whole run if PURGE is large enough).
 phase_c() {
-	local r=$1 mode=$2 purge=${3:-0} ph=C name line pg0 pid left
+	local r=$1 mode=$2 payload=$3 purge=${4:-0} ph=C name line pg0 pid left
+	local topic=payments params='[business_key, "json:/account", "json:/amount"]' opts=()
 	[ "$mode" = row ] || ph=Cs
 	[ "$purge" = 0 ] || ph=Hs
+	if [ "$payload" = avro ]; then
+		[ "$ph" = Cs ] || idem_fail "phase_c: avro runs in set mode without a purge only"
+		ph=Vs topic=payments_avro params='[business_key, "avro:/account", "avro:/amount"]'
+		# shellcheck disable=SC2016 # a business_key template, not a shell expansion
+		opts=(--key '${avro:/payment_id}' --registry "url=\"$IDEM_REGISTRY_URL\"")
+	fi
 	name=${ph,,}$r
 	reset_db
 	if [ "$purge" -gt 0 ]; then
@@ -453,16 +510,16 @@ phase_c() {
 		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
 		idem_psql -c "CHECKPOINT"
 	fi
-	idem_log "run $r: $ph idemd (handler.mode $mode) over a backlog of $messages messages"
-	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" payments payments "$(handler_sql "$mode")" \
-		'[business_key, "json:/account", "json:/amount"]' "$mode" backlog
+	idem_log "run $r: $ph idemd (handler.mode $mode, $payload) over a backlog of $messages messages"
+	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" payments "$topic" "$(handler_sql "$mode")" \
+		"$params" "$mode" backlog "${opts[@]}"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
 	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"
 	pid=$(idemd_pid "$name")
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer payments \
-		--topic payments --target "$messages" --pid "$pid" --postmaster "$PM") ||
-		idem_fail "idemd did not process the topic"
+		--topic "$topic" --target "$messages" --pid "$pid" --postmaster "$PM") ||
+		idem_fail "idemd did not process topic $topic"
 	idemd_stop "$name"
 	statements_dump "$name"
 	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
@@ -487,6 +544,12 @@ phase_c() {
 	# Bytes per claim: the claims table with its indexes over its rows, vacuumed.
 	idem_psql -c "VACUUM idem.processed_messages"
 	rec "$r.$ph.bpc" "$(idem_psql -c "SELECT round(pg_total_relation_size('idem.processed_messages')::numeric / greatest(count(*), 1), 1) FROM idem.processed_messages")"
+	if [ "$topic" != payments ]; then
+		# The check compares the progress rows of topic payments with that topic's high
+		# watermarks; payments_avro holds as many messages in each partition (checked when
+		# produced), so its rows are checked as those of payments.
+		idem_psql -c "UPDATE idem.partition_progress SET topic = 'payments' WHERE consumer = 'payments' AND topic = '$topic'"
+	fi
 	IDEM_HANDLER_MODE=$mode idem_check_exactly_once payments
 	rec "$r.$ph.exactly_once" OK
 	echo "run $r $ph: exactly-once check OK (unique=$IDEM_UNIQUE produced=$IDEM_PRODUCED)" >>"$results"
@@ -692,22 +755,26 @@ for ((r = 1; r <= runs; r++)); do
 	fi
 	phase_b "$r"
 	if [ "$run_row" = 1 ]; then
-		phase_c "$r" row
+		phase_c "$r" row json
 		rec "$r.CA" "$(calc "${V[$r.C.rate]} / ${V[$r.A.rate]}")"
 		rec "$r.CB" "$(calc "${V[$r.C.rate]} / ${V[$r.B.rate]}")"
 	fi
 	if [ "$run_set" = 1 ]; then
 		phase_p "$r"
-		phase_c "$r" set
+		phase_c "$r" set json
 		rec "$r.CsPs" "$(calc "${V[$r.Cs.rate]} / ${V[$r.Ps.rate]}")"
 		rec "$r.CsAs" "$(calc "${V[$r.Cs.rate]} / ${V[$r.As.rate]}")"
 		rec "$r.CsB" "$(calc "${V[$r.Cs.rate]} / ${V[$r.B.rate]}")"
+		if [ "$avro" = 1 ]; then
+			phase_c "$r" set avro
+			rec "$r.VsCs" "$(calc "${V[$r.Vs.rate]} / ${V[$r.Cs.rate]}")"
+		fi
 	fi
 	if [ "$run_row" = 1 ] && [ "$run_set" = 1 ]; then
 		rec "$r.CsC" "$(calc "${V[$r.Cs.rate]} / ${V[$r.C.rate]}")"
 	fi
 	if [ "$run_set" = 1 ] && [ "$history_purge" -gt 0 ]; then
-		phase_c "$r" set "$history_purge"
+		phase_c "$r" set json "$history_purge"
 		rec "$r.HsCs" "$(calc "${V[$r.Hs.rate]} / ${V[$r.Cs.rate]}")"
 		rec "$r.PurgeIngest" "$(calc "${V[$r.Hs.purge_rate]} / ${V[$r.Hs.rate]}")"
 	fi
@@ -750,6 +817,7 @@ phase_name() {
 	As) echo A_set ;;
 	Ps) echo P_set ;;
 	Cs) echo C_set ;;
+	Vs) echo V_set ;;
 	Hs) echo H_set ;;
 	*) echo "$1" ;;
 	esac
@@ -784,6 +852,7 @@ report() {
 	phases+=(B)
 	[ "$run_row" = 0 ] || phases+=(C)
 	[ "$run_set" = 0 ] || phases+=(Ps Cs)
+	[ "$run_set" = 0 ] || [ "$avro" = 0 ] || phases+=(Vs)
 	[ "$run_set" = 0 ] || [ "$history_purge" = 0 ] || phases+=(Hs)
 	if [ ${#rates[@]} -gt 0 ]; then
 		for rate in "${rates[@]}"; do
@@ -804,6 +873,10 @@ report() {
 	echo "handler.mode row; P_set = the hand-written peer (bench_peer: claim + set handler + COMMIT, then the"
 	echo "offsets; up to $peer_batch messages per transaction, $peer_connections connection(s)${peer_args[*]:+, ${peer_args[*]}}); C_set = idemd, handler.mode"
 	echo "set. C, P_set and C_set consume a backlog of all $messages from Kafka."
+	if [ "$avro" = 1 ]; then
+		echo "V_set = C_set over topic payments_avro: the same payments as Confluent-framed Avro, idemd reading"
+		echo "avro:/payment_id, avro:/account and avro:/amount with the schema from the registry (registry.py)."
+	fi
 	echo "cpu/1k = CPU seconds per 1,000 messages: 'consumer' = the consuming process, 'postgres' = whole cluster."
 	echo
 	printf '%-7s %-6s %9s %8s %10s %13s %13s %9s %10s\n' run phase messages seconds msg/s \
@@ -839,13 +912,18 @@ report() {
 		echo "headline: C_set/P_set = $(fmt %.3f "$(medof CsPs)") (median of $runs run(s)): idemd in set mode, $(settings_text backlog),"
 		echo "against the hand-written peer on the same backlog."
 	fi
+	if [ "$run_set" = 1 ] && [ "$avro" = 1 ]; then
+		echo "V_set/C_set (Avro against JSON, target >= 0.9): $(fmt %.3f "$(medof VsCs)") ($(for ((r = 1; r <= runs; r++)); do fmt %.3f "${V[$r.VsCs]}" && echo; done | paste -sd ' ' | sed 's/ /, /g'))"
+		echo "idemd CPU per 1,000 messages: V_set $(fmt %.4f "$(per_run cpu1k Vs | median)") s, C_set $(fmt %.4f "$(per_run cpu1k Cs | median)") s" \
+			"(Postgres: $(fmt %.4f "$(per_run pg1k Vs | median)") s, $(fmt %.4f "$(per_run pg1k Cs | median)") s; medians)"
+	fi
 	echo "(targets: C/A >= 0.85, C/B >= 15, C_set/A_set >= 0.9, C_set/C >= 3)"
 	echo
-	for ph in C Cs; do
+	for ph in C Cs Vs; do
 		[ -n "${V[1.$ph.rss]:-}" ] || continue
 		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (target <= 64 MiB for 1,000,000)"
 	done
-	for ph in C Cs; do
+	for ph in C Cs Vs; do
 		[ -n "${V[1.$ph.bpc]:-}" ] || continue
 		echo "bytes per claim after $(phase_name "$ph") (idem.processed_messages with its indexes over its rows, vacuumed): median $(medof "$ph.bpc")"
 	done
@@ -972,7 +1050,7 @@ report() {
 	fi
 	echo
 	for ((r = 1; r <= runs; r++)); do
-		for ph in C Cs; do
+		for ph in C Cs Vs; do
 			[ -z "${V[$r.$ph.exactly_once]:-}" ] ||
 				what="${what:-}${what:+, }run $r $(phase_name "$ph") ${V[$r.$ph.exactly_once]}"
 		done

@@ -619,14 +619,22 @@ static void test_unavailable_backoff(void **state)
 		sleep_ms(retry2 + 5);
 	}
 
+	/* Inside a window again, retry_now() (SIGHUP) makes the next get ask at once. */
+	assert_int_equal(idem_registry_get(reg, 5, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_int_equal(fake_requests(f), 5);
+	assert_int_equal(idem_registry_retry_now(reg), 1);
+	assert_int_equal(idem_registry_retry_now(reg), 0);
+
 	/* Recovery. */
 	fake_script(f, 200, SCHEMA_OK);
 	assert_int_equal(idem_registry_get(reg, 5, &obj, why, sizeof(why), &retry),
 	                 IDEM_REGISTRY_OK);
+	assert_int_equal(fake_requests(f), 6);
 	obj_unref(obj);
 	idem_registry_stats(reg, &st);
-	assert_int_equal(st.fetches, 5);
-	assert_int_equal(st.failures, 4);
+	assert_int_equal(st.fetches, 6);
+	assert_int_equal(st.failures, 5);
 	assert_int_equal(st.cached, 1);
 
 	/* The other statuses that mean "not now". */
