@@ -513,6 +513,7 @@ phase_c() {
 	idem_log "run $r: $ph idemd (handler.mode $mode, $payload) over a backlog of $messages messages"
 	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" payments "$topic" "$(handler_sql "$mode")" \
 		"$params" "$mode" backlog "${opts[@]}"
+	cp "$IDEM_TMP/$name.yaml" "$out_dir/"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
 	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"

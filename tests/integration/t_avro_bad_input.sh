@@ -27,8 +27,9 @@ idem_setup_db "$IDEM_TMP/idemd.yaml"
 h=00$(printf '%08x' "$id")                  # the Confluent header of schema $id
 str() { printf '%02x%s' $((${#1} * 2)) "$(printf '%s' "$1" | od -An -tx1 | tr -d ' \n')"; }
 sql="x'); DROP TABLE ev_seen; --"
-deep=$h$(str d)00
-for ((i = 0; i < 10000; i++)); do deep+=02$(str d)00; done
+d=$(str d)
+deep=$h${d}00
+for ((i = 0; i < 10000; i++)); do deep+=02${d}00; done
 deep+=00
 # name, value (hex), reason (a LIKE pattern; '' for a message that must be applied)
 cases=(
