@@ -779,6 +779,12 @@ static void publish(idem_daemon *d)
 	/* The running count is kept at every add and release; this is what it must equal. */
 	assert(bytes == d->bytes_held);
 	(void)bytes;
+	if (d->schemas != NULL) {
+		struct idem_registry_stats rs;
+
+		idem_schemas_stats(d->schemas, &rs);
+		idem_metrics_registry(d->metrics, rs.fetches, rs.failures, rs.unknown, rs.cached);
+	}
 	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
 	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held);
 }

@@ -54,6 +54,9 @@ struct idem_metrics {
 	uint64_t consumed, applied, quarantined, batches, mismatches;
 	uint64_t reapplied, behind; /* the database went back: messages read again, partitions */
 	uint64_t schema_waits;      /* a message waited for the schema registry */
+	bool registry;              /* a schema registry is configured: its metrics are shown */
+	uint64_t reg_fetches, reg_failures, reg_unknown;
+	size_t reg_cached;
 	uint64_t dups[IDEM_METRICS_DUP_KINDS];
 	uint64_t retries[IDEM_ARRAY_SIZE(retry_classes)];
 	uint64_t size_buckets[N_SIZE + 1], secs_buckets[N_SECS + 1];
@@ -180,6 +183,20 @@ void idem_metrics_schema_wait(idem_metrics *m)
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->schema_waits++;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_registry(idem_metrics *m, uint64_t fetches, uint64_t failures, uint64_t unknown,
+                           size_t cached)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->registry = true;
+	m->reg_fetches = fetches;
+	m->reg_failures = failures;
+	m->reg_unknown = unknown;
+	m->reg_cached = cached;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -593,6 +610,17 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            o,
 	            "# HELP idemd_oldest_claim_age_seconds Age of the oldest claim kept in idem.processed_messages.\n# TYPE idemd_oldest_claim_age_seconds gauge\nidemd_oldest_claim_age_seconds %.3f\n",
 	            m->oldest_claim_age))
+		return IDEM_ERR_NOMEM;
+	if (m->registry &&
+	    idem_buf_printf(
+	            o,
+	            "# HELP idemd_schema_registry_requests_total Requests to the schema registry, by answer: ok (a schema), unknown (404, not Avro: its messages are quarantined), unavailable (no answer, 5xx, 429, 401/403: they wait).\n# TYPE idemd_schema_registry_requests_total counter\n"
+	            "idemd_schema_registry_requests_total{answer=\"ok\"} %" PRIu64
+	            "\nidemd_schema_registry_requests_total{answer=\"unknown\"} %" PRIu64
+	            "\nidemd_schema_registry_requests_total{answer=\"unavailable\"} %" PRIu64
+	            "\n# HELP idemd_schema_registry_schemas Schemas held by idemd's cache (at most 1,000).\n# TYPE idemd_schema_registry_schemas gauge\nidemd_schema_registry_schemas %zu\n",
+	            m->reg_fetches - m->reg_failures - m->reg_unknown, m->reg_unknown,
+	            m->reg_failures, m->reg_cached))
 		return IDEM_ERR_NOMEM;
 	if (m->outbox &&
 	    idem_buf_printf(

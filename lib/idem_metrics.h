@@ -59,6 +59,9 @@ void idem_metrics_reapplied(idem_metrics *m, uint64_t n);
 void idem_metrics_database_behind(idem_metrics *m);
 /* A partition waited for the schema registry (ARCHITECTURE.md "Avro"). */
 void idem_metrics_schema_wait(idem_metrics *m);
+/* The schema registry client's counters (struct idem_registry_stats), about once a second. */
+void idem_metrics_registry(idem_metrics *m, uint64_t fetches, uint64_t failures, uint64_t unknown,
+                           size_t cached);
 /* A failed batch attempt that will be retried; @cls is "transient", "message" or "broken". */
 void idem_metrics_retry(idem_metrics *m, const char *cls);
 /* Per-partition gauges; @lag < 0 means unknown. */
