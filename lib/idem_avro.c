@@ -1241,22 +1241,6 @@ static idem_status append_real(struct idem_buf *out, double d, bool is_float, bo
 	return idem_buf_append_str(out, buf);
 }
 
-/* Days since 1970-01-01 to a proleptic Gregorian date, any int64 (Hinnant's algorithm). */
-static void civil_from_days(int64_t z, int64_t *ret_y, int *ret_m, int *ret_d)
-{
-	int64_t era, yoe, doe, doy, mp;
-
-	z += 719468;
-	era = (z >= 0 ? z : z - 146096) / 146097;
-	doe = z - era * 146097;
-	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	mp = (5 * doy + 2) / 153;
-	*ret_d = (int)(doy - (153 * mp + 2) / 5 + 1);
-	*ret_m = (int)(mp < 10 ? mp + 3 : mp - 9);
-	*ret_y = yoe + era * 400 + (*ret_m <= 2);
-}
-
 /* Writes @v in decimal with at least @width digits (zero-padded) at @p; @returns the end. */
 static char *put_uint(char *p, uint64_t v, int width)
 {
@@ -1283,7 +1267,7 @@ static char *put_date(char *p, int64_t days)
 	int64_t y;
 	int m, d;
 
-	civil_from_days(days, &y, &m, &d);
+	idem_civil_from_days(days, &y, &m, &d);
 	if (y < 0)
 		*p++ = '-';
 	p = put_uint(p, (uint64_t)(y < 0 ? -y : y), 4);

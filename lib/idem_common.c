@@ -158,6 +158,20 @@ idem_status idem_secret_read(const char *section, const char *env, const char *f
 	return IDEM_OK;
 }
 
+void idem_civil_from_days(int64_t days, int64_t *ret_year, int *ret_month, int *ret_day)
+{
+	int64_t z = days + 719468, era, yoe, doe, doy, mp;
+
+	era = (z >= 0 ? z : z - 146096) / 146097;
+	doe = z - era * 146097;
+	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	mp = (5 * doy + 2) / 153;
+	*ret_day = (int)(doy - (153 * mp + 2) / 5 + 1);
+	*ret_month = (int)(mp < 10 ? mp + 3 : mp - 9);
+	*ret_year = yoe + era * 400 + (*ret_month <= 2);
+}
+
 void idem_secret_wipe(char *p, size_t n)
 {
 	volatile char *v = p;

@@ -88,6 +88,12 @@ IDEM_NODISCARD idem_status idem_secret_read(const char *section, const char *env
 /* @brief Overwrite a secret in memory (stores the compiler may not drop). */
 void idem_secret_wipe(char *p, size_t n);
 
+/*
+ * @brief Days since 1970-01-01 (any int64 whose sum with 719468 does not overflow) to a
+ * proleptic Gregorian date (Hinnant's algorithm): the one calendar of every date idemd writes.
+ */
+void idem_civil_from_days(int64_t days, int64_t *ret_year, int *ret_month, int *ret_day);
+
 /* @brief Human name of a status code ("out of memory", ...). */
 const char *idem_status_str(idem_status s);
 

@@ -760,21 +760,16 @@ static const struct idem_header *find_header(const struct idem_msgview *m, const
 	return NULL;
 }
 
-/* Days since 1970-01-01 to a proleptic Gregorian date, for days >= 0 (Hinnant's algorithm). */
+/* A Kafka timestamp (ms since the epoch, >= 0) as "YYYY-MM-DD HH:MM:SS.mmm+00". */
 static idem_status append_timestamp(struct idem_buf *out, int64_t ms)
 {
-	int64_t secs = ms / 1000, days = secs / 86400, sod = secs % 86400;
-	int64_t z = days + 719468, era = z / 146097, doe = z - era * 146097;
-	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	int64_t mp = (5 * doy + 2) / 153;
-	int64_t day = doy - (153 * mp + 2) / 5 + 1;
-	int64_t month = mp < 10 ? mp + 3 : mp - 9;
-	int64_t year = yoe + era * 400 + (month <= 2);
+	int64_t secs = ms / 1000, sod = secs % 86400, year;
+	int month, day;
 
+	idem_civil_from_days(secs / 86400, &year, &month, &day);
 	return idem_buf_printf(out,
-	                       "%04" PRId64 "-%02" PRId64 "-%02" PRId64 " %02" PRId64 ":%02" PRId64
-	                       ":%02" PRId64 ".%03" PRId64 "+00",
+	                       "%04" PRId64 "-%02d-%02d %02" PRId64 ":%02" PRId64 ":%02" PRId64
+	                       ".%03" PRId64 "+00",
 	                       year, month, day, sod / 3600, sod / 60 % 60, sod % 60, ms % 1000);
 }
 
