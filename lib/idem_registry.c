@@ -458,19 +458,6 @@ static void idem_registry_evict(idem_registry *reg, struct idem_registry_lru *l,
 	}
 }
 
-/* The wait after the @failures-th consecutive failure: doubling, capped, +-20% jitter. */
-static int64_t idem_registry_backoff_ms(idem_registry *reg, int failures)
-{
-	int64_t cap = reg->retry_initial_ms;
-
-	for (int i = 1; i < failures && cap < reg->retry_max_ms; i++)
-		cap *= 2;
-	if (cap > reg->retry_max_ms)
-		cap = reg->retry_max_ms;
-	cap = cap * (800 + rand_r(&reg->seed) % 401) / 1000;
-	return cap > 0 ? cap : 1;
-}
-
 /* Write the answer of @e's last fetch to the caller. */
 static enum idem_registry_answer idem_registry_reply(idem_registry *reg,
                                                      const struct idem_registry_entry *e,
@@ -928,7 +915,8 @@ enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void
 		reg->stats.failures++;
 		e->why = strdup(res.why);
 		e->failures++;
-		e->until_ms = now + idem_registry_backoff_ms(reg, e->failures);
+		e->until_ms = now + idem_backoff_ms(reg->retry_initial_ms, reg->retry_max_ms,
+		                                    e->failures, &reg->seed);
 		break;
 	}
 	e->gen++;

@@ -99,7 +99,7 @@ IDEM_NODISCARD idem_status idem_registry_global_init(idem_error *err);
  * http://registry:8081: Connection refused" — and for UNAVAILABLE *ret_retry_ms is how long to
  * wait before asking again (> 0). On IDEM_REGISTRY_OK @why and *ret_retry_ms are untouched;
  * @why may be NULL when @whylen is 0, @ret_retry_ms may be NULL. The backoff after the k-th
- * consecutive failed fetch of an id is retry_initial_ms * 2^(k-1), at most retry_max_ms, +-20%.
+ * consecutive failed fetch of an id is idem_backoff_ms() (the one retry policy) of attempt k.
  * Not to be called concurrently with idem_registry_free().
  */
 enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void **ret_obj,
