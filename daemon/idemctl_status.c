@@ -110,7 +110,7 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 		       "QUARANTINE", "ROUTE");
 	for (size_t i = 0; i < rep.n_parts; i++) {
 		const struct idem_part_status *p = &rep.parts[i];
-		enum idem_verify_state vs = idem_inspect_verify_state(p);
+		enum idem_verify_state vs = idem_inspect_verify_state(&rep, p);
 		char c[24], d[24];
 
 		alarms += vs == IDEM_VERIFY_KAFKA_AHEAD;

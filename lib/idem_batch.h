@@ -115,6 +115,8 @@ struct idem_batch {
 	 * back"), set by the daemon when it hands the batch over: */
 	int64_t db_floor;   /* next_offset as this process last read or committed it; -1: none */
 	int64_t reapply_to; /* the end of a gap being read again, as the daemon knows it; -1 */
+	const char *kafka_cluster; /* the Kafka cluster its offsets are in (struct idem_part's),
+	                              NULL or "": unknown */
 	/* and what the last attempt found there: next_offset (-1: no row). */
 	int64_t db_next;
 };

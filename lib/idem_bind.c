@@ -503,11 +503,12 @@ static int progress_cmp(const void *x, const void *y)
 idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *p, size_t n,
                                const char **ret_vals)
 {
+	const char *cluster;
 	char v[24];
 	int len;
 
 	qsort(p, n, sizeof(*p), progress_cmp);
-	if (prog_open(bd, 16) != IDEM_OK)
+	if (prog_open(bd, 17) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
 	for (size_t k = 0; k < n; k++) {
 		if (prog_partition(bd, p[k].b) != IDEM_OK)
@@ -533,6 +534,12 @@ idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *
 		len = snprintf(v, sizeof(v), "%" PRIu64, p[k].reapplied);
 		if (idem_pgarray_add(&bd->prog[15], v, (size_t)len, false))
 			return IDEM_ERR_NOMEM;
+		/* The Kafka cluster the offsets are in; NULL when unknown. */
+		cluster = p[k].b->kafka_cluster;
+		if (idem_pgarray_add(&bd->prog[16], cluster != NULL ? cluster : "",
+		                     cluster != NULL ? strlen(cluster) : 0,
+		                     cluster == NULL || cluster[0] == '\0'))
+			return IDEM_ERR_NOMEM;
 	}
-	return prog_close(bd, 16, ret_vals);
+	return prog_close(bd, 17, ret_vals);
 }

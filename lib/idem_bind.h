@@ -35,7 +35,7 @@ struct idem_bind {
 	struct idem_buf dkeys;               /* keys of duplicates, to look up their claims */
 	struct idem_buf reply[4];            /* the replies' arrays */
 	char rpart[16];                      /* and their partition */
-	struct idem_buf prog[16];            /* the progress rows' columns */
+	struct idem_buf prog[17];            /* the progress rows' columns */
 	struct idem_buf *set;                /* set mode: one text[] per handler parameter */
 	size_t cap_set;
 	const char **vals; /* parameters of the last row, set or quarantine bound */
@@ -150,7 +150,7 @@ struct idem_bind_progress {
 };
 
 /*
- * @brief IDEM_SQL_PROGRESS of the partitions p[0..n) (distinct) into ret_vals[0..16). @p is
+ * @brief IDEM_SQL_PROGRESS of the partitions p[0..n) (distinct) into ret_vals[0..17). @p is
  * sorted by consumer, topic and partition first, so that concurrent transactions lock the rows
  * in one order.
  */

@@ -105,7 +105,7 @@ static const struct cfg_conv cfg_template_conv = { sizeof(struct idem_template),
  * key is restart-only, so a changed route always needs a restart.
  */
 
-static cfg_check_value_fn cfg_check_conninfo, cfg_check_topic;
+static cfg_check_value_fn cfg_check_conninfo, cfg_check_topic, cfg_check_consumer;
 static cfg_check_pair_fn cfg_check_property;
 static cfg_check_section_fn cfg_check_top, cfg_check_postgres, cfg_check_batch, cfg_check_retry,
         cfg_check_handler;
@@ -250,7 +250,8 @@ static const struct cfg_key route_keys[] = {
 	                   .check = cfg_check_topic },
 	[ROUTE_CONSUMER] = { .name = "consumer",
 	                     .type = CFG_STRING,
-	                     .off = offsetof(struct idem_route, consumer) },
+	                     .off = offsetof(struct idem_route, consumer),
+	                     .check = cfg_check_consumer },
 	[ROUTE_KEY] = { .name = "business_key",
 	                .type = CFG_VALUE,
 	                .required = true,
@@ -536,11 +537,12 @@ const struct idem_cfg_kafka_prop *idem_cfg_kafka_props(size_t *ret_n)
 
 /* Checks of single values. */
 
-static bool cfg_topic_valid(const char *s)
+/* Letters, digits, '.', '_' and '-' only, 1 to @max of them: a topic's or a consumer's name. */
+static bool cfg_name_valid(const char *s, size_t max)
 {
 	size_t n = strlen(s);
 
-	if (n == 0 || n > CFG_MAX_TOPIC || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+	if (n == 0 || n > max)
 		return false;
 	for (const char *p = s; *p != '\0'; p++) {
 		char c = *p;
@@ -552,6 +554,11 @@ static bool cfg_topic_valid(const char *s)
 	return true;
 }
 
+static bool cfg_topic_valid(const char *s)
+{
+	return cfg_name_valid(s, CFG_MAX_TOPIC) && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
 static bool cfg_check_topic(struct cfg_ctx *ctx, yaml_node_t *node, const char *path,
                             const char *value)
 {
@@ -561,6 +568,27 @@ static bool cfg_check_topic(struct cfg_ctx *ctx, yaml_node_t *node, const char *
 	        ctx, node,
 	        "invalid topic name '%s' in '%s' (use letters, digits, '.', '_' and '-', at most 249 characters)",
 	        idem__cfg_qs(ctx, value), path);
+	return false;
+}
+
+/*
+ * A consumer name is written into the metadata of every offset idemd commits and into event ids
+ * (ARCHITECTURE.md "Where a partition starts"): no separator of either can be part of it.
+ */
+bool idem_cfg_consumer_valid(const char *name)
+{
+	return cfg_name_valid(name, IDEM_CONSUMER_NAME_MAX);
+}
+
+static bool cfg_check_consumer(struct cfg_ctx *ctx, yaml_node_t *node, const char *path,
+                               const char *value)
+{
+	if (idem_cfg_consumer_valid(value))
+		return true;
+	idem__cfg_error(ctx, node,
+	                "invalid consumer name '%s' in '%s' (use letters, digits, '.', '_' and '-', "
+	                "at most %d characters)",
+	                idem__cfg_qs(ctx, value), path, IDEM_CONSUMER_NAME_MAX);
 	return false;
 }
 
@@ -822,6 +850,25 @@ static bool cfg_route_reads(const struct idem_route *route, const char *topic)
  * that asks for them needs outbox.enabled. And they must not go back to the route's own topics:
  * a dead letter would be quarantined again, and again.
  */
+/* A route without routes[].consumer uses kafka.group_id as its consumer name. */
+static void cfg_check_route_consumers(struct cfg_ctx *ctx, struct idem_cfg *cfg,
+                                      yaml_node_t *routes)
+{
+	char label[32];
+
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		if (cfg->routes[i].consumer != NULL || cfg->group_id == NULL ||
+		    idem_cfg_consumer_valid(cfg->group_id))
+			continue;
+		idem__cfg_error(ctx, idem__cfg_seq_get(ctx, routes, i),
+		                "route '%s' has no 'consumer', and kafka.group_id '%s' cannot stand "
+		                "in for it (a consumer name has letters, digits, '.', '_' and '-', at "
+		                "most %d characters): set routes[].consumer",
+		                cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+		                idem__cfg_qs(ctx, cfg->group_id), IDEM_CONSUMER_NAME_MAX);
+	}
+}
+
 static void cfg_check_route_outbox(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes)
 {
 	char label[32];
@@ -891,6 +938,7 @@ static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, voi
 		return;
 	cfg_check_route_topics(ctx, cfg, routes,
 	                       idem__cfg_map_get(ctx, slots[TOP_KAFKA].value, "topics"));
+	cfg_check_route_consumers(ctx, cfg, routes);
 	cfg_check_route_outbox(ctx, cfg, routes);
 	cfg_check_route_avro(ctx, cfg, routes, slots[TOP_REGISTRY].key != NULL);
 }

@@ -46,6 +46,12 @@ enum idem_cfg_reply_key {
 };
 
 /* One route: which topics, how to build the business key, which handler to run. */
+/* The longest routes[].consumer (letters, digits, '.', '_' and '-': idem_cfg_consumer_valid()). */
+#define IDEM_CONSUMER_NAME_MAX 128
+
+/* @brief Is @name a valid consumer name (routes[].consumer, or kafka.group_id standing in)? */
+bool idem_cfg_consumer_valid(const char *name);
+
 struct idem_route {
 	char *name;    /* routes[].name, required, unique */
 	char **topics; /* routes[].topics, required, non-empty */

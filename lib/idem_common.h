@@ -20,6 +20,10 @@
 #define IDEM_TESTABLE static
 #endif
 
+
+/* Room for a Kafka cluster id (22 characters on Apache Kafka) and its NUL; "" when unknown. */
+#define IDEM_CLUSTER_ID_LEN 64
+
 /*
  * Exit codes of idemd and idemctl, in one place (README "Exit status" documents them).
  * IDEM_EXIT_CONFIG is sysexits.h EX_CONFIG: systemd must not restart on it

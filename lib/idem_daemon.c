@@ -61,27 +61,37 @@ static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 
 /*
  * Commit to Kafka the offsets Kafka does not have yet, each with its metadata: this database's
- * identity and the offset, which tells a later assignment that the database held it
- * (idem_resume; ARCHITECTURE.md "When the database goes back"). Every auto.commit.interval.ms
+ * identity, the log and the consumer, where the consumer's first start on the log began, and the
+ * offset, which tells a later assignment that the database held it, and in which log, for which
+ * claims (idem_resume; ARCHITECTURE.md "Where a partition starts"). A partition whose committed
+ * offset could not be read at assignment commits nothing until it is. Every auto.commit.interval.ms
  * asynchronously (what fails is sent again next time), and synchronously before partitions are
  * given up. @only_leaving: only the partitions being revoked.
  */
 void idem__daemon_commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why)
 {
 	rd_kafka_topic_partition_list_t *list;
-	char md[128];
+	struct idem_resume_md m = { .version = 2 };
+	char md[512];
 
 	d->last_commit_ms = idem_mono_ms();
 	list = rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
+	memcpy(m.db_id, d->db_id, sizeof(m.db_id));
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
 		rd_kafka_topic_partition_t *tp;
 		int len;
 
-		if (p->stored_next < 0 || p->stored_next == p->commit_acked ||
+		/* An offset Kafka has that could not be read is never overwritten. */
+		if (p->stored_next < 0 || p->stored_next == p->commit_acked || p->commit_unread ||
 		    (only_leaving && !p->leaving))
 			continue;
-		len = idem_resume_md_format(md, sizeof(md), d->db_id, p->stored_next);
+		memcpy(m.cluster, p->kafka_cluster, sizeof(m.cluster));
+		m.epoch = p->log_epoch;
+		snprintf(m.consumer, sizeof(m.consumer), "%s", p->route->consumer);
+		m.first = p->log_first;
+		m.next = p->stored_next;
+		len = idem_resume_md_format(md, sizeof(md), &m);
 		tp = rd_kafka_topic_partition_list_add(list, p->topic, p->partition);
 		tp->offset = p->stored_next;
 		tp->metadata = malloc((size_t)len);
@@ -224,6 +234,7 @@ static void dispatch(idem_daemon *d, struct idem_part *p)
 {
 	p->batch.db_floor = p->db_floor;
 	p->batch.reapply_to = p->reapply_to;
+	p->batch.kafka_cluster = p->kafka_cluster;
 	idem_part_hand_over(p, idem_mono_ms());
 	p->job.handed_us = idem_mono_us();
 	idem_pool_submit(d->pool, p);
@@ -858,6 +869,7 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 		idem__daemon_commit_offsets(d, false, false, "interval");
 	if (idem_pool_reconnects(d->pool) != d->reconnects && idem_mono_ms() >= d->check_at_ms)
 		idem__daemon_check_positions(d);
+	idem__daemon_check_unread(d);
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
 	/* Events (rebalances, commits, errors) and the wake-ups: a partition's queue gaining a

@@ -25,6 +25,10 @@
 #include "idem_pool.h"
 #include "idem_resume.h"
 
+/* Committed offsets unreadable at assignment: read again this often, each read this long. */
+#define UNREAD_RETRY_MS   2000
+#define UNREAD_TIMEOUT_MS 1000
+
 static void fmt_offset(char *buf, size_t len, int64_t offset)
 {
 	if (offset >= 0)
@@ -33,10 +37,27 @@ static void fmt_offset(char *buf, size_t len, int64_t offset)
 		snprintf(buf, len, "-");
 }
 
+/* The row's log, as the log line says it. */
+static const char *log_why(const struct idem_resume_pos *pos)
+{
+	switch (pos->out.log) {
+	case IDEM_LOG_CLUSTER:
+		return "the database's position is in another Kafka cluster's log (disaster "
+		       "recovery, migration)";
+	case IDEM_LOG_TRUNCATED:
+		return "the database's position is beyond the end of the partition's log (the topic "
+		       "was deleted and created again, or the log lost its tail)";
+	case IDEM_LOG_SAME:
+		break;
+	}
+	return "";
+}
+
 /* What idem__daemon_on_assign() decided for one partition, in the log (and a warning where Kafka
- * and the database disagree). */
+ * and the database disagree). Message-derived text never appears: offsets, names from the
+ * configuration, and the metadata's fields, which idem_resume_md_parse() checked. */
 static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_resume_pos *pos,
-                       const char *db_id)
+                       const char *db_id, const char *cluster)
 {
 	const struct idem_resume_in *in = &pos->in;
 	char start[24], db[24], committed[24];
@@ -44,21 +65,41 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 	fmt_offset(start, sizeof(start), tp->offset);
 	fmt_offset(db, sizeof(db), in->db);
 	fmt_offset(committed, sizeof(committed), in->committed);
+	if (pos->out.log != IDEM_LOG_SAME)
+		idem_log_warn("kafka",
+		              "log replaced: topic=%s partition=%" PRId32 " consumer=%s: %s "
+		              "(database next_offset=%s in cluster %s, log epoch %" PRId32
+		              "; Kafka now: cluster %s, offsets %" PRId64 "..%" PRId64
+		              "): that position is set aside; starting at %s (%s, kafka "
+		              "committed=%s), log epoch %" PRId32 "; the claims make whatever "
+		              "is read again a no-op",
+		              tp->topic, tp->partition, in->consumer, log_why(pos), db,
+		              in->db_cluster[0] ? in->db_cluster : "(unknown)", in->db_epoch,
+		              cluster[0] ? cluster : "(unknown)", in->low, in->high, start,
+		              idem_resume_case_str(pos->out.why), committed, pos->out.epoch);
 	switch (pos->out.why) {
 	case IDEM_RESUME_BEHIND:
 		idem_log_warn(
 		        "kafka",
 		        "database behind: topic=%s partition=%" PRId32 " next_offset=%s in the "
-		        "database, kafka committed=%s by idemd for %s database %s: the database went "
-		        "back in time (restore, failover); reading offsets from %s again, %" PRId64
-		        " message(s) to re-apply",
-		        tp->topic, tp->partition, in->db >= 0 ? db : "none", committed,
-		        in->md_same_db ? "this" : "another",
-		        pos->md_db_id[0] ? pos->md_db_id : "(unknown)",
-		        in->db >= 0
-		                ? db
-		                : (tp->offset == RD_KAFKA_OFFSET_END ? "the end" : "the beginning"),
-		        in->committed - (in->db > 0 ? in->db : 0));
+		        "database, kafka committed=%s by idemd for consumer %s, database %s: the "
+		        "database went back in time (restore, failover); reading offsets from %s "
+		        "again, %" PRId64 " message(s) to re-apply",
+		        tp->topic, tp->partition, in->db >= 0 && pos->out.log == IDEM_LOG_SAME ? db : "none",
+		        committed, in->md.consumer[0] ? in->md.consumer : in->consumer,
+		        in->md.db_id[0] ? in->md.db_id : "(unknown)", start,
+		        tp->offset >= 0 ? in->committed - tp->offset : 0);
+		break;
+	case IDEM_RESUME_RENAMED:
+		idem_log_warn("kafka",
+		              "consumer renamed: topic=%s partition=%" PRId32
+		              " kafka committed=%s by idemd for consumer %s (its database "
+		              "next_offset %" PRId64 "), not for this route's consumer %s "
+		              "(next_offset %s): what %s applied is not applied again under %s; "
+		              "starting at %s. To apply it again on purpose: idemctl replay",
+		              tp->topic, tp->partition, committed, in->md.consumer, in->other_db,
+		              in->consumer, pos->out.log == IDEM_LOG_SAME ? db : "none",
+		              in->md.consumer, in->consumer, start);
 		break;
 	case IDEM_RESUME_SKIP:
 		idem_log_warn("kafka",
@@ -70,7 +111,8 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 	case IDEM_RESUME_NO_KAFKA:
 		idem_log_warn("kafka",
 		              "cannot read the committed offset of topic=%s partition=%" PRId32
-		              " (%s): starting it at the database's next_offset=%s",
+		              " (%s): starting it at the database's next_offset=%s; nothing is "
+		              "committed to Kafka for it until its committed offset can be read",
 		              tp->topic, tp->partition, pos->kafka_err, db);
 		break;
 	case IDEM_RESUME_NO_DB:
@@ -85,12 +127,18 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 	default:
 		break;
 	}
+	if (pos->record_err[0] != '\0')
+		idem_log_warn("kafka",
+		              "cannot record the start of topic=%s partition=%" PRId32
+		              " in the database (%s): started without it",
+		              tp->topic, tp->partition, pos->record_err);
 	idem_log_info("kafka",
-	              "assigned topic=%s partition=%" PRId32
-	              " start=%s (database next_offset=%s, kafka committed=%s%s) database=%s",
+	              "assigned topic=%s partition=%" PRId32 " start=%s (database next_offset=%s, "
+	              "kafka committed=%s%s) case=%s database=%s cluster=%s log_epoch=%" PRId32,
 	              tp->topic, tp->partition, start, db, committed,
 	              tp->offset >= 0 ? "" : "; librdkafka starts it at the committed offset",
-	              db_id[0] ? db_id : "-");
+	              idem_resume_case_str(pos->out.why), db_id[0] ? db_id : "-",
+	              cluster[0] ? cluster : "-", pos->out.epoch);
 }
 
 /* A partition's queue gained a message while empty (a librdkafka thread): end the poll. */
@@ -115,11 +163,11 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 	idem_daemon *d = opaque;
 	struct idem_resume_pos *pos = calloc(list->cnt > 0 ? (size_t)list->cnt : 1, sizeof(*pos));
 	idem_error db_err = { 0 };
-	char db_id[IDEM_DB_ID_LEN] = "";
+	char db_id[IDEM_DB_ID_LEN] = "", cluster[IDEM_CLUSTER_ID_LEN] = "";
 
 	/* Out of memory: every partition starts at its committed offset, as librdkafka would. */
 	if (pos != NULL) {
-		idem_resume_positions(d->resume, d->rk, list, pos, db_id, &db_err);
+		idem_resume_positions(d->resume, d->rk, list, pos, db_id, cluster, &db_err);
 		if (db_err.code != IDEM_OK)
 			idem_log_warn(
 			        "kafka",
@@ -128,6 +176,8 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 			        db_err.msg);
 		if (db_id[0] != '\0')
 			memcpy(d->db_id, db_id, sizeof(d->db_id));
+		if (cluster[0] != '\0')
+			memcpy(d->cluster, cluster, sizeof(d->cluster));
 	}
 	for (int i = 0; i < list->cnt; i++) {
 		rd_kafka_topic_partition_t *tp = &list->elems[i];
@@ -153,21 +203,29 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		}
 		if (tp->offset >= 0)
 			p->fetch_next = tp->offset;
+		memcpy(p->kafka_cluster, d->cluster, sizeof(p->kafka_cluster));
 		if (pos == NULL)
 			continue;
 		p->db_floor = pos[i].out.floor;
 		p->reapply_to = pos[i].out.reapply_to;
+		p->log_epoch = pos[i].out.epoch;
+		p->log_first = pos[i].out.first;
+		p->commit_unread = pos[i].out.why == IDEM_RESUME_NO_KAFKA;
 		if (pos[i].out.why == IDEM_RESUME_BEHIND)
 			idem_metrics_database_behind(d->metrics);
+		idem_metrics_partition_start(d->metrics, idem_resume_case_str(pos[i].out.why),
+		                             pos[i].out.log != IDEM_LOG_SAME);
 		/* The loss alarm is for messages skipped by another client's move only: a gap
-		 * the database lost is read again. */
+		 * the database lost is read again, a mirror's translated offset is where the same
+		 * messages are in the new log. */
 		idem_metrics_partition_assigned(d->metrics, tp->topic, tp->partition,
-		                                pos[i].out.why == IDEM_RESUME_SKIP ||
-		                                                pos[i].out.why == IDEM_RESUME_KAFKA
+		                                pos[i].out.log == IDEM_LOG_SAME &&
+		                                                (pos[i].out.why == IDEM_RESUME_SKIP ||
+		                                                 pos[i].out.why == IDEM_RESUME_KAFKA)
 		                                        ? pos[i].in.committed
 		                                        : -1,
-		                                pos[i].in.db);
-		log_assign(tp, &pos[i], d->db_id);
+		                                pos[i].out.log == IDEM_LOG_SAME ? pos[i].in.db : -1);
+		log_assign(tp, &pos[i], d->db_id, d->cluster);
 	}
 	free(pos);
 }
@@ -313,5 +371,71 @@ void idem__daemon_check_positions(idem_daemon *d)
 	}
 out:
 	free(db);
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/*
+ * Partitions whose committed offset could not be read at assignment commit nothing (an offset
+ * Kafka has that idemd could not read is never overwritten: it may be an operator's skip) and
+ * read it again every few seconds. Once read: an offset another client moved beyond where the
+ * partition stands is honoured from there on (what was applied meanwhile stays applied, and is
+ * logged); anything else lets commits go on.
+ */
+void idem__daemon_check_unread(idem_daemon *d)
+{
+	rd_kafka_topic_partition_list_t *list;
+	struct idem_resume_pos *pos;
+	int64_t now = idem_mono_ms();
+
+	if (now < d->unread_at_ms)
+		return;
+	d->unread_at_ms = now + UNREAD_RETRY_MS;
+	list = rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
+	for (size_t i = 0; i < d->parts.n; i++) {
+		if (d->parts.v[i]->commit_unread)
+			rd_kafka_topic_partition_list_add(list, d->parts.v[i]->topic,
+			                                  d->parts.v[i]->partition);
+	}
+	pos = list->cnt > 0 ? calloc((size_t)list->cnt, sizeof(*pos)) : NULL;
+	if (pos == NULL)
+		goto out;
+	idem_resume_read_committed(d->rk, list, pos, UNREAD_TIMEOUT_MS);
+	for (int i = 0; i < list->cnt; i++) {
+		const struct idem_resume_in *in = &pos[i].in;
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		int64_t at;
+		bool ours;
+
+		if (p == NULL || !in->committed_read)
+			continue;
+		at = p->db_next > p->db_floor ? p->db_next : p->db_floor;
+		ours = in->md_idemd && (in->md.consumer[0] == '\0' ||
+		                        strcmp(in->md.consumer, p->route->consumer) == 0);
+		if (in->committed > at && at >= 0 && !ours) {
+			if (p->busy || p->leaving)
+				continue; /* once its batch in flight is done */
+			d->bytes_held -= idem_part_bytes(p);
+			idem_part_skip_to(p, in->committed);
+			idem__daemon_resume_part(d, p, in->committed);
+			idem_log_warn("kafka",
+			              "offsets moved ahead by another client, read late: topic=%s "
+			              "partition=%" PRId32 " kafka committed=%" PRId64
+			              ", database next_offset=%" PRId64
+			              "; honoured from here: offsets %" PRId64 "..%" PRId64
+			              " are skipped",
+			              p->topic, p->partition, in->committed, at, at,
+			              in->committed - 1);
+		} else {
+			idem_log_info("kafka",
+			              "read the committed offset of topic=%s partition=%" PRId32
+			              " at last (kafka committed=%" PRId64 ", database next_offset=%" PRId64
+			              "): committing its offsets again",
+			              p->topic, p->partition, in->committed, at);
+		}
+		p->commit_unread = false;
+	}
+out:
+	free(pos);
 	rd_kafka_topic_partition_list_destroy(list);
 }

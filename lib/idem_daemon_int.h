@@ -46,6 +46,8 @@ struct idem_daemon {
 	idem_relay *relay;          /* the outbox relay thread, if outbox.enabled */
 	idem_resume *resume;        /* where assigned partitions start (its own connection) */
 	char db_id[IDEM_DB_ID_LEN]; /* the database's identity, named in commit metadata */
+	char cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster's id, as last read ("" unknown) */
+	int64_t unread_at_ms; /* next read of committed offsets that could not be read at assignment */
 	int64_t last_commit_ms;     /* offsets last committed to Kafka */
 	int commit_ms;              /* and how often (auto.commit.interval.ms) */
 	uint64_t reconnects;        /* idem_pool_reconnects() as last checked */
@@ -73,5 +75,6 @@ void idem__daemon_on_revoke(void *opaque, const rd_kafka_topic_partition_list_t 
 void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, const char *how);
 /* After a worker reconnected: check every idle partition against the database's positions. */
 void idem__daemon_check_positions(idem_daemon *d);
+void idem__daemon_check_unread(idem_daemon *d);
 
 #endif

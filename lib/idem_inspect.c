@@ -79,6 +79,41 @@ static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_er
 	return r;
 }
 
+/* The log the partition's row is a position in, and the row of a consumer its metadata names. */
+static idem_status db_log(PGconn *conn, struct idem_part_status *p, idem_error *err)
+{
+	char part[16], consumers[IDEM_CONSUMER_NAME_MAX + 8], topics[512], parts[24],
+	        other[IDEM_CONSUMER_NAME_MAX + 8];
+	const char *vals[4] = { consumers, topics, parts, other };
+	PGresult *res;
+	idem_status r;
+
+	/* Names are checked (letters, digits, '.', '_', '-'): no quoting needed in the literals. */
+	snprintf(part, sizeof(part), "%" PRId32, p->partition);
+	snprintf(consumers, sizeof(consumers), "{\"%s\"}", p->route->consumer);
+	snprintf(topics, sizeof(topics), "{\"%s\"}", p->topic);
+	snprintf(parts, sizeof(parts), "{%s}", part);
+	if (p->committed_idemd && p->md.consumer[0] != '\0' &&
+	    strcmp(p->md.consumer, p->route->consumer) != 0)
+		snprintf(other, sizeof(other), "{\"%s\"}", p->md.consumer);
+	else
+		snprintf(other, sizeof(other), "{NULL}");
+	p->db_first = p->other_db = -1;
+	r = idem_sql_exec(conn, IDEM_SQL_RESUME_GET, vals, "read idem.partition_progress", &res,
+	                  err);
+	if (r == IDEM_OK && PQntuples(res) == 1) {
+		snprintf(p->db_cluster, sizeof(p->db_cluster), "%s",
+		         PQgetisnull(res, 0, 1) ? "" : PQgetvalue(res, 0, 1));
+		p->db_epoch = PQgetisnull(res, 0, 2) ? 0 : atoi(PQgetvalue(res, 0, 2));
+		p->db_first = PQgetisnull(res, 0, 3) ? -1 : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+		p->other_db = PQgetisnull(res, 0, 4) ? -1 : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
+		snprintf(p->other_cluster, sizeof(p->other_cluster), "%s",
+		         PQgetisnull(res, 0, 5) ? "" : PQgetvalue(res, 0, 5));
+	}
+	PQclear(res);
+	return r;
+}
+
 idem_status idem_inspect_lookup(const struct idem_cfg *cfg, PGconn *conn, const char *key,
                                 PGresult **ret_res, idem_error *err)
 {
@@ -139,13 +174,13 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 	}
 	for (size_t i = 0; i < rep.n_parts; i++) {
 		struct idem_part_status *p = &rep.parts[i];
-		int64_t c = list->elems[i].offset, md_next;
+		int64_t c = list->elems[i].offset;
 
 		p->committed = c >= 0 ? c : -1;
 		p->committed_idemd =
 		        idem_resume_md_parse(list->elems[i].metadata, list->elems[i].metadata_size,
-		                             p->committed_db, &md_next) &&
-		        md_next == p->committed;
+		                             &p->md) &&
+		        p->md.next == p->committed;
 		e = rd_kafka_query_watermark_offsets(rk, p->topic, p->partition, &p->low, &p->high,
 		                                     KAFKA_TIMEOUT_MS);
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -153,8 +188,16 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 			                   p->topic, p->partition, rd_kafka_err2str(e));
 			goto out_fail;
 		}
-		if ((r = db_progress(conn, p, err)) != IDEM_OK)
+		if ((r = db_progress(conn, p, err)) != IDEM_OK ||
+		    (r = db_log(conn, p, err)) != IDEM_OK)
 			goto out_fail;
+	}
+	{
+		char *id = rd_kafka_clusterid(rk, KAFKA_TIMEOUT_MS);
+
+		if (id != NULL && strlen(id) < sizeof(rep.cluster))
+			snprintf(rep.cluster, sizeof(rep.cluster), "%s", id);
+		rd_kafka_mem_free(rk, id);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
 	*ret = rep;
@@ -167,25 +210,43 @@ out_fail:
 	return r;
 }
 
-enum idem_verify_state idem_inspect_verify_state(const struct idem_part_status *p)
+enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report *rep,
+                                                 const struct idem_part_status *p)
 {
 	struct idem_resume_in in = {
+		.consumer = p->route->consumer,
+		.cluster = rep->cluster,
+		.reset = RD_KAFKA_OFFSET_BEGINNING,
+		.low = p->low,
+		.high = p->high,
 		.db_read = true,
 		.db = p->db_next,
+		.db_epoch = p->db_epoch,
+		.db_first = p->db_first,
+		.other_db = p->other_db,
 		.committed_read = true,
 		.committed = p->committed,
 		.md_idemd = p->committed_idemd,
-		.md_next = p->committed_idemd ? p->committed : -1,
-		.reset = RD_KAFKA_OFFSET_BEGINNING,
+		.md = p->md,
 	};
+	struct idem_resume_out o;
 
+	memcpy(in.db_cluster, p->db_cluster, sizeof(in.db_cluster));
+	memcpy(in.other_cluster, p->other_cluster, sizeof(in.other_cluster));
+	o = idem_resume_decide(&in);
+	if (o.log == IDEM_LOG_CLUSTER)
+		return IDEM_VERIFY_OTHER_CLUSTER;
+	if (o.log == IDEM_LOG_TRUNCATED)
+		return IDEM_VERIFY_LOG_REPLACED;
 	if (p->committed < 0)
 		return IDEM_VERIFY_NO_COMMIT;
-	switch (idem_resume_decide(&in).why) {
+	switch (o.why) {
 	case IDEM_RESUME_BEHIND:
 		return IDEM_VERIFY_DB_BEHIND;
 	case IDEM_RESUME_SKIP:
 		return IDEM_VERIFY_KAFKA_AHEAD;
+	case IDEM_RESUME_RENAMED:
+		return IDEM_VERIFY_RENAMED;
 	case IDEM_RESUME_KAFKA:
 		/* No progress row, an offset idemd did not commit: what lies below was never
 		 * applied here. */
@@ -208,6 +269,12 @@ const char *idem_verify_state_name(enum idem_verify_state s)
 		return "kafka_ahead";
 	case IDEM_VERIFY_NO_COMMIT:
 		return "no_commit";
+	case IDEM_VERIFY_RENAMED:
+		return "consumer_renamed";
+	case IDEM_VERIFY_OTHER_CLUSTER:
+		return "other_cluster";
+	case IDEM_VERIFY_LOG_REPLACED:
+		return "log_replaced";
 	}
 	return "?";
 }
@@ -227,6 +294,18 @@ const char *idem_verify_state_str(enum idem_verify_state s)
 		       "applied (loss alarm, unless the skip was meant)";
 	case IDEM_VERIFY_NO_COMMIT:
 		return "no committed offset yet";
+	case IDEM_VERIFY_RENAMED:
+		return "CONSUMER RENAMED: the group's offset was committed by idemd for another "
+		       "consumer; idemd continues after what that consumer applied (nothing applied "
+		       "twice; idemctl replay applies it again on purpose)";
+	case IDEM_VERIFY_OTHER_CLUSTER:
+		return "ANOTHER CLUSTER: the database's position is an offset in another Kafka "
+		       "cluster's log (disaster recovery, migration); idemd starts at the group's "
+		       "offset in this cluster, the claims make what is read again a no-op";
+	case IDEM_VERIFY_LOG_REPLACED:
+		return "LOG REPLACED: the database's position is beyond the end of this log (a "
+		       "topic created again); idemd starts at the group's offset, or where a first "
+		       "start would";
 	}
 	return "unknown";
 }

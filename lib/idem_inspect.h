@@ -18,10 +18,15 @@ struct idem_part_status {
 	char *topic; /* owned */
 	const struct idem_route *route;
 	int32_t partition;
-	int64_t committed;                 /* the group's committed offset in Kafka */
-	bool committed_idemd;              /* committed by idemd (its metadata names that offset) */
-	char committed_db[IDEM_DB_ID_LEN]; /* the database the metadata names ("" if none) */
-	int64_t db_next;                   /* idem.partition_progress.next_offset */
+	int64_t committed;         /* the group's committed offset in Kafka */
+	bool committed_idemd;      /* committed by idemd (its metadata names that offset) */
+	struct idem_resume_md md;  /* that metadata (idem_resume_md_parse()) */
+	int64_t db_next;           /* idem.partition_progress.next_offset */
+	char db_cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster the row's position is in */
+	int32_t db_epoch;                     /* the row's log epoch */
+	int64_t db_first;        /* where the consumer's first start on the log began, or -1 */
+	int64_t other_db;        /* next_offset of the consumer the metadata names, if another */
+	char other_cluster[IDEM_CLUSTER_ID_LEN];
 	int64_t low, high;                 /* Kafka watermarks */
 	int64_t consumed, applied, duplicates, quarantined; /* database counters */
 	int64_t quarantine_rows; /* unresolved rows in idem.quarantine for the partition */
@@ -32,6 +37,7 @@ struct idem_part_status {
 struct idem_status_report {
 	struct idem_part_status *parts;
 	size_t n_parts;
+	char cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster's id ("" if it did not say) */
 };
 
 /*
@@ -56,9 +62,18 @@ enum idem_verify_state {
 	IDEM_VERIFY_KAFKA_AHEAD, /* offsets moved ahead by another client: messages skipped,
 	                            loss alarm unless that was meant */
 	IDEM_VERIFY_NO_COMMIT,   /* nothing committed in Kafka yet */
+	IDEM_VERIFY_RENAMED,     /* the group's offset was committed by idemd for another consumer
+	                            (a renamed routes[].consumer): idemd continues after what that
+	                            consumer applied, re-applying nothing */
+	IDEM_VERIFY_OTHER_CLUSTER, /* the database's position is another Kafka cluster's (disaster
+	                              recovery, migration): idemd sets it aside and starts at the
+	                              group's offset in this cluster */
+	IDEM_VERIFY_LOG_REPLACED,  /* the database's position is beyond the log's end (a topic
+	                              created again): idemd sets it aside likewise */
 };
 
-enum idem_verify_state idem_inspect_verify_state(const struct idem_part_status *p);
+enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report *rep,
+                                                 const struct idem_part_status *p);
 /* @brief The state's name in verify --json ("ok", "database_behind", ...). */
 const char *idem_verify_state_name(enum idem_verify_state s);
 const char *idem_verify_state_str(enum idem_verify_state s);

@@ -37,6 +37,8 @@ static const double batch_secs_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 static const char *const dup_kind_names[IDEM_METRICS_DUP_KINDS] = { "redelivery", "replay",
 	                                                            "upstream" };
 static const char *const retry_classes[] = { "transient", "message", "broken" };
+/* Room for idem_resume's cases (idem_metrics_partition_start()). */
+#define START_CASES 16
 static const char *const stage_names[IDEM_METRICS_STAGES] = { "fetch", "batch", "queue", "commit" };
 
 struct part_gauge {
@@ -54,6 +56,13 @@ struct idem_metrics {
 	uint64_t consumed, applied, quarantined, batches, mismatches;
 	uint64_t reapplied, behind; /* the database went back: messages read again, partitions */
 	uint64_t schema_waits;      /* a message waited for the schema registry */
+	/* Partitions assigned, by how their start was decided (idem_resume's case names, as
+	 * first seen), and those whose database position was in another log. */
+	struct {
+		const char *name; /* static */
+		uint64_t n;
+	} starts[START_CASES];
+	uint64_t log_replaced;
 	bool registry;              /* a schema registry is configured: its metrics are shown */
 	uint64_t reg_fetches, reg_failures, reg_unknown;
 	size_t reg_cached;
@@ -174,6 +183,24 @@ void idem_metrics_database_behind(idem_metrics *m)
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->behind++;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void idem_metrics_partition_start(idem_metrics *m, const char *why, bool log_replaced)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < START_CASES; i++) {
+		if (m->starts[i].name == NULL)
+			m->starts[i].name = why;
+		if (strcmp(m->starts[i].name, why) == 0) {
+			m->starts[i].n++;
+			break;
+		}
+	}
+	if (log_replaced)
+		m->log_replaced++;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -563,6 +590,9 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 		{ "idemd_database_behind_total",
 		  "Times a partition was found behind in the database (it went back in time) and was read again from there.",
 		  offsetof(struct idem_metrics, behind) },
+		{ "idemd_log_replaced_total",
+		  "Partitions assigned whose database position was in another log (another Kafka cluster, a topic created again): set aside, the start decided anew.",
+		  offsetof(struct idem_metrics, log_replaced) },
 	};
 
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(counters); i++) {
@@ -580,6 +610,15 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	for (size_t k = 0; k < IDEM_METRICS_DUP_KINDS; k++) {
 		if (idem_buf_printf(o, "idemd_duplicates_total{kind=\"%s\"} %" PRIu64 "\n",
 		                    dup_kind_names[k], m->dups[k]))
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_buf_append_str(
+	            o,
+	            "# HELP idemd_partition_starts_total Partitions assigned, by how their start was decided (ARCHITECTURE.md \"Where a partition starts\").\n# TYPE idemd_partition_starts_total counter\n"))
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < START_CASES && m->starts[k].name != NULL; k++) {
+		if (idem_buf_printf(o, "idemd_partition_starts_total{case=\"%s\"} %" PRIu64 "\n",
+		                    m->starts[k].name, m->starts[k].n))
 			return IDEM_ERR_NOMEM;
 	}
 	if (idem_buf_append_str(

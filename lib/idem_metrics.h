@@ -57,6 +57,12 @@ void idem_metrics_mismatches(idem_metrics *m, uint64_t n);
 void idem_metrics_reapplied(idem_metrics *m, uint64_t n);
 /* A partition found behind in the database, read again from there. */
 void idem_metrics_database_behind(idem_metrics *m);
+/*
+ * A partition was assigned, its start decided as @why (a static string: idem_resume's case
+ * name), its database position set aside as another log's if @log_replaced:
+ * idemd_partition_starts_total{case}, idemd_log_replaced_total.
+ */
+void idem_metrics_partition_start(idem_metrics *m, const char *why, bool log_replaced);
 /* A partition waited for the schema registry (ARCHITECTURE.md "Avro"). */
 void idem_metrics_schema_wait(idem_metrics *m);
 /* The schema registry client's counters (struct idem_registry_stats), about once a second. */

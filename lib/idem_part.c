@@ -85,6 +85,7 @@ idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
 	p->commit_acked = -1;
 	p->db_floor = -1;
 	p->reapply_to = -1;
+	p->log_first = -1;
 	ps->v[ps->n++] = p;
 out:
 	if (ret_part != NULL)
@@ -188,4 +189,17 @@ int64_t idem_part_rewind(struct idem_part *p, int64_t db)
 	p->fetch_next = db;
 	p->reapply_to = end > db ? end : -1;
 	return end > db ? end - (db > 0 ? db : 0) : 0;
+}
+
+void idem_part_skip_to(struct idem_part *p, int64_t offset)
+{
+	idem_batch_reset(&p->batch);
+	idem_batch_reset(&p->inflight);
+	p->held = false;
+	p->halted = false;
+	p->failures = 0;
+	p->retry_at_ms = 0;
+	p->reapply_to = -1;
+	p->stored_next = -1;
+	p->fetch_next = offset;
 }

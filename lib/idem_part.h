@@ -75,6 +75,13 @@ struct idem_part {
 	                         partition commits (read at assignment, then each commit); -1 */
 	int64_t reapply_to;   /* the end of a gap being read again because the database went
 	                         back, until the database passes it; -1 */
+	/* The log its offsets are offsets in (ARCHITECTURE.md "Where a partition starts"), named
+	 * in the metadata of every offset committed, set at assignment: */
+	char kafka_cluster[IDEM_CLUSTER_ID_LEN]; /* "" unknown */
+	int32_t log_epoch;
+	int64_t log_first;  /* where the consumer's first start on the log began; -1 unknown */
+	bool commit_unread; /* Kafka's committed offset could not be read at assignment: nothing
+	                       is committed over it until it is (idem__daemon_check_unread()) */
 };
 
 struct idem_parts {
@@ -141,5 +148,13 @@ void idem_part_stored(struct idem_part *p, int64_t next);
  * @returns how many offsets the gap spans (0 if none is known).
  */
 int64_t idem_part_rewind(struct idem_part *p, int64_t db);
+
+/*
+ * @brief Another client moved Kafka's offset of @p ahead to @offset, found after @p started (its
+ * committed offset could not be read at assignment): drop what is in hand (the caller makes
+ * sure nothing is in flight) and read from @offset. Nothing is stored for Kafka until a batch
+ * past it commits, as for a skip found at assignment; what the database holds is unchanged.
+ */
+void idem_part_skip_to(struct idem_part *p, int64_t offset);
 
 #endif

@@ -37,71 +37,123 @@
 #define IDEM_DB_ID_LEN 37
 
 /*
- * @brief The metadata idemd commits with offset @next: "idemd/1 db=<@db_id or -> next=<@next>".
- * @returns what snprintf() returns.
+ * What idemd commits with every offset, version 2:
+ *   "idemd/2 db=<database identity> log=<cluster id>:<epoch> consumer=<consumer> first=<first>
+ *    next=<next>"
+ * (one line; "-" for an unknown database, cluster or first). @next is the offset committed, which
+ * the database held when it was committed; the log (the cluster, and the epoch: how many times
+ * idemd found the partition's log replaced under this consumer) and the consumer (the claims
+ * namespace) say what it is an offset of; @first is where this consumer's first start on the log
+ * began, from where a database that lost everything of the partition re-applies. Version 1
+ * ("idemd/1 db=<id> next=<next>") is still read: log, consumer and first unknown.
  */
-int idem_resume_md_format(char *buf, size_t len, const char *db_id, int64_t next);
+struct idem_resume_md {
+	int version;                       /* 1 or 2 */
+	char db_id[IDEM_DB_ID_LEN];        /* "" unknown */
+	char cluster[IDEM_CLUSTER_ID_LEN]; /* "" unknown (version 1) */
+	int32_t epoch;                     /* 0 in version 1 */
+	char consumer[IDEM_CONSUMER_NAME_MAX + 1]; /* "" in version 1 */
+	int64_t first;                             /* -1 unknown */
+	int64_t next;
+};
 
 /*
- * @brief Parse commit metadata: true if it is idemd's (idem_resume_md_format()), with the
- * database identity ("" for "-") into @ret_db_id and the offset into *ret_next.
+ * @brief Format @md (version 2 whatever md->version says).
+ * @returns what snprintf() returns.
  */
-bool idem_resume_md_parse(const void *md, size_t len, char ret_db_id[IDEM_DB_ID_LEN],
-                          int64_t *ret_next);
+int idem_resume_md_format(char *buf, size_t len, const struct idem_resume_md *md);
+
+/*
+ * @brief Parse commit metadata: true if it is idemd's (either version), into @ret (zeroed, with
+ * first and next -1, when it is not).
+ */
+bool idem_resume_md_parse(const void *md, size_t len, struct idem_resume_md *ret);
 
 /* What is known of one partition when it is assigned. */
 struct idem_resume_in {
-	bool db_read;        /* the database answered */
-	int64_t db;          /* its next_offset; -1: no progress row */
-	bool committed_read; /* the group's committed offset could be read */
-	int64_t committed;   /* -1: none */
-	bool md_idemd;       /* the offset was committed by idemd (its metadata) */
-	int64_t md_next;     /* the offset the metadata names */
-	bool md_same_db;     /* the metadata names this database */
-	int64_t reset;       /* where a partition without a position starts (auto.offset.reset):
-	                        RD_KAFKA_OFFSET_BEGINNING or RD_KAFKA_OFFSET_END */
+	const char *consumer; /* the route's consumer (claims namespace) */
+	const char *cluster;  /* the cluster's id now; "" unknown */
+	int64_t reset;        /* where a partition without a position starts (auto.offset.reset):
+	                         RD_KAFKA_OFFSET_BEGINNING or RD_KAFKA_OFFSET_END */
+	int64_t low, high;    /* the partition's watermarks now; -1 unknown */
+	bool db_read;         /* the database answered */
+	int64_t db;           /* this consumer's next_offset; -1: no progress row */
+	char db_cluster[IDEM_CLUSTER_ID_LEN]; /* the row's kafka_cluster; "" unknown */
+	int32_t db_epoch;                     /* the row's log_epoch */
+	int64_t db_first;                     /* the row's first_offset; -1 unknown */
+	int64_t other_db; /* next_offset of the consumer the metadata names, if another; -1 */
+	char other_cluster[IDEM_CLUSTER_ID_LEN]; /* that row's kafka_cluster; "" unknown */
+	bool committed_read;                     /* the group's committed offset could be read */
+	int64_t committed;                       /* -1: none */
+	bool md_idemd;                           /* @md is idemd's metadata of @committed */
+	struct idem_resume_md md;
 };
 
-/* What was decided, and why. */
+/* How the start was decided. */
 enum idem_resume_case {
-	IDEM_RESUME_FIRST, /* nothing to go by: librdkafka's start (committed offset, or reset) */
+	IDEM_RESUME_FIRST,    /* no position anywhere: where a first start begins (reset) */
 	IDEM_RESUME_DATABASE, /* the database's position; Kafka's committed offset is not beyond */
-	IDEM_RESUME_BEHIND,   /* idemd committed an offset the database does not hold: it went
-	                         back; read the gap again from the database's position */
+	IDEM_RESUME_BEHIND,   /* idemd committed, for this consumer in this log, an offset the
+	                         database does not hold: it went back; read the gap again */
 	IDEM_RESUME_SKIP,     /* another client moved the offset beyond the database: honoured */
-	IDEM_RESUME_KAFKA, /* no database position, an offset idemd did not commit: start there */
-	IDEM_RESUME_NO_KAFKA, /* the committed offset could not be read: the database's position */
+	IDEM_RESUME_KAFKA,    /* no position in this log, an offset idemd did not commit (a tool,
+	                         a mirror's translated offset): start there */
+	IDEM_RESUME_RENAMED,  /* the group's offset was committed by idemd for another consumer:
+	                         continue after what that consumer applied, never re-apply it */
+	IDEM_RESUME_NO_KAFKA, /* the committed offset could not be read: the database's position,
+	                         and nothing committed to Kafka until it is read */
 	IDEM_RESUME_NO_DB,    /* the database could not be read: the committed offset, checked by
 	                         the first transaction if idemd committed it (floor) */
 };
 
+/* Why the database's position is in another log than the partition's now. */
+enum idem_resume_log {
+	IDEM_LOG_SAME,     /* the same log, or nothing says otherwise */
+	IDEM_LOG_CLUSTER,  /* the row names another Kafka cluster (disaster recovery, migration) */
+	IDEM_LOG_TRUNCATED /* the row's position is beyond the log's end (a recreated topic, or a
+	                      log that lost its tail) */
+};
+
 struct idem_resume_out {
 	enum idem_resume_case why;
+	enum idem_resume_log log; /* not SAME: the row's position was set aside, @why is decided
+	                             as for a partition without one */
 	int64_t start;      /* where fetching starts; RD_KAFKA_OFFSET_INVALID: librdkafka's start */
 	int64_t floor;      /* what the database must hold before anything of the partition commits
 	                       (struct idem_batch.db_floor); -1: nothing known */
 	int64_t reapply_to; /* BEHIND: the end of the gap read again (Kafka's offset); else -1 */
+	bool record;        /* write the progress row at @start with @first and @epoch before
+	                       fetching (a first start, a replaced log, a renamed consumer) */
+	int64_t first;      /* where this consumer's first start on the log began; -1 unknown */
+	int32_t epoch;      /* the log's epoch */
 };
 
 /*
- * @brief The rule. With the database's position known:
- *   - Kafka's committed offset not beyond it (or none): DATABASE, start there;
- *   - beyond it, committed by idemd (metadata naming that very offset), for this database or
- *     another one: BEHIND, start at the database's position (no progress row: at @reset) and
- *     re-apply up to Kafka's offset;
- *   - beyond it, committed by another client (no idemd metadata, or metadata of another
- *     offset): SKIP, start at Kafka's offset;
- *   - Kafka's offset unreadable: NO_KAFKA, start at the database's position (reading again is
- *     safe, skipping is not).
- * Without a progress row: an offset idemd committed is BEHIND (start at @reset), any other
- * KAFKA, none FIRST. With the database unreadable: NO_DB, librdkafka's start, and the floor is
- * Kafka's offset when idemd committed it, so that the first transaction finds a database that
- * lacks it (IDEM_ERR_BEHIND). Where neither side can be read: FIRST.
+ * @brief The rule (ARCHITECTURE.md "Where a partition starts" has it as a table). A position
+ * is an offset in one log for one consumer; first, is the row's position in this log at all
+ * (IDEM_LOG_*: another cluster, or beyond the log's end)? If not, it is set aside (the epoch
+ * moves on) and the partition is decided as one without a position. Then, with a position:
+ *   - Kafka's committed offset not beyond it (or none): DATABASE;
+ *   - beyond it, idemd's metadata naming that offset, this cluster and this consumer: BEHIND,
+ *     start at the position and re-apply up to Kafka's offset;
+ *   - beyond it, idemd's metadata naming another consumer: RENAMED, start after what that
+ *     consumer applied (Kafka's offset, or that consumer's position if beyond);
+ *   - beyond it, anything else: SKIP, start at Kafka's offset;
+ *   - Kafka's offset unreadable: NO_KAFKA, the position (reading again is safe, skipping is not).
+ * Without a position in this log: an offset idemd committed for this consumer here is BEHIND
+ * (start where the first start began, the metadata's first); for another consumer RENAMED;
+ * any other offset KAFKA (start there); none FIRST (the log's start or end, by @reset, made
+ * explicit when the watermarks are known, so that where it began can be recorded). With the
+ * database unreadable: NO_DB, librdkafka's start, and the floor is Kafka's offset when idemd
+ * committed it for this consumer, so that the first transaction finds a database that lacks it.
+ * A committed offset beyond the log's end is not an offset of this log and counts as none.
  */
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in);
 
-/* @brief "database", "behind", ...: the case's name, for logs. */
+/* @brief "database", "behind", ...: the case's name, for logs and metrics. */
 const char *idem_resume_case_str(enum idem_resume_case why);
+/* @brief "same", "cluster", "truncated". */
+const char *idem_resume_log_str(enum idem_resume_log log);
 
 typedef struct idem_resume idem_resume;
 
@@ -109,8 +161,8 @@ typedef struct idem_resume idem_resume;
 struct idem_resume_pos {
 	struct idem_resume_in in;
 	struct idem_resume_out out;
-	char md_db_id[IDEM_DB_ID_LEN]; /* the database the metadata names ("" if none) */
-	char kafka_err[160];           /* why the committed offset could not be read, or "" */
+	char kafka_err[160]; /* why the committed offset could not be read, or "" */
+	char record_err[160]; /* why the progress row could not be written (out.record), or "" */
 };
 
 /* @brief A resolver for @cfg (which must outlive it); NULL when out of memory. */
@@ -118,18 +170,30 @@ idem_resume *idem_resume_new(const struct idem_cfg *cfg);
 void idem_resume_free(idem_resume *rs);
 
 /*
- * @brief Decide where each partition of @list (about to be assigned) starts: read their
- * progress rows and the database's identity, and the group's committed offsets with their
- * metadata, then idem_resume_decide() each. Sets each element's .offset (RD_KAFKA_OFFSET_INVALID
+ * @brief Decide where each partition of @list (about to be assigned) starts: read the cluster's
+ * id, the group's committed offsets with their metadata (retried within a bound before they
+ * count as unreadable), the partitions' watermarks, their progress rows (and those of a consumer
+ * the metadata names) and the database's identity, then idem_resume_decide() each, and write
+ * the progress rows it asks for (out.record; one that cannot be written is started without
+ * them: out.record false, out.floor -1). Sets each element's .offset (RD_KAFKA_OFFSET_INVALID
  * leaves the start to librdkafka).
  * Logs nothing above debug: the caller reports what was decided.
  * @param ret_pos room for list->cnt entries: what was read and decided for each.
  * @param ret_db_id the database's identity ("" if it could not be read).
+ * @param ret_cluster the Kafka cluster's id ("" if it could not be read).
  * @param db_err why the database could not be read (left alone when it was).
  */
 void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *list,
                            struct idem_resume_pos *ret_pos, char ret_db_id[IDEM_DB_ID_LEN],
-                           idem_error *db_err);
+                           char ret_cluster[IDEM_CLUSTER_ID_LEN], idem_error *db_err);
+
+/*
+ * @brief Read the group's committed offsets of @list with their metadata (one try of at most
+ * @timeout_ms): into ret_pos[i].in (committed_read, committed, md_idemd, md) and kafka_err.
+ * @returns true if every partition's could be read.
+ */
+bool idem_resume_read_committed(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *list,
+                                struct idem_resume_pos *ret_pos, int timeout_ms);
 
 /*
  * @brief Read the progress rows of the partitions of @list into ret_db[0..list->cnt) (-1: no

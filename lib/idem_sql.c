@@ -57,20 +57,29 @@ static const char sql_claims_get[] =
 /*
  * Advance several partitions' progress and counters at once, one row per element (distinct
  * partitions, sorted, so that the rows are locked in one order). next_offset never moves back
- * here (only `idemctl replay` lowers it); a pending replay ends (replay_to NULL) once
- * next_offset reaches its end, and so does a gap being read again (reapply_to: $15 is NULL
- * unless the batch ends below the gap's end as idemd knows it).
+ * here within one log (only `idemctl replay` lowers it); a pending replay ends (replay_to NULL)
+ * once next_offset reaches its end, and so does a gap being read again (reapply_to: $15 is NULL
+ * unless the batch ends below the gap's end as idemd knows it). $17 is the Kafka cluster the
+ * offsets are in (NULL: unknown): a row that names another one holds a position in another log
+ * (its start was not recorded at assignment: the database could not be read then), which this
+ * batch's position replaces (ARCHITECTURE.md "Where a partition starts").
  */
 static const char sql_progress[] =
         "INSERT INTO idem.partition_progress AS p"
         " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
         " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
-        " halt_reason, reapply_to, reapplied)"
+        " halt_reason, reapply_to, reapplied, kafka_cluster)"
         " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[],"
         " $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"
-        " $12::bigint[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[])"
+        " $12::bigint[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[], $17::text[])"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
-        " next_offset = greatest(p.next_offset, excluded.next_offset),"
+        " next_offset = CASE WHEN p.kafka_cluster <> excluded.kafka_cluster"
+        " THEN excluded.next_offset ELSE greatest(p.next_offset, excluded.next_offset) END,"
+        " log_epoch = CASE WHEN p.kafka_cluster <> excluded.kafka_cluster"
+        " THEN p.log_epoch + 1 ELSE p.log_epoch END,"
+        " first_offset = CASE WHEN p.kafka_cluster <> excluded.kafka_cluster"
+        " THEN NULL ELSE p.first_offset END,"
+        " kafka_cluster = coalesce(excluded.kafka_cluster, p.kafka_cluster),"
         " replay_to = CASE WHEN greatest(p.next_offset, excluded.next_offset) >= p.replay_to"
         " THEN NULL ELSE p.replay_to END,"
         " reapply_to = CASE WHEN greatest(p.next_offset, excluded.next_offset)"
@@ -139,7 +148,8 @@ static const char sql_quarantine_dlt[] =
         " $9::bytea[] || ARRAY[convert_to(coalesce($11::text, ''), 'UTF8'),"
         " convert_to(coalesce($12::text, ''), 'UTF8'), convert_to($2::text, 'UTF8'),"
         " convert_to($3::int::text, 'UTF8'), convert_to($4::bigint::text, 'UTF8')],"
-        " idem.event_id('dead-letter', $1::text, $2::text, $3::int::text, $4::bigint::text)"
+        " idem.event_id('dead-letter', $1::text, idem.log_of($1, $2, $3::int), $2::text,"
+        " $3::int::text, $4::bigint::text)"
         " FROM q WHERE q.new ON CONFLICT (event_id) DO NOTHING)"
         " SELECT new FROM q";
 
@@ -160,7 +170,8 @@ static const char sql_replies[] =
         " ARRAY[convert_to(u.b, 'UTF8'), convert_to($3::text, 'UTF8'),"
         " convert_to($4::int::text, 'UTF8'), convert_to(u.o::text, 'UTF8'),"
         " convert_to(u.r::text, 'UTF8')],"
-        " idem.event_id('reply', $2::text, $3::text, $4::int::text, u.o::text)"
+        " idem.event_id('reply', $2::text, idem.log_of($2, $3, $4::int), $3::text,"
+        " $4::int::text, u.o::text)"
         " FROM unnest($5::text[], $6::bytea[], $7::bigint[], $8::bool[]) WITH ORDINALITY"
         " AS u(b, k, o, r, n)"
         " JOIN idem.claims_of($2, $5::text[]) p ON p.business_key = u.b"
@@ -285,6 +296,40 @@ static const char sql_schema_version[] =
 /* One row, made by sql/0007_restore.sql, carried by every copy of the database. */
 static const char sql_database_id[] = "SELECT id::text FROM idem.database_identity";
 
+/*
+ * What idem_resume decides an assigned partition's start from (ARCHITECTURE.md "Where a
+ * partition starts"): each partition's row for its consumer, and the row of the consumer its
+ * committed offset's metadata names, when that is another ($4 NULL otherwise).
+ */
+static const char sql_resume_get[] =
+        "SELECT pp.next_offset, pp.kafka_cluster, pp.log_epoch, pp.first_offset,"
+        " o.next_offset, o.kafka_cluster"
+        " FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) WITH ORDINALITY"
+        " AS u(c, t, p, oc, n)"
+        " LEFT JOIN idem.partition_progress pp"
+        " ON pp.consumer = u.c AND pp.topic = u.t AND pp.partition = u.p"
+        " LEFT JOIN idem.partition_progress o"
+        " ON o.consumer = u.oc AND o.topic = u.t AND o.partition = u.p ORDER BY u.n";
+
+/*
+ * A start decided at assignment, recorded before anything is fetched: a first start (where it
+ * began), a renamed consumer (after what the other applied), a replaced log (the old log's
+ * position set aside). Pending replays and gaps belong to the position replaced.
+ */
+static const char sql_progress_base[] =
+        "INSERT INTO idem.partition_progress AS p"
+        " (consumer, topic, partition, next_offset, kafka_cluster, log_epoch, first_offset)"
+        " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[],"
+        " $6::int[], $7::bigint[])"
+        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
+        " next_offset = excluded.next_offset,"
+        " kafka_cluster = coalesce(excluded.kafka_cluster, p.kafka_cluster),"
+        " log_epoch = excluded.log_epoch,"
+        " first_offset = coalesce(excluded.first_offset, p.first_offset),"
+        " replay_to = CASE WHEN p.next_offset = excluded.next_offset THEN p.replay_to END,"
+        " reapply_to = CASE WHEN p.next_offset = excluded.next_offset THEN p.reapply_to END,"
+        " updated_at = now()";
+
 static const char sql_schema_record[] =
         "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)";
 
@@ -324,7 +369,7 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results },
 	[IDEM_SQL_PROGRESS_GET] = { "idem_progress_get", 3, sql_progress_get },
 	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
-	[IDEM_SQL_PROGRESS] = { "idem_progress", 16, sql_progress },
+	[IDEM_SQL_PROGRESS] = { "idem_progress", 17, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
 	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 14, sql_quarantine_dlt },
 	[IDEM_SQL_REPLIES] = { "idem_replies", 8, sql_replies, true },
@@ -348,6 +393,8 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_RETENTION_PURGE] = { "idem_retention_purge", 3, sql_retention_purge },
 	[IDEM_SQL_RETENTION_HORIZON] = { "idem_retention_horizon", 2, sql_retention_horizon },
 	[IDEM_SQL_OLDEST_CLAIM] = { "idem_oldest_claim", 1, sql_oldest_claim },
+	[IDEM_SQL_RESUME_GET] = { "idem_resume_get", 4, sql_resume_get },
+	[IDEM_SQL_PROGRESS_BASE] = { "idem_progress_base", 7, sql_progress_base },
 	[IDEM_SQL_SCHEMA_TABLE] = { "idem_schema_table", 0, sql_schema_table },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_DATABASE_ID] = { "idem_database_id", 0, sql_database_id },

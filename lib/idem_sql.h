@@ -25,7 +25,7 @@ enum idem_sql_id {
 	IDEM_SQL_PROGRESS_GET,   /* partitions' next_offset, replay_to, reapply_to: consumers[],
 	                            topics[], partitions[] (also read by idem_resume) */
 	IDEM_SQL_CLAIMS_GET,     /* where keys were claimed: consumer, keys[] */
-	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (16 arrays) */
+	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (17 arrays) */
 	IDEM_SQL_QUARANTINE,     /* quarantine one message (13 parameters) */
 	IDEM_SQL_QUARANTINE_DLT, /* the same and its dead letter: 13 parameters, DLT topic */
 	IDEM_SQL_REPLIES,        /* replies of one batch's messages (8 parameters) */
@@ -62,6 +62,13 @@ enum idem_sql_id {
 	                               cutoff, limit */
 	IDEM_SQL_RETENTION_HORIZON, /* record what was purged: consumer, cutoff */
 	IDEM_SQL_OLDEST_CLAIM,      /* the age of a consumer's oldest claim in seconds: consumer */
+
+	/* Where an assigned partition starts (idem_resume.c). */
+	IDEM_SQL_RESUME_GET,     /* partitions' rows: consumers[], topics[], partitions[], other
+	                            consumers[] -> next_offset, kafka_cluster, log_epoch,
+	                            first_offset, the other consumer's next_offset, kafka_cluster */
+	IDEM_SQL_PROGRESS_BASE,  /* record partitions' start: consumers[], topics[], partitions[],
+	                            next_offsets[], clusters[], epochs[], firsts[] */
 
 	/* The schema (idem_migrate.c). */
 	IDEM_SQL_SCHEMA_TABLE,   /* create idem.schema_migrations if missing (the schema exists) */
