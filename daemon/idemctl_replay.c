@@ -240,7 +240,7 @@ static int replay_reset(const struct idem_cfg *cfg, PGconn *conn,
 		fprintf(stderr, "idemctl: replay: %s\n", err.msg);
 		return IDEM_EXIT_FAILURE;
 	}
-	/* idemd starts a partition at max(committed offset, the database's next_offset): the
+	/* idemd starts a partition at the database's position (idem_resume_decide()): the
 	 * database position goes back too, once Kafka's has (which makes sure that no idemd of
 	 * the group runs). */
 	if (idem_inspect_replay_mark(cfg, conn, rep, &err) != IDEM_OK) {

@@ -585,10 +585,11 @@ static bool cfg_check_consumer(struct cfg_ctx *ctx, yaml_node_t *node, const cha
 {
 	if (idem_cfg_consumer_valid(value))
 		return true;
-	idem__cfg_error(ctx, node,
-	                "invalid consumer name '%s' in '%s' (use letters, digits, '.', '_' and '-', "
-	                "at most %d characters)",
-	                idem__cfg_qs(ctx, value), path, IDEM_CONSUMER_NAME_MAX);
+	idem__cfg_error(
+	        ctx, node,
+	        "invalid consumer name '%s' in '%s' (use letters, digits, '.', '_' and '-', "
+	        "at most %d characters)",
+	        idem__cfg_qs(ctx, value), path, IDEM_CONSUMER_NAME_MAX);
 	return false;
 }
 
@@ -857,15 +858,18 @@ static void cfg_check_route_consumers(struct cfg_ctx *ctx, struct idem_cfg *cfg,
 	char label[32];
 
 	for (size_t i = 0; i < cfg->n_routes; i++) {
-		if (cfg->routes[i].consumer != NULL || cfg->group_id == NULL ||
-		    idem_cfg_consumer_valid(cfg->group_id))
+		yaml_node_t *node = idem__cfg_seq_get(ctx, routes, i);
+
+		if (cfg->group_id == NULL || idem_cfg_consumer_valid(cfg->group_id) ||
+		    idem__cfg_map_get(ctx, node, "consumer") != NULL)
 			continue;
-		idem__cfg_error(ctx, idem__cfg_seq_get(ctx, routes, i),
-		                "route '%s' has no 'consumer', and kafka.group_id '%s' cannot stand "
-		                "in for it (a consumer name has letters, digits, '.', '_' and '-', at "
-		                "most %d characters): set routes[].consumer",
-		                cfg_route_label(ctx, cfg, i, label, sizeof(label)),
-		                idem__cfg_qs(ctx, cfg->group_id), IDEM_CONSUMER_NAME_MAX);
+		idem__cfg_error(
+		        ctx, node,
+		        "route '%s' has no 'consumer', and kafka.group_id '%s' cannot stand "
+		        "in for it (a consumer name has letters, digits, '.', '_' and '-', at "
+		        "most %d characters): set routes[].consumer",
+		        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+		        idem__cfg_qs(ctx, cfg->group_id), IDEM_CONSUMER_NAME_MAX);
 	}
 }
 

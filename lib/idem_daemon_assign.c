@@ -85,8 +85,9 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 		        "database, kafka committed=%s by idemd for consumer %s, database %s: the "
 		        "database went back in time (restore, failover); reading offsets from %s "
 		        "again, %" PRId64 " message(s) to re-apply",
-		        tp->topic, tp->partition, in->db >= 0 && pos->out.log == IDEM_LOG_SAME ? db : "none",
-		        committed, in->md.consumer[0] ? in->md.consumer : in->consumer,
+		        tp->topic, tp->partition,
+		        in->db >= 0 && pos->out.log == IDEM_LOG_SAME ? db : "none", committed,
+		        in->md.consumer[0] ? in->md.consumer : in->consumer,
 		        in->md.db_id[0] ? in->md.db_id : "(unknown)", start,
 		        tp->offset >= 0 ? in->committed - tp->offset : 0);
 		break;
@@ -218,13 +219,13 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		/* The loss alarm is for messages skipped by another client's move only: a gap
 		 * the database lost is read again, a mirror's translated offset is where the same
 		 * messages are in the new log. */
-		idem_metrics_partition_assigned(d->metrics, tp->topic, tp->partition,
-		                                pos[i].out.log == IDEM_LOG_SAME &&
-		                                                (pos[i].out.why == IDEM_RESUME_SKIP ||
-		                                                 pos[i].out.why == IDEM_RESUME_KAFKA)
-		                                        ? pos[i].in.committed
-		                                        : -1,
-		                                pos[i].out.log == IDEM_LOG_SAME ? pos[i].in.db : -1);
+		idem_metrics_partition_assigned(
+		        d->metrics, tp->topic, tp->partition,
+		        pos[i].out.log == IDEM_LOG_SAME && (pos[i].out.why == IDEM_RESUME_SKIP ||
+		                                            pos[i].out.why == IDEM_RESUME_KAFKA)
+		                ? pos[i].in.committed
+		                : -1,
+		        pos[i].out.log == IDEM_LOG_SAME ? pos[i].in.db : -1);
 		log_assign(tp, &pos[i], d->db_id, d->cluster);
 	}
 	free(pos);
@@ -300,8 +301,9 @@ void idem__daemon_on_revoke(void *opaque, const rd_kafka_topic_partition_list_t 
  * restore, a failover to a standby that lacked the last commits). Found by a batch's
  * transaction (@how "transaction", which rolled back) or by the check after a worker
  * reconnected ("reconnect"); @p has nothing in flight. Everything in hand is dropped and the
- * partition is read again from the database's position @db (no progress row: where a first
- * start would begin); the claims make the part the database still has a no-op, and the rest is
+ * partition is read again from the database's position @db (no progress row: where the
+ * consumer's first start on the log began, or where one would begin if that is not known);
+ * the claims make the part the database still has a no-op, and the rest is
  * applied again, exactly once (ARCHITECTURE.md "When the database goes back").
  */
 void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, const char *how)
@@ -322,7 +324,11 @@ void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, con
 	              "failover); reading the partition again from there, %" PRId64
 	              " message(s) to re-apply",
 	              p->topic, p->partition, db, was, how, gap);
-	/* Paused or fetching, the partition is resumed and sought there. */
+	/* Paused or fetching, the partition is resumed and sought there; without a row, from
+	 * where the consumer's first start on this log began (a `latest` start is not the end of
+	 * the log now), or where a first start would begin if that is not known. */
+	if (db < 0 && p->log_first >= 0)
+		db = p->log_first;
 	idem__daemon_resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg));
 	if (db < 0)
 		p->fetch_next = -1;
@@ -429,7 +435,8 @@ void idem__daemon_check_unread(idem_daemon *d)
 		} else {
 			idem_log_info("kafka",
 			              "read the committed offset of topic=%s partition=%" PRId32
-			              " at last (kafka committed=%" PRId64 ", database next_offset=%" PRId64
+			              " at last (kafka committed=%" PRId64
+			              ", database next_offset=%" PRId64
 			              "): committing its offsets again",
 			              p->topic, p->partition, in->committed, at);
 		}

@@ -105,8 +105,10 @@ static idem_status db_log(PGconn *conn, struct idem_part_status *p, idem_error *
 		snprintf(p->db_cluster, sizeof(p->db_cluster), "%s",
 		         PQgetisnull(res, 0, 1) ? "" : PQgetvalue(res, 0, 1));
 		p->db_epoch = PQgetisnull(res, 0, 2) ? 0 : atoi(PQgetvalue(res, 0, 2));
-		p->db_first = PQgetisnull(res, 0, 3) ? -1 : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
-		p->other_db = PQgetisnull(res, 0, 4) ? -1 : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
+		p->db_first =
+		        PQgetisnull(res, 0, 3) ? -1 : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+		p->other_db =
+		        PQgetisnull(res, 0, 4) ? -1 : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
 		snprintf(p->other_cluster, sizeof(p->other_cluster), "%s",
 		         PQgetisnull(res, 0, 5) ? "" : PQgetvalue(res, 0, 5));
 	}
@@ -177,10 +179,9 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 		int64_t c = list->elems[i].offset;
 
 		p->committed = c >= 0 ? c : -1;
-		p->committed_idemd =
-		        idem_resume_md_parse(list->elems[i].metadata, list->elems[i].metadata_size,
-		                             &p->md) &&
-		        p->md.next == p->committed;
+		p->committed_idemd = idem_resume_md_parse(list->elems[i].metadata,
+		                                          list->elems[i].metadata_size, &p->md) &&
+		                     p->md.next == p->committed;
 		e = rd_kafka_query_watermark_offsets(rk, p->topic, p->partition, &p->low, &p->high,
 		                                     KAFKA_TIMEOUT_MS);
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -623,8 +624,10 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 			plan->from = low;
 			plan->clamped = true;
 		}
-		/* idemd starts at max(committed, next_offset) (idem_resume), and a replay still
-		 * pending reads on to its end: the range read again ends at the highest of them. */
+		/* Without the replay, idemd would start at the database's position, or at Kafka's
+		 * offset where that is ahead (a skip, a renamed consumer: idem_resume_decide()),
+		 * and a replay still pending reads on to its end: the range read again ends at the
+		 * highest of them. */
 		if ((r = db_position(conn, route->consumer, plan, &replay_to, err)) != IDEM_OK)
 			goto out_fail;
 		plan->to = plan->committed;

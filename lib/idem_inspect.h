@@ -18,16 +18,16 @@ struct idem_part_status {
 	char *topic; /* owned */
 	const struct idem_route *route;
 	int32_t partition;
-	int64_t committed;         /* the group's committed offset in Kafka */
-	bool committed_idemd;      /* committed by idemd (its metadata names that offset) */
-	struct idem_resume_md md;  /* that metadata (idem_resume_md_parse()) */
-	int64_t db_next;           /* idem.partition_progress.next_offset */
+	int64_t committed;        /* the group's committed offset in Kafka */
+	bool committed_idemd;     /* committed by idemd (its metadata names that offset) */
+	struct idem_resume_md md; /* that metadata (idem_resume_md_parse()) */
+	int64_t db_next;          /* idem.partition_progress.next_offset */
 	char db_cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster the row's position is in */
 	int32_t db_epoch;                     /* the row's log epoch */
-	int64_t db_first;        /* where the consumer's first start on the log began, or -1 */
-	int64_t other_db;        /* next_offset of the consumer the metadata names, if another */
+	int64_t db_first; /* where the consumer's first start on the log began, or -1 */
+	int64_t other_db; /* next_offset of the consumer the metadata names, if another */
 	char other_cluster[IDEM_CLUSTER_ID_LEN];
-	int64_t low, high;                 /* Kafka watermarks */
+	int64_t low, high;                                  /* Kafka watermarks */
 	int64_t consumed, applied, duplicates, quarantined; /* database counters */
 	int64_t quarantine_rows; /* unresolved rows in idem.quarantine for the partition */
 	int64_t halted_offset;   /* where on_poison: halt stopped it, or -1 */
@@ -55,16 +55,16 @@ void idem_status_report_done(struct idem_status_report *r);
  * (idem_resume_decide(), the one rule).
  */
 enum idem_verify_state {
-	IDEM_VERIFY_OK = 0,      /* Kafka committed == database progress */
-	IDEM_VERIFY_DB_AHEAD,    /* database ahead: harmless, the redelivery will be skipped */
-	IDEM_VERIFY_DB_BEHIND,   /* idemd committed beyond what the database holds: the database
-	                            went back; idemd re-applies the gap at the next assignment */
-	IDEM_VERIFY_KAFKA_AHEAD, /* offsets moved ahead by another client: messages skipped,
-	                            loss alarm unless that was meant */
-	IDEM_VERIFY_NO_COMMIT,   /* nothing committed in Kafka yet */
-	IDEM_VERIFY_RENAMED,     /* the group's offset was committed by idemd for another consumer
-	                            (a renamed routes[].consumer): idemd continues after what that
-	                            consumer applied, re-applying nothing */
+	IDEM_VERIFY_OK = 0,        /* Kafka committed == database progress */
+	IDEM_VERIFY_DB_AHEAD,      /* database ahead: harmless, the redelivery will be skipped */
+	IDEM_VERIFY_DB_BEHIND,     /* idemd committed beyond what the database holds: the database
+	                              went back; idemd re-applies the gap at the next assignment */
+	IDEM_VERIFY_KAFKA_AHEAD,   /* offsets moved ahead by another client: messages skipped,
+	                              loss alarm unless that was meant */
+	IDEM_VERIFY_NO_COMMIT,     /* nothing committed in Kafka yet */
+	IDEM_VERIFY_RENAMED,       /* the group's offset was committed by idemd for another consumer
+	                              (a renamed routes[].consumer): idemd continues after what that
+	                              consumer applied, re-applying nothing */
 	IDEM_VERIFY_OTHER_CLUSTER, /* the database's position is another Kafka cluster's (disaster
 	                              recovery, migration): idemd sets it aside and starts at the
 	                              group's offset in this cluster */
@@ -83,8 +83,9 @@ struct idem_replay_plan {
 	char *topic; /* owned */
 	int32_t partition;
 	int64_t from; /* requested start, clamped to the log start */
-	int64_t to;   /* exclusive end: where idemd would start without the replay, max(committed
-	                 offset, database position, end of a replay pending), or the high watermark
+	int64_t to;   /* exclusive end: the furthest idemd could start without the replay (the
+	                 committed offset, the database position, the end of a replay pending), or
+	                 the high watermark
 	                 when none is known, at most the high watermark */
 	int64_t committed;
 	int64_t db_next;         /* idem.partition_progress.next_offset, -1 if none */
@@ -136,7 +137,7 @@ IDEM_NODISCARD idem_status idem_inspect_reset(const struct idem_cfg *cfg,
 
 /*
  * @brief Make the planned replay happen in the database too, in one transaction: idemd starts
- * a partition at max(committed offset, idem.partition_progress.next_offset), so each planned
+ * a partition at the database's position (idem_resume_decide()), so each planned
  * partition's next_offset goes back to its plan->from, and replay_to records the end of the
  * range read again, whose duplicates are then counted as replays (IDEM_SQL_REPLAY_MARK).
  * Called after idem_inspect_reset() succeeded (which makes sure the group is stopped).

@@ -63,7 +63,7 @@ struct idem_metrics {
 		uint64_t n;
 	} starts[START_CASES];
 	uint64_t log_replaced;
-	bool registry;              /* a schema registry is configured: its metrics are shown */
+	bool registry; /* a schema registry is configured: its metrics are shown */
 	uint64_t reg_fetches, reg_failures, reg_unknown;
 	size_t reg_cached;
 	uint64_t dups[IDEM_METRICS_DUP_KINDS];
@@ -186,19 +186,34 @@ void idem_metrics_database_behind(idem_metrics *m)
 	pthread_mutex_unlock(&m->lock);
 }
 
+/* Count @n more starts decided as @why (0: show it, so that its counter exists from the start). */
+static void start_add(idem_metrics *m, const char *why, uint64_t n)
+{
+	for (size_t i = 0; i < START_CASES; i++) {
+		if (m->starts[i].name == NULL)
+			m->starts[i].name = why;
+		if (strcmp(m->starts[i].name, why) == 0) {
+			m->starts[i].n += n;
+			break;
+		}
+	}
+}
+
+void idem_metrics_partition_case(idem_metrics *m, const char *why)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	start_add(m, why, 0);
+	pthread_mutex_unlock(&m->lock);
+}
+
 void idem_metrics_partition_start(idem_metrics *m, const char *why, bool log_replaced)
 {
 	if (m == NULL)
 		return;
 	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < START_CASES; i++) {
-		if (m->starts[i].name == NULL)
-			m->starts[i].name = why;
-		if (strcmp(m->starts[i].name, why) == 0) {
-			m->starts[i].n++;
-			break;
-		}
-	}
+	start_add(m, why, 1);
 	if (log_replaced)
 		m->log_replaced++;
 	pthread_mutex_unlock(&m->lock);

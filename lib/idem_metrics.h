@@ -63,6 +63,8 @@ void idem_metrics_database_behind(idem_metrics *m);
  * idemd_partition_starts_total{case}, idemd_log_replaced_total.
  */
 void idem_metrics_partition_start(idem_metrics *m, const char *why, bool log_replaced);
+/* Show idemd_partition_starts_total{case=@why} at 0 until it counts (a rate needs a start). */
+void idem_metrics_partition_case(idem_metrics *m, const char *why);
 /* A partition waited for the schema registry (ARCHITECTURE.md "Avro"). */
 void idem_metrics_schema_wait(idem_metrics *m);
 /* The schema registry client's counters (struct idem_registry_stats), about once a second. */

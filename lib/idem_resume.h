@@ -48,10 +48,10 @@
  * ("idemd/1 db=<id> next=<next>") is still read: log, consumer and first unknown.
  */
 struct idem_resume_md {
-	int version;                       /* 1 or 2 */
-	char db_id[IDEM_DB_ID_LEN];        /* "" unknown */
-	char cluster[IDEM_CLUSTER_ID_LEN]; /* "" unknown (version 1) */
-	int32_t epoch;                     /* 0 in version 1 */
+	int version;                               /* 1 or 2 */
+	char db_id[IDEM_DB_ID_LEN];                /* "" unknown */
+	char cluster[IDEM_CLUSTER_ID_LEN];         /* "" unknown (version 1) */
+	int32_t epoch;                             /* 0 in version 1 */
 	char consumer[IDEM_CONSUMER_NAME_MAX + 1]; /* "" in version 1 */
 	int64_t first;                             /* -1 unknown */
 	int64_t next;
@@ -105,6 +105,7 @@ enum idem_resume_case {
 	IDEM_RESUME_NO_DB,    /* the database could not be read: the committed offset, checked by
 	                         the first transaction if idemd committed it (floor) */
 };
+#define IDEM_RESUME_CASES (IDEM_RESUME_NO_DB + 1)
 
 /* Why the database's position is in another log than the partition's now. */
 enum idem_resume_log {
@@ -161,7 +162,7 @@ typedef struct idem_resume idem_resume;
 struct idem_resume_pos {
 	struct idem_resume_in in;
 	struct idem_resume_out out;
-	char kafka_err[160]; /* why the committed offset could not be read, or "" */
+	char kafka_err[160];  /* why the committed offset could not be read, or "" */
 	char record_err[160]; /* why the progress row could not be written (out.record), or "" */
 };
 

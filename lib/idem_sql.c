@@ -187,9 +187,9 @@ static const char sql_context[] = "SELECT set_config('idem.consumer', $1, true),
 
 /*
  * `idemctl replay` (idem_inspect_replay_mark()): make the next start read the partition again
- * from $4. next_offset goes back to $4 (idemd starts at max(Kafka's committed offset,
- * next_offset)); replay_to keeps the highest offset reached so far, the end of the range read
- * again, for the classification of its duplicates (sql/0004_replay_resume.sql). A partition
+ * from $4. next_offset goes back to $4 (idemd starts at the database's position:
+ * idem_resume_decide()); replay_to keeps the highest offset reached so far, the end of the range
+ * read again, for the classification of its duplicates (sql/0004_replay_resume.sql). A partition
  * already at or below $4 is left as it is.
  */
 static const char sql_replay_mark[] =

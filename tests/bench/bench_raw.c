@@ -177,8 +177,8 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct bench_batch
                       struct raw_results *rs, struct raw_bufs *bf, uint64_t *applied,
                       uint64_t *dups)
 {
-	char part[16], pr[16][64];
-	const char *cv[6], *pv[16], *hv[3];
+	char part[16], pr[17][64];
+	const char *cv[6], *pv[17], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
 	bool sync_sent = false, any_result = false;
 	PGresult *res;
@@ -268,7 +268,8 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct bench_batch
 	snprintf(pr[13], sizeof(pr[13]), "{NULL}");
 	snprintf(pr[14], sizeof(pr[14]), "{NULL}"); /* no gap being read again */
 	snprintf(pr[15], sizeof(pr[15]), "{0}");
-	for (int k = 0; k < 16; k++)
+	snprintf(pr[16], sizeof(pr[16]), "{NULL}"); /* the Kafka cluster: not named */
+	for (int k = 0; k < 17; k++)
 		pv[k] = pr[k];
 	if (any_result) {
 		const char *rv[3] = { o->consumer, bf->rkeys.data, bf->rvals.data };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Replay after resume: idemd starts a partition at max(Kafka's committed offset, the
-# database's next_offset), so a deliberate replay must move both.
+# Replay after resume: idemd starts a partition at the database's next_offset, or at Kafka's
+# committed offset where another client moved it ahead, so a deliberate replay must move both.
 #  1. Two instances (incremental rebalances: cooperative-sticky) apply a topic, with Kafka's
 #     offsets committed rarely (auto.commit.interval.ms=60000); once everything is applied one
 #     is SIGKILLed: the other takes its partitions from where the database stopped (ahead of

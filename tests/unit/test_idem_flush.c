@@ -731,7 +731,7 @@ static void test_progress_rows(void **state)
 	struct fixture *fx = *state;
 	struct flush_ctx *ctx = fx->pg->many;
 	struct idem_bind_progress pr[2];
-	const char *v[16];
+	const char *v[17];
 
 	add(fx, 0, 10, "a", "v");
 	add(fx, 0, 11, NULL, "v");
@@ -754,6 +754,9 @@ static void test_progress_rows(void **state)
 	fx->b[0].msgs[5].state = IDEM_MSG_DUPLICATE;
 	fx->b[1].msgs[0].state = IDEM_MSG_APPLIED;
 	fx->b[1].reapply_to = 45; /* the gap's end goes beyond payments/1's batch */
+	/* The Kafka cluster each batch's offsets are in; NULL when unknown. */
+	fx->b[0].kafka_cluster = "mockCluster1";
+	fx->b[1].kafka_cluster = "";
 	/* In reverse order: the statement gets them sorted. */
 	for (size_t k = 0; k < 2; k++) {
 		idem__flush_finish_stats(&ctx[1 - k]);
@@ -770,18 +773,19 @@ static void test_progress_rows(void **state)
 	assert_string_equal(v[1], "{\"payments\",\"payments\"}");
 	assert_string_equal(v[2], "{\"0\",\"1\"}");
 	assert_string_equal(v[3], "{\"16\",\"41\"}");
-	assert_string_equal(v[4], "{\"6\",\"1\"}");  /* consumed */
-	assert_string_equal(v[5], "{\"1\",\"1\"}");  /* applied */
-	assert_string_equal(v[6], "{\"4\",\"0\"}");  /* duplicates */
-	assert_string_equal(v[7], "{\"1\",\"0\"}");  /* quarantined */
-	assert_string_equal(v[8], "{\"1\",\"0\"}");  /* redelivery */
-	assert_string_equal(v[9], "{\"2\",\"0\"}");  /* replay */
-	assert_string_equal(v[10], "{\"1\",\"0\"}"); /* upstream */
-	assert_string_equal(v[11], "{\"1\",\"0\"}"); /* payload mismatches */
-	assert_string_equal(v[12], "{NULL,NULL}");   /* halted_offset */
-	assert_string_equal(v[13], "{NULL,NULL}");   /* halt reason */
-	assert_string_equal(v[14], "{NULL,\"45\"}"); /* reapply_to */
-	assert_string_equal(v[15], "{\"0\",\"1\"}"); /* reapplied */
+	assert_string_equal(v[4], "{\"6\",\"1\"}");            /* consumed */
+	assert_string_equal(v[5], "{\"1\",\"1\"}");            /* applied */
+	assert_string_equal(v[6], "{\"4\",\"0\"}");            /* duplicates */
+	assert_string_equal(v[7], "{\"1\",\"0\"}");            /* quarantined */
+	assert_string_equal(v[8], "{\"1\",\"0\"}");            /* redelivery */
+	assert_string_equal(v[9], "{\"2\",\"0\"}");            /* replay */
+	assert_string_equal(v[10], "{\"1\",\"0\"}");           /* upstream */
+	assert_string_equal(v[11], "{\"1\",\"0\"}");           /* payload mismatches */
+	assert_string_equal(v[12], "{NULL,NULL}");             /* halted_offset */
+	assert_string_equal(v[13], "{NULL,NULL}");             /* halt reason */
+	assert_string_equal(v[14], "{NULL,\"45\"}");           /* reapply_to */
+	assert_string_equal(v[15], "{\"0\",\"1\"}");           /* reapplied */
+	assert_string_equal(v[16], "{\"mockCluster1\",NULL}"); /* kafka_cluster */
 }
 
 /*
@@ -829,7 +833,7 @@ static void test_halt(void **state)
 	struct flush_ctx *ctx = ctx_of(fx, 0);
 	struct idem_batch *b = ctx->b;
 	struct idem_bind_progress pr;
-	const char *v[16];
+	const char *v[17];
 
 	/* Kafka offsets may have gaps (compaction, transaction markers). */
 	add(fx, 0, 30, "a", "v");
