@@ -508,7 +508,7 @@ idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *
 	int len;
 
 	qsort(p, n, sizeof(*p), progress_cmp);
-	if (prog_open(bd, 17) != IDEM_OK)
+	if (prog_open(bd, IDEM_BIND_PROGRESS_PARAMS) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
 	for (size_t k = 0; k < n; k++) {
 		if (prog_partition(bd, p[k].b) != IDEM_OK)
@@ -541,5 +541,5 @@ idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *
 		                     cluster == NULL || cluster[0] == '\0'))
 			return IDEM_ERR_NOMEM;
 	}
-	return prog_close(bd, 17, ret_vals);
+	return prog_close(bd, IDEM_BIND_PROGRESS_PARAMS, ret_vals);
 }

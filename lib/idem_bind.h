@@ -27,6 +27,9 @@ struct idem_bind_ref {
 	size_t i;
 };
 
+/* IDEM_SQL_PROGRESS's parameters (idem_bind_progress() fills this many values). */
+#define IDEM_BIND_PROGRESS_PARAMS 17
+
 struct idem_bind {
 	struct idem_buf keys, offs, hashes;  /* the claim's arrays */
 	struct idem_buf cons, topics, parts; /* and the combined claim's */
@@ -35,8 +38,8 @@ struct idem_bind {
 	struct idem_buf dkeys;               /* keys of duplicates, to look up their claims */
 	struct idem_buf reply[4];            /* the replies' arrays */
 	char rpart[16];                      /* and their partition */
-	struct idem_buf prog[17];            /* the progress rows' columns */
-	struct idem_buf *set;                /* set mode: one text[] per handler parameter */
+	struct idem_buf prog[IDEM_BIND_PROGRESS_PARAMS]; /* the progress rows' columns */
+	struct idem_buf *set; /* set mode: one text[] per handler parameter */
 	size_t cap_set;
 	const char **vals; /* parameters of the last row, set or quarantine bound */
 	int *lens, *fmts;
@@ -150,9 +153,9 @@ struct idem_bind_progress {
 };
 
 /*
- * @brief IDEM_SQL_PROGRESS of the partitions p[0..n) (distinct) into ret_vals[0..17). @p is
- * sorted by consumer, topic and partition first, so that concurrent transactions lock the rows
- * in one order.
+ * @brief IDEM_SQL_PROGRESS of the partitions p[0..n) (distinct) into
+ * ret_vals[0..IDEM_BIND_PROGRESS_PARAMS). @p is sorted by consumer, topic and partition first, so
+ * that concurrent transactions lock the rows in one order.
  */
 IDEM_NODISCARD idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *p,
                                               size_t n, const char **ret_vals);

@@ -725,7 +725,7 @@ idem_status idem__flush_close_batch(idem_flush *pg, struct flush_ctx *ctx, size_
 {
 	struct idem_bind_progress *pr = ctx == &pg->one ? pg->one_p : pg->many_p;
 	int n_sent = 0, n_quar = 0, n_one = 0, q_one = 0;
-	const char *v[16];
+	const char *v[IDEM_BIND_PROGRESS_PARAMS];
 	PGresult *res;
 	idem_status r;
 

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "bench_common.h"
+#include "idem_bind.h"
 
 struct raw_opts {
 	const char *conninfo;
@@ -177,8 +178,8 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct bench_batch
                       struct raw_results *rs, struct raw_bufs *bf, uint64_t *applied,
                       uint64_t *dups)
 {
-	char part[16], pr[17][64];
-	const char *cv[6], *pv[17], *hv[3];
+	char part[16], pr[IDEM_BIND_PROGRESS_PARAMS][64];
+	const char *cv[6], *pv[IDEM_BIND_PROGRESS_PARAMS], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
 	bool sync_sent = false, any_result = false;
 	PGresult *res;
@@ -269,7 +270,7 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct bench_batch
 	snprintf(pr[14], sizeof(pr[14]), "{NULL}"); /* no gap being read again */
 	snprintf(pr[15], sizeof(pr[15]), "{0}");
 	snprintf(pr[16], sizeof(pr[16]), "{NULL}"); /* the Kafka cluster: not named */
-	for (int k = 0; k < 17; k++)
+	for (int k = 0; k < IDEM_BIND_PROGRESS_PARAMS; k++)
 		pv[k] = pr[k];
 	if (any_result) {
 		const char *rv[3] = { o->consumer, bf->rkeys.data, bf->rvals.data };

@@ -29,6 +29,7 @@ export IDEM_SRC IDEM_BIN
 IDEM_TEST_NAME=$(basename "$0" .sh)
 
 IDEM__PIDS=() # process group leaders started by idem_spawn, stopped by the EXIT trap
+IDEM__KAFKA_OTHERS=() # names of the Kafkas started by idem_kafka_start_other
 IDEM_CLEANUP_HOOKS=() # commands the EXIT trap runs first (e.g. removing an installed package)
 
 # ---- messages and assertions ------------------------------------------------------------------
@@ -327,18 +328,32 @@ idem_psql() {
 
 # ---- Kafka ------------------------------------------------------------------------------------
 
-# idem_kafka_start [--brokers N] TOPIC:PARTITIONS... : start the embedded Kafka and wait until
-# it is ready; exports IDEM_BROKERS (bootstrap list), IDEM_KAFKA_CTL (control socket) and
-# IDEM_KAFKA_PID. Its output goes to $IDEM_TMP/kafka.out and kafka.log.
-idem_kafka_start() {
-	local brokers=3 bsfile=$IDEM_TMP/kafka.bootstrap i
-	local args=()
-	[ -n "${IDEM_TMP:-}" ] || idem_fail "idem_kafka_start: call idem_tmp_init first"
-	[ -z "${IDEM_KAFKA_PID:-}" ] || idem_fail "idem_kafka_start: kafka already started"
+# idem__kafka_spawn NAME BOOTSTRAP_FILE CONTROL_SOCKET [--brokers N] [--no-aslr]
+#                   [--env VAR=VALUE]... TOPIC:PARTITIONS... : start one embedded Kafka (output in
+# $IDEM_TMP/NAME.out and NAME.log) and wait until it is ready; sets IDEM__KAFKA_SPAWNED_PID,
+# IDEM__KAFKA_SPAWNED_BROKERS (its bootstrap list) and IDEM__KAFKA_SPAWNED_N (brokers).
+# --no-aslr runs it with address space randomization off (setarch -R): the mock's cluster id
+# ("mockCluster" + hex of the address its cluster was allocated at) is then, in practice, the
+# same on every start of the same binary with the same arguments, so a new instance can stand
+# for the same cluster. (Under AddressSanitizer it is the same even without: ASan's allocator
+# does not randomize; see idem_kafka_start_other.) --env runs it with VAR=VALUE added.
+idem__kafka_spawn() {
+	local name=$1 bsfile=$2 ctl=$3 brokers=3 i
+	local args=() pre=() envs=()
+	shift 3
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--brokers)
 			brokers=$2
+			shift 2
+			;;
+		--no-aslr)
+			command -v setarch >/dev/null || idem_fail "--no-aslr needs setarch (util-linux)"
+			pre=(setarch "$(uname -m)" -R)
+			shift
+			;;
+		--env)
+			envs+=("$2")
 			shift 2
 			;;
 		*)
@@ -348,26 +363,42 @@ idem_kafka_start() {
 		esac
 	done
 	[ -x "$IDEM_BIN/idem-mock-kafka" ] || idem_fail "no $IDEM_BIN/idem-mock-kafka (set IDEM_BIN)"
-	IDEM_KAFKA_CTL=$IDEM_TMP/kafka.sock
 	rm -f "$bsfile"
-	idem_spawn kafka "$IDEM_BIN/idem-mock-kafka" --brokers "$brokers" "${args[@]}" \
-		--bootstrap-file "$bsfile" --control "$IDEM_KAFKA_CTL" --exit-with-parent
-	IDEM_KAFKA_PID=$IDEM_LAST_PID
+	[ ${#envs[@]} -eq 0 ] || pre=(env "${envs[@]}" "${pre[@]}")
+	idem_spawn "$name" "${pre[@]}" "$IDEM_BIN/idem-mock-kafka" --brokers "$brokers" "${args[@]}" \
+		--bootstrap-file "$bsfile" --control "$ctl" --exit-with-parent
+	IDEM__KAFKA_SPAWNED_PID=$IDEM_LAST_PID
+	IDEM__KAFKA_SPAWNED_N=$brokers
 	for ((i = 0; i < 200; i++)); do
 		[ -s "$bsfile" ] && break
-		if ! idem__alive "$IDEM_KAFKA_PID"; then
-			cat "$IDEM_TMP/kafka.log" >&2
-			idem_fail "idem-mock-kafka exited during start-up"
+		if ! idem__alive "$IDEM__KAFKA_SPAWNED_PID"; then
+			cat "$IDEM_TMP/$name.log" >&2
+			idem_fail "idem-mock-kafka ($name) exited during start-up"
 		fi
 		sleep 0.1
 	done
 	if [ ! -s "$bsfile" ]; then
-		cat "$IDEM_TMP/kafka.log" >&2
-		idem_fail "idem-mock-kafka did not start within 20s"
+		cat "$IDEM_TMP/$name.log" >&2
+		idem_fail "idem-mock-kafka ($name) did not start within 20s"
 	fi
-	IDEM_BROKERS=$(cat "$bsfile")
+	IDEM__KAFKA_SPAWNED_BROKERS=$(cat "$bsfile")
+}
+
+# idem_kafka_start [--brokers N] [--no-aslr] TOPIC:PARTITIONS... : start the embedded Kafka and
+# wait until it is ready; exports IDEM_BROKERS (bootstrap list), IDEM_KAFKA_CTL (control socket)
+# and IDEM_KAFKA_PID. Its output goes to $IDEM_TMP/kafka.out and kafka.log. --no-aslr: see
+# idem__kafka_spawn (a later idem_kafka_stop; idem_kafka_start --no-aslr with the same
+# arguments brings up a new, empty instance with the same cluster id: check it with
+# idem_kafka_cluster_id).
+idem_kafka_start() {
+	[ -n "${IDEM_TMP:-}" ] || idem_fail "idem_kafka_start: call idem_tmp_init first"
+	[ -z "${IDEM_KAFKA_PID:-}" ] || idem_fail "idem_kafka_start: kafka already started"
+	IDEM_KAFKA_CTL=$IDEM_TMP/kafka.sock
+	idem__kafka_spawn kafka "$IDEM_TMP/kafka.bootstrap" "$IDEM_KAFKA_CTL" "$@"
+	IDEM_KAFKA_PID=$IDEM__KAFKA_SPAWNED_PID
+	IDEM_BROKERS=$IDEM__KAFKA_SPAWNED_BROKERS
 	export IDEM_BROKERS IDEM_KAFKA_CTL IDEM_KAFKA_PID
-	idem_log "kafka mock ($brokers brokers) at $IDEM_BROKERS"
+	idem_log "kafka mock ($IDEM__KAFKA_SPAWNED_N brokers) at $IDEM_BROKERS"
 }
 
 # idem_kafka_ctl COMMAND ARGS... : send one control command, print the reply ("ok" or
@@ -382,6 +413,103 @@ idem_kafka_stop() {
 	idem_stop "$IDEM_KAFKA_PID"
 	[ "$IDEM_EXIT_STATUS" -eq 0 ] || idem_fail "idem-mock-kafka exited with status $IDEM_EXIT_STATUS"
 	IDEM_KAFKA_PID=
+}
+
+# ---- a second, independent Kafka cluster ------------------------------------------------------
+#
+# For tests that move between clusters (a disaster recovery to a mirror): another embedded Kafka
+# with its own brokers, topics, offsets and cluster id, stopped by the EXIT trap like the first.
+# The helpers that take the test's Kafka from $IDEM_BROKERS (idem_produce, idem_wait_done,
+# idem_write_config, idem_check_progress_at_end, ...) reach it through idem_with_kafka:
+#
+#   idem_kafka_start_other B payments:8        # $IDEM_BROKERS_B $IDEM_KAFKA_CTL_B
+#   idem_with_kafka B idem_produce --count 100 --dup-ratio 0 --seed 3
+#   idem_with_kafka B idem_write_config "$IDEM_TMP/b.yaml" g payments
+
+# idem_kafka_start_other NAME [--brokers N] [--no-aslr] TOPIC:PARTITIONS... : start another
+# embedded Kafka (NAME: letters, digits, _) and wait until it is ready; exports
+# IDEM_BROKERS_<NAME>, IDEM_KAFKA_CTL_<NAME>, IDEM_KAFKA_PID_<NAME> and IDEM_KAFKA_CLUSTER_<NAME>
+# (its cluster id). Output in $IDEM_TMP/kafka-NAME.out and kafka-NAME.log.
+# Its cluster id differs from those of the Kafkas running (the first, and the others): a mock's
+# id derives from an address, and under AddressSanitizer (whose allocator places the same
+# allocation at the same address in every process) two instances started alike have the same
+# one. Then it is started again with a larger ASan redzone (ASAN_OPTIONS; ignored without ASan),
+# which moves the cluster's allocation elsewhere; if no try gives a new id, the test fails.
+idem_kafka_start_other() {
+	local name=${1:-} pidvar taken=() id extra n other var
+	[[ $name =~ ^[A-Za-z0-9_]+$ ]] || idem_fail "idem_kafka_start_other: bad name '$name'"
+	shift
+	[ -n "${IDEM_TMP:-}" ] || idem_fail "idem_kafka_start_other: call idem_tmp_init first"
+	pidvar=IDEM_KAFKA_PID_$name
+	[ -z "${!pidvar:-}" ] || idem_fail "idem_kafka_start_other: kafka $name already started"
+	[ -z "${IDEM_KAFKA_PID:-}" ] || taken+=("$(idem_kafka_cluster_id "$IDEM_BROKERS")")
+	for other in "${IDEM__KAFKA_OTHERS[@]}"; do
+		var=IDEM_KAFKA_PID_$other
+		[ -z "${!var:-}" ] || { var=IDEM_KAFKA_CLUSTER_$other && taken+=("${!var}"); }
+	done
+	printf -v "IDEM_KAFKA_CTL_$name" %s "$IDEM_TMP/kafka-$name.sock"
+	for extra in '' 256 512 1024 2048; do
+		local rz=()
+		[ -z "$extra" ] || rz=(--env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}redzone=$extra")
+		idem__kafka_spawn "kafka-$name" "$IDEM_TMP/kafka-$name.bootstrap" \
+			"$IDEM_TMP/kafka-$name.sock" "${rz[@]}" "$@"
+		id=$(idem_kafka_cluster_id "$IDEM__KAFKA_SPAWNED_BROKERS")
+		n=0
+		for other in "${taken[@]}"; do
+			[ "$other" != "$id" ] || n=$((n + 1))
+		done
+		[ "$n" -gt 0 ] || break
+		idem_log "kafka mock $name has cluster id $id, which a running one has: starting it again${extra:+ (redzone $extra was not enough)}"
+		idem_stop "$IDEM__KAFKA_SPAWNED_PID"
+		id=
+	done
+	[ -n "$id" ] || idem_fail "idem_kafka_start_other: kafka $name always got a cluster id a running one has"
+	printf -v "IDEM_KAFKA_PID_$name" %s "$IDEM__KAFKA_SPAWNED_PID"
+	printf -v "IDEM_BROKERS_$name" %s "$IDEM__KAFKA_SPAWNED_BROKERS"
+	printf -v "IDEM_KAFKA_CLUSTER_$name" %s "$id"
+	export "IDEM_BROKERS_$name" "IDEM_KAFKA_CTL_$name" "IDEM_KAFKA_PID_$name" \
+		"IDEM_KAFKA_CLUSTER_$name"
+	IDEM__KAFKA_OTHERS+=("$name")
+	idem_log "kafka mock $name ($IDEM__KAFKA_SPAWNED_N brokers, cluster $id) at $IDEM__KAFKA_SPAWNED_BROKERS"
+}
+
+# idem_kafka_stop_other NAME : stop the Kafka started by idem_kafka_start_other NAME (all its
+# topics, messages and offsets are lost).
+idem_kafka_stop_other() {
+	local pidvar=IDEM_KAFKA_PID_${1:-}
+	[[ ${1:-} =~ ^[A-Za-z0-9_]+$ ]] || idem_fail "idem_kafka_stop_other: bad name '${1:-}'"
+	[ -n "${!pidvar:-}" ] || return 0
+	idem_stop "${!pidvar}"
+	[ "$IDEM_EXIT_STATUS" -eq 0 ] ||
+		idem_fail "idem-mock-kafka $1 exited with status $IDEM_EXIT_STATUS"
+	printf -v "$pidvar" %s ""
+}
+
+# idem_with_kafka NAME CMD... : run CMD (a function or a command) in this shell with
+# IDEM_BROKERS and IDEM_KAFKA_CTL naming the Kafka started as NAME (idem_kafka_start_other), then
+# restore them; what CMD sets (IDEM_PRODUCED, ...) stays set. Returns CMD's status.
+idem_with_kafka() {
+	local name=${1:-} bvar cvar saved_brokers=${IDEM_BROKERS:-} saved_ctl=${IDEM_KAFKA_CTL:-} rc
+	[[ $name =~ ^[A-Za-z0-9_]+$ ]] || idem_fail "idem_with_kafka: bad name '$name'"
+	shift
+	bvar=IDEM_BROKERS_$name
+	cvar=IDEM_KAFKA_CTL_$name
+	[ -n "${!bvar:-}" ] || idem_fail "idem_with_kafka: no kafka started as '$name'"
+	IDEM_BROKERS=${!bvar}
+	IDEM_KAFKA_CTL=${!cvar}
+	"$@"
+	rc=$?
+	IDEM_BROKERS=$saved_brokers
+	IDEM_KAFKA_CTL=$saved_ctl
+	return "$rc"
+}
+
+# idem_kafka_cluster_id [BROKERS] : print the cluster id of the Kafka at BROKERS (default
+# $IDEM_BROKERS), as idemd reads it (rd_kafka_clusterid) and records it in
+# idem.partition_progress.kafka_cluster.
+idem_kafka_cluster_id() {
+	"$IDEM_BIN/idem-kafkatool" cluster-id --brokers "${1:-$IDEM_BROKERS}" ||
+		idem_fail "cannot read the cluster id of ${1:-$IDEM_BROKERS}"
 }
 
 # idem_kafkatool SUBCOMMAND ARGS... : run idem-kafkatool (see "idem_kafkatool --help").

@@ -10,6 +10,7 @@
  *   idem-kafkatool wait-committed --brokers B --group G --topic T --timeout SECONDS
  *   idem-kafkatool reset          --brokers B --group G --topic T (--to-beginning|--to-offset O)
  *   idem-kafkatool consume        --brokers B --topic T [--partition P] [--max N]
+ *   idem-kafkatool cluster-id     --brokers B
  *
  * Every subcommand takes --help, -X PROP=VALUE (any librdkafka property, applied last) and
  * --log-level N (librdkafka syslog level, default 4: warnings and errors). Errors go to stderr;
@@ -118,6 +119,7 @@ static void usage_main(FILE *f)
 	           "  wait-committed  wait until a group has committed up to the high watermarks\n"
 	           "  reset           commit chosen offsets for a stopped group\n"
 	           "  consume         print the messages of a topic, one per line\n"
+	           "  cluster-id      print the cluster's id\n"
 	           "\n"
 	           "'idem-kafkatool COMMAND --help' describes a command.\n");
 }
@@ -243,6 +245,18 @@ static void usage_consume(FILE *f)
 	        "Bytes outside printable ASCII and '\\' print as \\xNN (also ',' and '=' in\n"
 	        "headers); a NULL key or value prints as \\N. Stops after N messages; exits 1 if\n"
 	        "the end is not reached in S seconds (default 30).\n"
+	        "%s",
+	        common_help);
+}
+
+static void usage_cluster_id(FILE *f)
+{
+	fprintf(f,
+	        "usage: idem-kafkatool cluster-id --brokers B [--timeout S]\n"
+	        "\n"
+	        "Prints the id of the cluster at B (as Kafka's metadata names it, what idemd\n"
+	        "records in idem.partition_progress.kafka_cluster). Exits 1 if there is none in S\n"
+	        "seconds (default 10).\n"
 	        "%s",
 	        common_help);
 }
@@ -1086,6 +1100,60 @@ out_close:
 	return rc;
 }
 
+/* ---- cluster-id -------------------------------------------------------------------------- */
+
+static int cmd_cluster_id(int argc, char **argv, struct kt_common *cm)
+{
+	static const struct option opts[] = {
+		KT_COMMON_OPTS,
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const struct kt_prop defaults[] = {
+		{ NULL, NULL },
+	};
+	double timeout = KT_REQUEST_MS / 1000.0;
+	rd_kafka_conf_t *conf;
+	rd_kafka_t *rk;
+	char *id;
+	int c, rc = 1;
+
+	while ((c = getopt_long(argc, argv, "hX:", opts, NULL)) != -1) {
+		if (common_opt(c, optarg, cm))
+			continue;
+		if (c == OPT_TIMEOUT && parse_double(optarg, 0, 1e6, &timeout))
+			continue;
+		if (c == OPT_TIMEOUT)
+			fprintf(stderr, "%s: invalid --timeout '%s'\n", prog_cmd, optarg);
+		else
+			usage_cluster_id(c == 'h' ? stdout : stderr);
+		return c == 'h' ? 0 : 1;
+	}
+	if (cm->brokers == NULL) {
+		fprintf(stderr, "%s: --brokers is required (see --help)\n", prog_cmd);
+		return 1;
+	}
+	/* A producer that sends nothing: the id comes with the metadata. */
+	conf = conf_new(cm, defaults);
+	if (conf == NULL)
+		return 1;
+	rk = client_new(RD_KAFKA_PRODUCER, conf);
+	if (rk == NULL)
+		return 1;
+	id = rd_kafka_clusterid(rk, (int)(timeout * 1000));
+	if (id != NULL && id[0] != '\0') {
+		printf("%s\n", id);
+		rc = 0;
+	} else {
+		fprintf(stderr, "%s: no cluster id from '%s' within %gs\n", prog_cmd, cm->brokers,
+		        timeout);
+	}
+	if (id != NULL)
+		rd_kafka_mem_free(rk, id);
+	rd_kafka_destroy(rk);
+	return rc;
+}
+
 /* ---- producing --------------------------------------------------------------------------- */
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void *opaque)
@@ -1810,6 +1878,7 @@ int main(int argc, char **argv)
 		{ "wait-committed", cmd_wait_committed },
 		{ "reset", cmd_reset },
 		{ "consume", cmd_consume },
+		{ "cluster-id", cmd_cluster_id },
 	};
 	struct kt_common cm = { 0 };
 	int rc;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "idem_flush_int.h"
+#include "idem_sql.h"
 
 /*
  * Four batches: payments/0 and payments/1 of route 0 (row mode, consumer c1), orders/0 and
@@ -731,7 +732,7 @@ static void test_progress_rows(void **state)
 	struct fixture *fx = *state;
 	struct flush_ctx *ctx = fx->pg->many;
 	struct idem_bind_progress pr[2];
-	const char *v[17];
+	const char *v[IDEM_BIND_PROGRESS_PARAMS];
 
 	add(fx, 0, 10, "a", "v");
 	add(fx, 0, 11, NULL, "v");
@@ -768,6 +769,8 @@ static void test_progress_rows(void **state)
 	assert_int_equal(pr[1].counts[3], 1);
 	assert_int_equal(pr[0].reapply_to, 45);
 	assert_int_equal(pr[0].reapplied, 1);
+	/* The statement takes as many parameters as the rows are given. */
+	assert_int_equal(idem_sql(IDEM_SQL_PROGRESS)->n_params, IDEM_BIND_PROGRESS_PARAMS);
 	assert_int_equal(idem_bind_progress(&fx->pg->bind, pr, 2, v), IDEM_OK);
 	assert_string_equal(v[0], "{\"c1\",\"c1\"}");
 	assert_string_equal(v[1], "{\"payments\",\"payments\"}");
@@ -833,7 +836,7 @@ static void test_halt(void **state)
 	struct flush_ctx *ctx = ctx_of(fx, 0);
 	struct idem_batch *b = ctx->b;
 	struct idem_bind_progress pr;
-	const char *v[17];
+	const char *v[IDEM_BIND_PROGRESS_PARAMS];
 
 	/* Kafka offsets may have gaps (compaction, transaction markers). */
 	add(fx, 0, 30, "a", "v");
