@@ -20,7 +20,10 @@ void idemctl_status_usage(FILE *f)
 	        "  verify [--json]     compare Kafka's committed offsets with the database's\n"
 	        "                      progress; exit 3 if another client moved them ahead (a\n"
 	        "                      loss alarm), 4 if the database is behind what idemd\n"
-	        "                      committed (restored, failed over: idemd re-applies it)\n"
+	        "                      committed (restored, failed over: idemd re-applies it),\n"
+	        "                      5 if positions are another log's or consumer's (another\n"
+	        "                      cluster, a topic created again, a renamed consumer:\n"
+	        "                      idemd decides them anew at the next assignment)\n"
 	        "  lookup KEY [--json] where and when a business key was applied, and its result;\n"
 	        "                      exit 3 if it was not\n");
 }
@@ -84,7 +87,7 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 	struct idem_status_report rep = { 0 };
 	idem_error err = { 0 };
 	json_object *arr = NULL;
-	int alarms = 0, behind = 0, rc;
+	int alarms = 0, behind = 0, moved = 0, rc;
 	PGconn *conn;
 	rd_kafka_t *rk;
 	bool json;
@@ -115,6 +118,7 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 
 		alarms += vs == IDEM_VERIFY_KAFKA_AHEAD;
 		behind += vs == IDEM_VERIFY_DB_BEHIND;
+		moved += idem_verify_state_moved(vs);
 		off_str(c, sizeof(c), p->committed);
 		off_str(d, sizeof(d), p->db_next);
 		if (json) {
@@ -155,14 +159,21 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 			printf("DATABASE BEHIND what idemd committed on %d partition(s) (restored or "
 			       "failed over): the messages will be re-applied at the next assignment\n",
 			       behind);
-		if (!alarms && !behind)
+		if (moved)
+			printf("MOVED: positions of another log or consumer on %d partition(s) (README.md, "
+			       "Incident runbook, \"Reading verify\"): idemd decides them anew at the next "
+			       "assignment\n",
+			       moved);
+		if (!alarms && !behind && !moved)
 			printf("ok: no partition has Kafka ahead of the database\n");
 	}
 	idem_status_report_done(&rep);
 	idemctl_close_both(conn, rk);
 	if (verify && alarms)
 		return IDEM_EXIT_LOSS;
-	return verify && behind ? IDEM_EXIT_BEHIND : IDEM_EXIT_OK;
+	if (verify && behind)
+		return IDEM_EXIT_BEHIND;
+	return verify && moved ? IDEM_EXIT_MOVED : IDEM_EXIT_OK;
 }
 
 int idemctl_status(const struct idem_cfg *cfg, int argc, char **argv)

@@ -20,7 +20,6 @@
 #define IDEM_TESTABLE static
 #endif
 
-
 /* Room for a Kafka cluster id (22 characters on Apache Kafka) and its NUL; "" when unknown. */
 #define IDEM_CLUSTER_ID_LEN 64
 
@@ -37,6 +36,9 @@ enum idem_exit {
 	IDEM_EXIT_NOT_APPLIED = 3, /* idemctl lookup: the key has no claim */
 	IDEM_EXIT_BEHIND = 4,      /* idemctl verify: the database is behind what idemd committed
 	                              (it went back); idemd re-applies the gap by itself */
+	IDEM_EXIT_MOVED = 5,       /* idemctl verify: positions of another log or consumer (another
+	                              cluster, a topic created again, a renamed consumer, offsets
+	                              past the log's end); idemd decides them anew by itself */
 	IDEM_EXIT_CONFIG = 78,     /* configuration, schema or login: restarting will not help */
 };
 

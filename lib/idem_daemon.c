@@ -60,31 +60,28 @@ static void store_offset(idem_daemon *d, struct idem_part *p, int64_t next)
 }
 
 /*
- * Commit to Kafka the offsets Kafka does not have yet, each with its metadata: this database's
- * identity, the log and the consumer, where the consumer's first start on the log began, and the
- * offset, which tells a later assignment that the database held it, and in which log, for which
- * claims (idem_resume; ARCHITECTURE.md "Where a partition starts"). A partition whose committed
- * offset could not be read at assignment commits nothing until it is. Every auto.commit.interval.ms
- * asynchronously (what fails is sent again next time), and synchronously before partitions are
- * given up. @only_leaving: only the partitions being revoked.
+ * The offsets to commit to Kafka: those it does not have yet (idem_part_commit_due(): never over
+ * a committed offset that could not be read; @only_leaving: only the partitions being revoked),
+ * each with its metadata: this database's identity, the log and the consumer, where the
+ * consumer's first start on the log began, and the offset, which tells a later assignment that
+ * the database held it, and in which log, for which claims (idem_resume; ARCHITECTURE.md "Where
+ * a partition starts"). Built here, not in idem_part: the metadata is idem_resume's, a layer
+ * above idem_part (ARCHITECTURE.md "Modules").
  */
-void idem__daemon_commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why)
+static rd_kafka_topic_partition_list_t *commit_list(const idem_daemon *d, bool only_leaving)
 {
 	rd_kafka_topic_partition_list_t *list;
 	struct idem_resume_md m = { .version = 2 };
 	char md[512];
 
-	d->last_commit_ms = idem_mono_ms();
 	list = rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
 	memcpy(m.db_id, d->db_id, sizeof(m.db_id));
 	for (size_t i = 0; i < d->parts.n; i++) {
-		struct idem_part *p = d->parts.v[i];
+		const struct idem_part *p = d->parts.v[i];
 		rd_kafka_topic_partition_t *tp;
 		int len;
 
-		/* An offset Kafka has that could not be read is never overwritten. */
-		if (p->stored_next < 0 || p->stored_next == p->commit_acked || p->commit_unread ||
-		    (only_leaving && !p->leaving))
+		if (!idem_part_commit_due(p, only_leaving))
 			continue;
 		memcpy(m.cluster, p->kafka_cluster, sizeof(m.cluster));
 		m.epoch = p->log_epoch;
@@ -100,6 +97,20 @@ void idem__daemon_commit_offsets(idem_daemon *d, bool sync, bool only_leaving, c
 			tp->metadata_size = (size_t)len;
 		}
 	}
+	return list;
+}
+
+/*
+ * Commit to Kafka the offsets it lacks, with idemd's metadata (commit_list()). Every
+ * auto.commit.interval.ms asynchronously (what fails is sent again next time; on_committed()
+ * records what Kafka has), and synchronously before partitions are given up.
+ */
+void idem__daemon_commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why)
+{
+	rd_kafka_topic_partition_list_t *list;
+
+	d->last_commit_ms = idem_mono_ms();
+	list = commit_list(d, only_leaving);
 	if (idem_consumer_commit(d->rk, list, sync, why) && sync) {
 		for (int i = 0; i < list->cnt; i++) {
 			struct idem_part *p = idem_parts_find(&d->parts, list->elems[i].topic,

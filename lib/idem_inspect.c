@@ -241,6 +241,8 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 		return IDEM_VERIFY_LOG_REPLACED;
 	if (p->committed < 0)
 		return IDEM_VERIFY_NO_COMMIT;
+	if (p->high >= 0 && p->committed > p->high)
+		return IDEM_VERIFY_BEYOND_END;
 	switch (o.why) {
 	case IDEM_RESUME_BEHIND:
 		return IDEM_VERIFY_DB_BEHIND;
@@ -255,6 +257,12 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 	default:
 		return p->committed < p->db_next ? IDEM_VERIFY_DB_AHEAD : IDEM_VERIFY_OK;
 	}
+}
+
+bool idem_verify_state_moved(enum idem_verify_state s)
+{
+	return s == IDEM_VERIFY_RENAMED || s == IDEM_VERIFY_OTHER_CLUSTER ||
+	       s == IDEM_VERIFY_LOG_REPLACED || s == IDEM_VERIFY_BEYOND_END;
 }
 
 const char *idem_verify_state_name(enum idem_verify_state s)
@@ -276,6 +284,8 @@ const char *idem_verify_state_name(enum idem_verify_state s)
 		return "other_cluster";
 	case IDEM_VERIFY_LOG_REPLACED:
 		return "log_replaced";
+	case IDEM_VERIFY_BEYOND_END:
+		return "committed_beyond_end";
 	}
 	return "?";
 }
@@ -307,6 +317,10 @@ const char *idem_verify_state_str(enum idem_verify_state s)
 		return "LOG REPLACED: the database's position is beyond the end of this log (a "
 		       "topic created again); idemd starts at the group's offset, or where a first "
 		       "start would";
+	case IDEM_VERIFY_BEYOND_END:
+		return "COMMITTED BEYOND THE LOG'S END: Kafka's committed offset is not an offset of "
+		       "this log (a topic created again, or offsets set past the end); idemd starts "
+		       "at the database's position";
 	}
 	return "unknown";
 }

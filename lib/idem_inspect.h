@@ -70,7 +70,12 @@ enum idem_verify_state {
 	                              group's offset in this cluster */
 	IDEM_VERIFY_LOG_REPLACED,  /* the database's position is beyond the log's end (a topic
 	                              created again): idemd sets it aside likewise */
+	IDEM_VERIFY_BEYOND_END,    /* Kafka's committed offset is beyond the log's end: not an
+	                              offset of this log; idemd starts at the database's position */
 };
+
+/* @brief Does @s call for idemctl verify's exit IDEM_EXIT_MOVED (another log or consumer)? */
+bool idem_verify_state_moved(enum idem_verify_state s);
 
 enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report *rep,
                                                  const struct idem_part_status *p);

@@ -3,6 +3,10 @@
  *
  * A handful to a few hundred partitions per instance: a linear scan is simpler than a hash and
  * fast enough (it runs once per poll, not per row of SQL).
+ *
+ * The fetch side's state machine (enum idem_part_state) is the transition functions below: each
+ * says which states it leaves from, and refuses the others by returning false without a change
+ * (the table in idem_part.h and in tests/unit/test_idem_part.c).
  */
 #include "idem_part.h"
 
@@ -86,6 +90,8 @@ idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
 	p->db_floor = -1;
 	p->reapply_to = -1;
 	p->log_first = -1;
+	p->poison_at = -1;
+	p->state = IDEM_PART_FETCHING;
 	ps->v[ps->n++] = p;
 out:
 	if (ret_part != NULL)
@@ -116,8 +122,142 @@ size_t idem_parts_halted(const struct idem_parts *ps)
 	size_t n = 0;
 
 	for (size_t i = 0; i < ps->n; i++)
-		n += ps->v[i]->halted;
+		n += ps->v[i]->poison_at >= 0;
 	return n;
+}
+
+const char *idem_part_state_str(enum idem_part_state state)
+{
+	switch (state) {
+	case IDEM_PART_FETCHING:
+		return "fetching";
+	case IDEM_PART_HELD:
+		return "held";
+	case IDEM_PART_RETRY_WAIT:
+		return "retry_wait";
+	case IDEM_PART_SCHEMA_WAIT:
+		return "schema_wait";
+	case IDEM_PART_HALTED:
+		return "halted";
+	case IDEM_PART_LEAVING:
+		return "leaving";
+	}
+	return "?";
+}
+
+/* RETRY_WAIT, SCHEMA_WAIT, HALTED: paused until wake_at_ms. */
+static bool waits(const struct idem_part *p)
+{
+	return p->state == IDEM_PART_RETRY_WAIT || p->state == IDEM_PART_SCHEMA_WAIT ||
+	       p->state == IDEM_PART_HALTED;
+}
+
+bool idem_part_hold(struct idem_part *p)
+{
+	if (!p->busy || (p->state != IDEM_PART_FETCHING && p->state != IDEM_PART_HELD))
+		return false;
+	p->state = IDEM_PART_HELD;
+	return true;
+}
+
+/*
+ * A batch in flight ended (committed, failed, or committed up to a poison message): every state
+ * but HALTED may have had one. LEAVING takes in what came of it and stays LEAVING.
+ */
+static bool batch_ended(struct idem_part *p, enum idem_part_state to, int64_t wake_at_ms)
+{
+	if (p->state == IDEM_PART_HALTED)
+		return false;
+	if (p->state != IDEM_PART_LEAVING)
+		p->state = to;
+	p->wake_at_ms = wake_at_ms;
+	return true;
+}
+
+bool idem_part_release(struct idem_part *p)
+{
+	if (!batch_ended(p, IDEM_PART_FETCHING, 0))
+		return false;
+	p->failures = 0;
+	p->poison_at = -1;
+	return true;
+}
+
+bool idem_part_retry_at(struct idem_part *p, int64_t when_ms)
+{
+	if (!batch_ended(p, IDEM_PART_RETRY_WAIT, when_ms))
+		return false;
+	p->failures++;
+	return true;
+}
+
+bool idem_part_wait_schema(struct idem_part *p, int64_t when_ms)
+{
+	if (p->state != IDEM_PART_FETCHING && p->state != IDEM_PART_HELD &&
+	    p->state != IDEM_PART_SCHEMA_WAIT)
+		return false;
+	p->state = IDEM_PART_SCHEMA_WAIT;
+	p->wake_at_ms = when_ms;
+	return true;
+}
+
+bool idem_part_halt(struct idem_part *p, int64_t when_ms, int64_t offset)
+{
+	if (!batch_ended(p, IDEM_PART_HALTED, when_ms))
+		return false;
+	p->failures = 0;
+	p->poison_at = offset;
+	return true;
+}
+
+bool idem_part_due(struct idem_part *p, int64_t now_ms)
+{
+	if (!waits(p) || p->busy || now_ms < p->wake_at_ms)
+		return false;
+	p->state = IDEM_PART_FETCHING;
+	p->wake_at_ms = 0;
+	return true;
+}
+
+bool idem_part_wake_now(struct idem_part *p, int64_t now_ms)
+{
+	if (!waits(p) || p->busy || p->wake_at_ms <= now_ms)
+		return false;
+	p->wake_at_ms = now_ms;
+	return true;
+}
+
+bool idem_part_leave(struct idem_part *p)
+{
+	p->state = IDEM_PART_LEAVING;
+	return true;
+}
+
+bool idem_part_fetching(const struct idem_part *p)
+{
+	return p->state == IDEM_PART_FETCHING || p->state == IDEM_PART_HELD;
+}
+
+bool idem_part_paused(const struct idem_part *p)
+{
+	return waits(p) || (p->state == IDEM_PART_LEAVING && p->wake_at_ms != 0);
+}
+
+bool idem_part_leaving(const struct idem_part *p)
+{
+	return p->state == IDEM_PART_LEAVING;
+}
+
+/* What is in hand is dropped and the partition read again from elsewhere: nothing pending. */
+static void restart(struct idem_part *p)
+{
+	idem_batch_reset(&p->batch);
+	idem_batch_reset(&p->inflight);
+	if (p->state != IDEM_PART_LEAVING)
+		p->state = IDEM_PART_FETCHING;
+	p->wake_at_ms = 0;
+	p->poison_at = -1;
+	p->failures = 0;
 }
 
 /* The delivery state lives in the partition, so the two batches trade places whole. */
@@ -169,6 +309,13 @@ void idem_part_stored(struct idem_part *p, int64_t next)
 		p->stored_next = next;
 }
 
+bool idem_part_commit_due(const struct idem_part *p, bool only_leaving)
+{
+	if (p->stored_next < 0 || p->stored_next == p->commit_acked || p->commit_unread)
+		return false;
+	return !only_leaving || p->state == IDEM_PART_LEAVING;
+}
+
 int64_t idem_part_rewind(struct idem_part *p, int64_t db)
 {
 	int64_t end = p->db_floor;
@@ -177,12 +324,7 @@ int64_t idem_part_rewind(struct idem_part *p, int64_t db)
 		end = p->db_next;
 	if (p->reapply_to > end)
 		end = p->reapply_to;
-	idem_batch_reset(&p->batch);
-	idem_batch_reset(&p->inflight);
-	p->held = false;
-	p->halted = false;
-	p->failures = 0;
-	p->retry_at_ms = 0;
+	restart(p);
 	p->db_floor = db;
 	p->db_next = db;
 	p->stored_next = db;
@@ -193,12 +335,7 @@ int64_t idem_part_rewind(struct idem_part *p, int64_t db)
 
 void idem_part_skip_to(struct idem_part *p, int64_t offset)
 {
-	idem_batch_reset(&p->batch);
-	idem_batch_reset(&p->inflight);
-	p->held = false;
-	p->halted = false;
-	p->failures = 0;
-	p->retry_at_ms = 0;
+	restart(p);
 	p->reapply_to = -1;
 	p->stored_next = -1;
 	p->fetch_next = offset;

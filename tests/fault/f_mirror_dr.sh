@@ -154,6 +154,13 @@ idem_log "B by partition, translated offset ($variant)/B's end/the database's po
 	idem_fail "the database's positions are beyond no new message on B: the test proves nothing"
 idem_log "starting at the database's positions would skip $skipped of B's new messages"
 
+# ---- idemctl verify names the case before idemd acts on it (exit 5) -----------------------------
+rc=0
+"$IDEM_BIN/idemctl" -c "$b_cfg" verify >"$IDEM_TMP/verify-b.txt" || rc=$?
+idem_assert_eq "verify exit status before idemd runs on B" 5 "$rc"
+[ "$(grep -c "ANOTHER CLUSTER" "$IDEM_TMP/verify-b.txt")" = "$parts" ] ||
+	idem_fail "verify did not name every partition's other cluster: $(cat "$IDEM_TMP/verify-b.txt")"
+
 # ---- idemd on B: same database, group and consumer ---------------------------------------------
 idemd_start b "$b_cfg"
 idem_with_kafka B idem_wait_done $group 120

@@ -90,6 +90,12 @@ idem_log "the new topic holds $below messages, all below the database's position
 
 # ---- idemd again: the same config (the brokers' addresses of the new instance), same group --------
 idem_write_config "$cfg" $group payments "${cfg_opts[@]}"
+# idemctl verify names the case before idemd acts on it (exit 5).
+rc=0
+"$IDEM_BIN/idemctl" -c "$cfg" verify >"$IDEM_TMP/verify.txt" || rc=$?
+idem_assert_eq "verify exit status on the recreated topic" 5 "$rc"
+[ "$(grep -c "LOG REPLACED" "$IDEM_TMP/verify.txt")" = "$parts" ] ||
+	idem_fail "verify did not name every partition's replaced log: $(cat "$IDEM_TMP/verify.txt")"
 idemd_start b "$cfg"
 idem_wait_done $group 120
 idemd_stop b

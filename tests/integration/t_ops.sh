@@ -38,14 +38,28 @@ grep -q "^payments  *2 .*DATABASE BEHIND.*(3 message(s))" "$IDEM_TMP/verify.txt"
 	idem_fail "verify did not name the partition: $(cat "$IDEM_TMP/verify.txt")"
 idem_psql -c "UPDATE idem.partition_progress SET next_offset = next_offset + 3 WHERE partition = 2"
 # Offsets moved ahead by another client (Kafka's own tools commit no idemd metadata): the
-# messages between were skipped, a loss alarm (exit 3).
+# messages between were skipped, a loss alarm (exit 3). The database is taken 5 back first, so
+# that the moved offset is one of the log's (the end).
 p2=$(idem_psql -c "SELECT next_offset FROM idem.partition_progress WHERE partition = 2")
+idem_psql -c "UPDATE idem.partition_progress SET next_offset = next_offset - 5 WHERE partition = 2"
 "$IDEM_BIN/idem-kafkatool" reset --brokers "$IDEM_BROKERS" --group g-ops --topic payments \
-	--partition 2 --to-offset $((p2 + 5)) >/dev/null
+	--partition 2 --to-offset "$p2" >/dev/null
 rc=0
 ctl verify >"$IDEM_TMP/verify.txt" || rc=$?
 idem_assert_eq "verify exit status with offsets moved ahead" 3 "$rc"
 grep -q "^payments  *2 .*OFFSETS MOVED AHEAD.*(5 message(s))" "$IDEM_TMP/verify.txt" ||
+	idem_fail "verify did not name the partition: $(cat "$IDEM_TMP/verify.txt")"
+idem_psql -c "UPDATE idem.partition_progress SET next_offset = next_offset + 5 WHERE partition = 2"
+ctl verify >/dev/null || idem_fail "verify after the database was put back"
+# An offset set past the log's end is no offset of this log (a topic created again keeps no
+# offsets of the old one): idemd starts at the database's position, and verify says so (exit 5).
+"$IDEM_BIN/idem-kafkatool" reset --brokers "$IDEM_BROKERS" --group g-ops --topic payments \
+	--partition 2 --to-offset $((p2 + 5)) >/dev/null 2>&1 ||
+	idem_fail "idem-kafkatool would not set an offset past the end"
+rc=0
+ctl verify >"$IDEM_TMP/verify.txt" || rc=$?
+idem_assert_eq "verify exit status with an offset past the log's end" 5 "$rc"
+grep -q "^payments  *2 .*COMMITTED BEYOND THE LOG'S END" "$IDEM_TMP/verify.txt" ||
 	idem_fail "verify did not name the partition: $(cat "$IDEM_TMP/verify.txt")"
 "$IDEM_BIN/idem-kafkatool" reset --brokers "$IDEM_BROKERS" --group g-ops --topic payments \
 	--partition 2 --to-offset "$p2" >/dev/null
