@@ -65,9 +65,10 @@ SQL
 check_replies() {
 	idem_assert_eq "$1: replies published twice" 0 \
 		"$(idem_psql -c "SELECT count(*) FROM (SELECT outbox_id FROM $1 GROUP BY 1 HAVING count(*) > 1) d")"
-	# Named after the message answered, so the same reply after a restore has the same id.
+	# Named after the message answered (its log, topic, partition and offset), so the same reply
+	# after a restore has the same id.
 	idem_assert_eq "$1: replies whose idem-outbox-id is not named after their message" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM $1 r WHERE r.row_id IS NULL OR r.outbox_id IS DISTINCT FROM idem.event_id('reply', '$2', split_part(r.src, '/', 1), split_part(r.src, '/', 2), split_part(r.src, '/', 3))")"
+		"$(idem_psql -c "SELECT count(*) FROM $1 r WHERE r.row_id IS NULL OR r.outbox_id IS DISTINCT FROM idem.event_id('reply', '$2', idem.log_of('$2', split_part(r.src, '/', 1), split_part(r.src, '/', 2)::int), split_part(r.src, '/', 1), split_part(r.src, '/', 2), split_part(r.src, '/', 3))")"
 	idem_assert_eq "$1: replies whose key, value or header is not their claim's" 0 \
 		"$(idem_psql -c "SELECT count(*) FROM $1 r LEFT JOIN idem.processed_messages p ON p.consumer = '$2' AND p.business_key = r.bkey WHERE p.business_key IS NULL OR r.key <> r.bkey OR r.value IS DISTINCT FROM p.result OR r.src IS NULL")"
 	idem_assert_eq "$1: replies whose source is not that payment" 0 \

@@ -6,7 +6,8 @@
 # its numeric id as its event id (a relay may have sent it already under that id). A version-5
 # database is made by putting version 5's functions back, undoing version 7 and forgetting both;
 # existing claims are then read and results stored through the upgraded functions, the same as
-# before.
+# before. Version 8 (sql/0008_positions.sql) adds the log a position is in; a row of before keeps
+# the reply ids of version 7.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
@@ -24,10 +25,13 @@ latest=$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")
 # Back to version 5: its function definitions, and no record of anything later.
 sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/' "$IDEM_SRC/sql/0005_key_lookups.sql" |
 	idem_psql -v ON_ERROR_STOP=1 >/dev/null
-# Version 7 undone: idem.emit() as version 3 made it, and none of 7's objects.
+# Versions 7 and 8 undone: idem.emit() as version 3 made it, and none of 7's or 8's objects.
 sed -n '/^CREATE FUNCTION idem.emit(topic text, key bytea/,/^\$\$;/p' "$IDEM_SRC/sql/0003_outbox.sql" |
 	sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/' | idem_psql -v ON_ERROR_STOP=1 >/dev/null
 idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+DROP FUNCTION idem.log_of(text, text, integer);
+ALTER TABLE idem.partition_progress DROP COLUMN kafka_cluster, DROP COLUMN log_epoch,
+	DROP COLUMN first_offset;
 DROP FUNCTION idem.emit_for(text, text, text, jsonb, text[], text[]);
 DROP FUNCTION idem.emit_for(text, text, text, text, text[], text[]);
 DROP FUNCTION idem.emit_for(text, text, bytea, bytea, text[], bytea[]);
@@ -70,6 +74,18 @@ idem_assert_eq "an event from before version 7 keeps its id" "$old_event" \
 idem_assert_eq "progress rows: nothing re-applied" "0 true" \
 	"$(idem_psql -c "SELECT reapplied || ' ' || (reapply_to IS NULL) FROM idem.partition_progress WHERE partition = 3")"
 idem_assert_eq "one database identity" 1 "$(idem_psql -c 'SELECT count(*) FROM idem.database_identity')"
+# Version 8 on existing rows: the log of a position written before it is unknown (recorded by
+# the first assignment or batch that knows it), and a reply's event id is then the one version 7
+# gave it (a relay may have sent it already under that id).
+idem_assert_eq "progress rows: log unknown" "- 0 -" \
+	"$(idem_psql -c "SELECT coalesce(kafka_cluster, '-') || ' ' || log_epoch || ' ' || coalesce(first_offset::text, '-') FROM idem.partition_progress WHERE partition = 3")"
+idem_assert_eq "a reply's id for a row of before version 8" \
+	"$(idem_psql -c "SELECT idem.event_id('reply', 'payments', 'payments', '3', '42')")" \
+	"$(idem_psql -c "SELECT idem.event_id('reply', 'payments', idem.log_of('payments', 'payments', 3), 'payments', '3', '42')")"
+idem_psql -c "UPDATE idem.partition_progress SET kafka_cluster = 'cluster-b', log_epoch = 1 WHERE partition = 3" >/dev/null
+[ "$(idem_psql -c "SELECT idem.event_id('reply', 'payments', 'payments', '3', '42')")" != \
+	"$(idem_psql -c "SELECT idem.event_id('reply', 'payments', idem.log_of('payments', 'payments', 3), 'payments', '3', '42')")" ] ||
+	idem_fail "a reply's id does not name a known log"
 new_event=$(idem_psql -c "SELECT idem.emit('t', 'k', 'after version 7')")
 idem_psql -c "SELECT event_id FROM idem.outbox WHERE id = $new_event" | grep -Eq '^[0-9a-f]{8}-[0-9a-f]{4}-' ||
 	idem_fail "an event outside idemd's transaction did not get a random UUID"
