@@ -79,26 +79,22 @@ static idem_status db_progress(PGconn *conn, struct idem_part_status *p, idem_er
 	return r;
 }
 
-/* The log the partition's row is a position in, and the row of a consumer its metadata names. */
-static idem_status db_log(PGconn *conn, struct idem_part_status *p, idem_error *err)
+/* The log the partition's row is a position in, and how far the group's other consumers (earlier
+ * names of the route's) got on it in the cluster @cluster ("" unknown). */
+static idem_status db_log(PGconn *conn, const char *group, const char *cluster,
+                          struct idem_part_status *p, idem_error *err)
 {
-	char part[16], consumers[IDEM_CONSUMER_NAME_MAX + 8], topics[512], parts[24],
-	        other[IDEM_CONSUMER_NAME_MAX + 8];
-	const char *vals[4] = { consumers, topics, parts, other };
+	char consumers[IDEM_CONSUMER_NAME_MAX + 8], topics[512], parts[24];
+	const char *vals[5] = { consumers, topics, parts, group, cluster[0] ? cluster : NULL };
 	PGresult *res;
 	idem_status r;
 
-	/* Names are checked (letters, digits, '.', '_', '-'): no quoting needed in the literals. */
-	snprintf(part, sizeof(part), "%" PRId32, p->partition);
+	/* Names are checked (letters, digits, '.', '_', '-'): no escaping needed in the literals.
+	 */
 	snprintf(consumers, sizeof(consumers), "{\"%s\"}", p->route->consumer);
 	snprintf(topics, sizeof(topics), "{\"%s\"}", p->topic);
-	snprintf(parts, sizeof(parts), "{%s}", part);
-	if (p->committed_idemd && p->md.consumer[0] != '\0' &&
-	    strcmp(p->md.consumer, p->route->consumer) != 0)
-		snprintf(other, sizeof(other), "{\"%s\"}", p->md.consumer);
-	else
-		snprintf(other, sizeof(other), "{NULL}");
-	p->db_first = p->other_db = -1;
+	snprintf(parts, sizeof(parts), "{%" PRId32 "}", p->partition);
+	p->db_first = p->other_db = p->other_first = -1;
 	r = idem_sql_exec(conn, IDEM_SQL_RESUME_GET, vals, "read idem.partition_progress", &res,
 	                  err);
 	if (r == IDEM_OK && PQntuples(res) == 1) {
@@ -109,8 +105,8 @@ static idem_status db_log(PGconn *conn, struct idem_part_status *p, idem_error *
 		        PQgetisnull(res, 0, 3) ? -1 : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
 		p->other_db =
 		        PQgetisnull(res, 0, 4) ? -1 : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-		snprintf(p->other_cluster, sizeof(p->other_cluster), "%s",
-		         PQgetisnull(res, 0, 5) ? "" : PQgetvalue(res, 0, 5));
+		p->other_first =
+		        PQgetisnull(res, 0, 5) ? -1 : strtoll(PQgetvalue(res, 0, 5), NULL, 10);
 	}
 	PQclear(res);
 	return r;
@@ -165,6 +161,13 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 				goto out_fail;
 		}
 	}
+	{
+		char *id = rd_kafka_clusterid(rk, KAFKA_TIMEOUT_MS);
+
+		if (id != NULL && strlen(id) < sizeof(rep.cluster))
+			snprintf(rep.cluster, sizeof(rep.cluster), "%s", id);
+		rd_kafka_mem_free(rk, id);
+	}
 	list = rd_kafka_topic_partition_list_new((int)rep.n_parts + 1);
 	for (size_t i = 0; i < rep.n_parts; i++)
 		rd_kafka_topic_partition_list_add(list, rep.parts[i].topic, rep.parts[i].partition);
@@ -190,15 +193,8 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 			goto out_fail;
 		}
 		if ((r = db_progress(conn, p, err)) != IDEM_OK ||
-		    (r = db_log(conn, p, err)) != IDEM_OK)
+		    (r = db_log(conn, cfg->group_id, rep.cluster, p, err)) != IDEM_OK)
 			goto out_fail;
-	}
-	{
-		char *id = rd_kafka_clusterid(rk, KAFKA_TIMEOUT_MS);
-
-		if (id != NULL && strlen(id) < sizeof(rep.cluster))
-			snprintf(rep.cluster, sizeof(rep.cluster), "%s", id);
-		rd_kafka_mem_free(rk, id);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
 	*ret = rep;
@@ -225,6 +221,7 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 		.db_epoch = p->db_epoch,
 		.db_first = p->db_first,
 		.other_db = p->other_db,
+		.other_first = p->other_first,
 		.committed_read = true,
 		.committed = p->committed,
 		.md_idemd = p->committed_idemd,
@@ -233,7 +230,6 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 	struct idem_resume_out o;
 
 	memcpy(in.db_cluster, p->db_cluster, sizeof(in.db_cluster));
-	memcpy(in.other_cluster, p->other_cluster, sizeof(in.other_cluster));
 	o = idem_resume_decide(&in);
 	if (o.log == IDEM_LOG_CLUSTER)
 		return IDEM_VERIFY_OTHER_CLUSTER;

@@ -24,10 +24,11 @@ struct idem_part_status {
 	int64_t db_next;          /* idem.partition_progress.next_offset */
 	char db_cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster the row's position is in */
 	int32_t db_epoch;                     /* the row's log epoch */
-	int64_t db_first; /* where the consumer's first start on the log began, or -1 */
-	int64_t other_db; /* next_offset of the consumer the metadata names, if another */
-	char other_cluster[IDEM_CLUSTER_ID_LEN];
-	int64_t low, high;                                  /* Kafka watermarks */
+	int64_t db_first;    /* where the consumer's first start on the log began, or -1 */
+	int64_t other_db;    /* the furthest next_offset of the group's other consumers (earlier
+	                        names) on the partition in this cluster, or -1 */
+	int64_t other_first; /* their earliest first_offset, or -1 */
+	int64_t low, high;   /* Kafka watermarks */
 	int64_t consumed, applied, duplicates, quarantined; /* database counters */
 	int64_t quarantine_rows; /* unresolved rows in idem.quarantine for the partition */
 	int64_t halted_offset;   /* where on_poison: halt stopped it, or -1 */

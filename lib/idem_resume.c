@@ -219,8 +219,9 @@ static int64_t first_start(const struct idem_resume_in *in)
 
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 {
-	struct idem_resume_out o = { IDEM_RESUME_FIRST, IDEM_LOG_SAME, RD_KAFKA_OFFSET_INVALID,
-		                     -1, -1, false, -1, 0 };
+	struct idem_resume_out o = {
+		IDEM_RESUME_FIRST, IDEM_LOG_SAME, RD_KAFKA_OFFSET_INVALID, -1, -1, false, -1, 0
+	};
 	/* Kafka's offset is an offset of this log (a committed offset lives in the cluster it
 	 * is read from) unless it lies beyond the log's end. */
 	bool k = in->committed_read && in->committed >= 0 &&
@@ -228,9 +229,9 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 	/* idemd committed that very offset in this cluster: for this consumer, or another. */
 	bool here = k && in->md_idemd && in->md.next == in->committed &&
 	            same_cluster(in->md.cluster, in->cluster);
-	bool ours = here && (in->md.consumer[0] == '\0' || strcmp(in->md.consumer, in->consumer) == 0);
-	bool other = here && !ours;
-	int64_t db = in->db;
+	bool ours =
+	        here && (in->md.consumer[0] == '\0' || strcmp(in->md.consumer, in->consumer) == 0);
+	int64_t db = in->db, other = in->other_db, g;
 
 	if (!in->db_read) {
 		if (!in->committed_read)
@@ -252,28 +253,39 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.epoch = in->db_epoch + 1;
 		o.first = -1;
 	}
-	if (db >= 0) {
-		o.start = db;
+	if (in->high >= 0 && other > in->high)
+		other = -1;
+	g = db > other ? db : other;
+	if (g >= 0) {
+		o.start = g;
 		o.floor = db;
-		/* A row from before the log was recorded: record it now (same position). */
-		o.record = in->db_cluster[0] == '\0' && in->cluster[0] != '\0';
+		if (db < 0 || other > db) {
+			/* An earlier name of this consumer got further: go on from there, and
+			 * record it as this consumer's position, its first start the group's. */
+			o.why = IDEM_RESUME_RENAMED;
+			o.record = true;
+			if (o.first < 0 || (in->other_first >= 0 && in->other_first < o.first))
+				o.first = in->other_first >= 0 ? in->other_first : g;
+		} else {
+			o.why = IDEM_RESUME_DATABASE;
+			/* A row from before the log was recorded: record it now (same position). */
+			o.record = in->db_cluster[0] == '\0' && in->cluster[0] != '\0';
+		}
 		if (!in->committed_read) {
 			o.why = IDEM_RESUME_NO_KAFKA;
-		} else if (!k || in->committed <= db) {
-			o.why = IDEM_RESUME_DATABASE;
+		} else if (!k || in->committed <= g) {
+			/* as decided above */
 		} else if (ours) {
 			o.why = IDEM_RESUME_BEHIND;
 			o.reapply_to = in->committed;
-		} else if (other) {
+		} else if (here) {
 			o.why = IDEM_RESUME_RENAMED;
 			o.start = in->committed;
-			if (in->other_db > o.start && same_cluster(in->other_cluster, in->cluster) &&
-			    !(in->high >= 0 && in->other_db > in->high))
-				o.start = in->other_db;
 			o.record = true;
 		} else {
 			o.why = IDEM_RESUME_SKIP;
 			o.start = in->committed;
+			o.record = false;
 		}
 		return o;
 	}
@@ -296,13 +308,12 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.reapply_to = in->committed;
 		if (in->md.version >= 2)
 			o.epoch = in->md.epoch > o.epoch ? in->md.epoch : o.epoch;
-	} else if (other) {
+	} else if (here) {
+		/* Another consumer name of the group committed it: never re-apply under this one
+		 * what the group applied. */
 		o.why = IDEM_RESUME_RENAMED;
 		o.start = in->committed;
-		if (in->other_db > o.start && same_cluster(in->other_cluster, in->cluster) &&
-		    !(in->high >= 0 && in->other_db > in->high))
-			o.start = in->other_db;
-		o.first = o.start;
+		o.first = in->md.first >= 0 && in->md.first <= o.start ? in->md.first : o.start;
 	} else {
 		o.why = IDEM_RESUME_KAFKA;
 		o.start = in->committed;
@@ -473,34 +484,29 @@ static int64_t column_int(const PGresult *res, int row, int col)
 }
 
 /*
- * Each partition's progress row (and that of the consumer its metadata names, if another) into
- * pos[].in, and the database's identity.
+ * Each partition's progress row, and the furthest position of the group's other consumers on
+ * it in this cluster, into pos[].in, and the database's identity.
  */
 static idem_status read_rows(idem_resume *rs, const rd_kafka_topic_partition_list_t *list,
-                             struct idem_resume_pos *pos, char db_id[IDEM_DB_ID_LEN],
-                             idem_error *err)
+                             struct idem_resume_pos *pos, const char *cluster,
+                             char db_id[IDEM_DB_ID_LEN], idem_error *err)
 {
-	const char *vals[4];
+	const char *vals[5];
 	PGresult *res = NULL;
 	idem_status r;
 
-	if (arrays_open(rs, 4) != IDEM_OK)
+	if (arrays_open(rs, 3) != IDEM_OK)
 		return idem_error_nomem(err);
 	for (int i = 0; i < list->cnt; i++) {
-		const struct idem_resume_in *in = &pos[i].in;
-		const char *other = in->md_idemd && in->md.consumer[0] != '\0' &&
-		                                    strcmp(in->md.consumer, in->consumer) != 0
-		                            ? in->md.consumer
-		                            : NULL;
-
-		if (array_add(rs, 0, in->consumer) != IDEM_OK ||
+		if (array_add(rs, 0, pos[i].in.consumer) != IDEM_OK ||
 		    array_add(rs, 1, list->elems[i].topic) != IDEM_OK ||
-		    array_add_int(rs, 2, list->elems[i].partition) != IDEM_OK ||
-		    array_add(rs, 3, other) != IDEM_OK)
+		    array_add_int(rs, 2, list->elems[i].partition) != IDEM_OK)
 			return idem_error_nomem(err);
 	}
-	if (arrays_close(rs, 4, vals) != IDEM_OK)
+	if (arrays_close(rs, 3, vals) != IDEM_OK)
 		return idem_error_nomem(err);
+	vals[3] = rs->cfg->group_id;
+	vals[4] = cluster[0] != '\0' ? cluster : NULL;
 	if ((r = read_db_id(rs, db_id, err)) != IDEM_OK)
 		return r;
 	r = idem_sql_exec(rs->conn, IDEM_SQL_RESUME_GET, vals, "read idem.partition_progress", &res,
@@ -518,7 +524,7 @@ static idem_status read_rows(idem_resume *rs, const rd_kafka_topic_partition_lis
 		in->db_epoch = PQgetisnull(res, i, 2) ? 0 : (int32_t)column_int(res, i, 2);
 		in->db_first = column_int(res, i, 3);
 		in->other_db = column_int(res, i, 4);
-		column_text(res, i, 5, in->other_cluster, sizeof(in->other_cluster));
+		in->other_first = column_int(res, i, 5);
 	}
 	PQclear(res);
 	return r;
@@ -529,7 +535,7 @@ static idem_status record_rows(idem_resume *rs, const rd_kafka_topic_partition_l
                                const struct idem_resume_pos *pos, const char *cluster,
                                idem_error *err)
 {
-	const char *vals[7];
+	const char *vals[8];
 	int n = 0;
 
 	if (arrays_open(rs, 7) != IDEM_OK)
@@ -554,6 +560,7 @@ static idem_status record_rows(idem_resume *rs, const rd_kafka_topic_partition_l
 		return IDEM_OK;
 	if (arrays_close(rs, 7, vals) != IDEM_OK)
 		return idem_error_nomem(err);
+	vals[7] = rs->cfg->group_id;
 	return idem_sql_exec(rs->conn, IDEM_SQL_PROGRESS_BASE, vals, "record the partitions' start",
 	                     NULL, err);
 }
@@ -579,10 +586,10 @@ bool idem_resume_read_committed(rd_kafka_t *rk, const rd_kafka_topic_partition_l
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR || c->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
 			snprintf(pos[i].kafka_err, sizeof(pos[i].kafka_err), "%s",
 			         rd_kafka_err2str(e != RD_KAFKA_RESP_ERR_NO_ERROR ? e : c->err));
+			pos[i].kafka_failed++;
 			all = false;
 			continue;
 		}
-		pos[i].kafka_err[0] = '\0';
 		in->committed_read = true;
 		in->committed = c->offset >= 0 ? c->offset : -1;
 		in->md_idemd = idem_resume_md_parse(c->metadata, c->metadata_size, &in->md) &&
@@ -605,9 +612,9 @@ static void read_committed(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t
 	for (int attempt = 0;; attempt++) {
 		int64_t left = deadline - idem_mono_ms();
 
-		if (idem_resume_read_committed(rk, list, pos,
-		                               (int)(left < COMMITTED_TIMEOUT_MS ? left
-		                                                                 : COMMITTED_TIMEOUT_MS)))
+		if (idem_resume_read_committed(
+		            rk, list, pos,
+		            (int)(left < COMMITTED_TIMEOUT_MS ? left : COMMITTED_TIMEOUT_MS)))
 			return;
 		left = deadline - idem_mono_ms();
 		if (left <= COMMITTED_PAUSE_MS)
@@ -671,7 +678,7 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 		in->cluster = ret_cluster;
 		in->reset = reset;
 		in->low = in->high = -1;
-		in->db = in->db_first = in->other_db = -1;
+		in->db = in->db_first = in->other_db = in->other_first = -1;
 		in->committed = -1;
 		in->md.first = in->md.next = -1;
 	}
@@ -680,8 +687,8 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 	read_cluster(rk, ret_cluster, CLUSTER_TIMEOUT_MS);
 	read_committed(rk, list, ret_pos);
 	read_watermarks(rk, list, ret_pos);
-	if (connect_db(rs, db_err) == IDEM_OK && read_rows(rs, list, ret_pos, ret_db_id, db_err) ==
-	                                                 IDEM_OK)
+	if (connect_db(rs, db_err) == IDEM_OK &&
+	    read_rows(rs, list, ret_pos, ret_cluster, ret_db_id, db_err) == IDEM_OK)
 		db_read = true;
 	for (int i = 0; i < list->cnt; i++) {
 		ret_pos[i].in.db_read = db_read;

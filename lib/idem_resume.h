@@ -81,11 +81,12 @@ struct idem_resume_in {
 	char db_cluster[IDEM_CLUSTER_ID_LEN]; /* the row's kafka_cluster; "" unknown */
 	int32_t db_epoch;                     /* the row's log_epoch */
 	int64_t db_first;                     /* the row's first_offset; -1 unknown */
-	int64_t other_db; /* next_offset of the consumer the metadata names, if another; -1 */
-	char other_cluster[IDEM_CLUSTER_ID_LEN]; /* that row's kafka_cluster; "" unknown */
-	bool committed_read;                     /* the group's committed offset could be read */
-	int64_t committed;                       /* -1: none */
-	bool md_idemd;                           /* @md is idemd's metadata of @committed */
+	int64_t other_db;    /* the furthest next_offset of the group's other consumers (earlier
+	                        names of this one) on the partition in this cluster; -1: none */
+	int64_t other_first; /* the earliest first_offset among them; -1 unknown */
+	bool committed_read; /* the group's committed offset could be read */
+	int64_t committed;   /* -1: none */
+	bool md_idemd;       /* @md is idemd's metadata of @committed */
 	struct idem_resume_md md;
 };
 
@@ -133,17 +134,18 @@ struct idem_resume_out {
  * @brief The rule (ARCHITECTURE.md "Where a partition starts" has it as a table). A position
  * is an offset in one log for one consumer; first, is the row's position in this log at all
  * (IDEM_LOG_*: another cluster, or beyond the log's end)? If not, it is set aside (the epoch
- * moves on) and the partition is decided as one without a position. Then, with a position:
- *   - Kafka's committed offset not beyond it (or none): DATABASE;
- *   - beyond it, idemd's metadata naming that offset, this cluster and this consumer: BEHIND,
- *     start at the position and re-apply up to Kafka's offset;
- *   - beyond it, idemd's metadata naming another consumer: RENAMED, start after what that
- *     consumer applied (Kafka's offset, or that consumer's position if beyond);
- *   - beyond it, anything else: SKIP, start at Kafka's offset;
- *   - Kafka's offset unreadable: NO_KAFKA, the position (reading again is safe, skipping is not).
- * Without a position in this log: an offset idemd committed for this consumer here is BEHIND
- * (start where the first start began, the metadata's first); for another consumer RENAMED;
- * any other offset KAFKA (start there); none FIRST (the log's start or end, by @reset, made
+ * moves on) and the partition is decided as one without a position. The group's position G is
+ * the furthest of this consumer's and its group's other consumers' (earlier names) in this log.
+ * Then:
+ *   - Kafka's committed offset not beyond G (or none): G: DATABASE if it is this consumer's,
+ *     RENAMED if an earlier name's (never re-apply under a new name what the group applied);
+ *   - beyond G, idemd's metadata naming that offset, this cluster and this consumer: BEHIND,
+ *     start at G (no position: the metadata's first start) and re-apply up to Kafka's offset;
+ *   - beyond G, idemd's metadata naming another consumer: RENAMED, start at Kafka's offset;
+ *   - beyond G, anything else: SKIP (KAFKA without a position), start at Kafka's offset;
+ *   - Kafka's offset unreadable: NO_KAFKA, start at G (reading again is safe, skipping is not);
+ *     without G, librdkafka's start (FIRST).
+ * Without any position and any committed offset: FIRST (the log's start or end, by @reset, made
  * explicit when the watermarks are known, so that where it began can be recorded). With the
  * database unreadable: NO_DB, librdkafka's start, and the floor is Kafka's offset when idemd
  * committed it for this consumer, so that the first transaction finds a database that lacks it.
@@ -162,7 +164,9 @@ typedef struct idem_resume idem_resume;
 struct idem_resume_pos {
 	struct idem_resume_in in;
 	struct idem_resume_out out;
-	char kafka_err[160];  /* why the committed offset could not be read, or "" */
+	char kafka_err[160];  /* why the committed offset could not be read (last time), or "" */
+	int kafka_failed;     /* reads of the committed offset that failed, also before one that
+	                         succeeded */
 	char record_err[160]; /* why the progress row could not be written (out.record), or "" */
 };
 

@@ -298,18 +298,21 @@ static const char sql_database_id[] = "SELECT id::text FROM idem.database_identi
 
 /*
  * What idem_resume decides an assigned partition's start from (ARCHITECTURE.md "Where a
- * partition starts"): each partition's row for its consumer, and the row of the consumer its
- * committed offset's metadata names, when that is another ($4 NULL otherwise).
+ * partition starts"): each partition's row for its consumer, and the furthest position and the
+ * earliest first start of the other consumers of the same group ($4) on the partition in the
+ * same Kafka cluster ($5; NULL: any), which are the consumer's earlier names.
  */
 static const char sql_resume_get[] =
         "SELECT pp.next_offset, pp.kafka_cluster, pp.log_epoch, pp.first_offset,"
-        " o.next_offset, o.kafka_cluster"
-        " FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) WITH ORDINALITY"
-        " AS u(c, t, p, oc, n)"
+        " g.next_offset, g.first_offset"
+        " FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS u(c, t, p, n)"
         " LEFT JOIN idem.partition_progress pp"
         " ON pp.consumer = u.c AND pp.topic = u.t AND pp.partition = u.p"
-        " LEFT JOIN idem.partition_progress o"
-        " ON o.consumer = u.oc AND o.topic = u.t AND o.partition = u.p ORDER BY u.n";
+        " LEFT JOIN LATERAL (SELECT max(o.next_offset) AS next_offset,"
+        " min(o.first_offset) AS first_offset FROM idem.partition_progress o"
+        " WHERE o.group_id = $4 AND o.topic = u.t AND o.partition = u.p AND o.consumer <> u.c"
+        " AND (o.kafka_cluster = $5 OR o.kafka_cluster IS NULL OR $5 IS NULL)) g ON true"
+        " ORDER BY u.n";
 
 /*
  * A start decided at assignment, recorded before anything is fetched: a first start (where it
@@ -318,11 +321,12 @@ static const char sql_resume_get[] =
  */
 static const char sql_progress_base[] =
         "INSERT INTO idem.partition_progress AS p"
-        " (consumer, topic, partition, next_offset, kafka_cluster, log_epoch, first_offset)"
-        " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[],"
-        " $6::int[], $7::bigint[])"
+        " (consumer, topic, partition, next_offset, kafka_cluster, log_epoch, first_offset,"
+        " group_id)"
+        " SELECT u.*, $8 FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[],"
+        " $5::text[], $6::int[], $7::bigint[]) AS u"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
-        " next_offset = excluded.next_offset,"
+        " next_offset = excluded.next_offset, group_id = excluded.group_id,"
         " kafka_cluster = coalesce(excluded.kafka_cluster, p.kafka_cluster),"
         " log_epoch = excluded.log_epoch,"
         " first_offset = coalesce(excluded.first_offset, p.first_offset),"
@@ -393,8 +397,8 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_RETENTION_PURGE] = { "idem_retention_purge", 3, sql_retention_purge },
 	[IDEM_SQL_RETENTION_HORIZON] = { "idem_retention_horizon", 2, sql_retention_horizon },
 	[IDEM_SQL_OLDEST_CLAIM] = { "idem_oldest_claim", 1, sql_oldest_claim },
-	[IDEM_SQL_RESUME_GET] = { "idem_resume_get", 4, sql_resume_get },
-	[IDEM_SQL_PROGRESS_BASE] = { "idem_progress_base", 7, sql_progress_base },
+	[IDEM_SQL_RESUME_GET] = { "idem_resume_get", 5, sql_resume_get },
+	[IDEM_SQL_PROGRESS_BASE] = { "idem_progress_base", 8, sql_progress_base },
 	[IDEM_SQL_SCHEMA_TABLE] = { "idem_schema_table", 0, sql_schema_table },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_DATABASE_ID] = { "idem_database_id", 0, sql_database_id },

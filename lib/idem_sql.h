@@ -64,11 +64,12 @@ enum idem_sql_id {
 	IDEM_SQL_OLDEST_CLAIM,      /* the age of a consumer's oldest claim in seconds: consumer */
 
 	/* Where an assigned partition starts (idem_resume.c). */
-	IDEM_SQL_RESUME_GET,     /* partitions' rows: consumers[], topics[], partitions[], other
-	                            consumers[] -> next_offset, kafka_cluster, log_epoch,
-	                            first_offset, the other consumer's next_offset, kafka_cluster */
-	IDEM_SQL_PROGRESS_BASE,  /* record partitions' start: consumers[], topics[], partitions[],
-	                            next_offsets[], clusters[], epochs[], firsts[] */
+	IDEM_SQL_RESUME_GET,    /* partitions' rows: consumers[], topics[], partitions[], group,
+	                           cluster -> next_offset, kafka_cluster, log_epoch, first_offset,
+	                           the group's other consumers' furthest next_offset, earliest
+	                           first_offset in that cluster */
+	IDEM_SQL_PROGRESS_BASE, /* record partitions' start: consumers[], topics[], partitions[],
+	                           next_offsets[], clusters[], epochs[], firsts[], group */
 
 	/* The schema (idem_migrate.c). */
 	IDEM_SQL_SCHEMA_TABLE,   /* create idem.schema_migrations if missing (the schema exists) */

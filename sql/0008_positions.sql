@@ -11,15 +11,20 @@
 --   log_epoch      how many times idemd found this partition's log replaced under this consumer
 --                  (another cluster, a recreated topic): names the log in event ids;
 --   first_offset   where this consumer's first start on this log began (a `latest` start is the
---                  end of the log then), the start of what a database that lost everything
---                  re-applies; NULL: not known (rows from before version 8).
+--                  end of the log then; a renamed consumer inherits its group's), the start of
+--                  what a database that lost everything re-applies; NULL: not known (rows from
+--                  before version 8);
+--   group_id       the Kafka consumer group that read it: within one group, the rows of other
+--                  consumers on the same partition are its earlier names (a route's topics are
+--                  its own), and a renamed consumer continues after the furthest of them.
 -- idemd writes the row when it decides a partition's start at assignment (a first start, a
 -- renamed consumer, a replaced log), and names the same in the metadata of every offset it
 -- commits ("idemd/2 db=... log=<cluster>:<epoch> consumer=... first=... next=...").
 ALTER TABLE idem.partition_progress
     ADD COLUMN kafka_cluster text,
     ADD COLUMN log_epoch     integer NOT NULL DEFAULT 0,
-    ADD COLUMN first_offset  bigint;
+    ADD COLUMN first_offset  bigint,
+    ADD COLUMN group_id      text;
 
 -- A reply's and a dead letter's event id names the message it answers by its offset; an offset
 -- is unique only within one log. From this version, a partition whose log is known names it in

@@ -17,7 +17,12 @@
 #   4. Renamed to shop-v3; 1,000 more. Kafka's committed offset (shop-v2's, from round 2) is
 #      behind shop-v2's database position: shop-v3 must start at the database position (the
 #      greater of the two), not re-apply round 3.
-# Verdict from the database after rounds 1, 2 and 4: every payment has exactly one ledger row
+#   5. Renamed to shop-v4 while every OffsetCommit fails from its start: it applies 1,000 more
+#      and is SIGKILLed without a single commit in Kafka (which still names shop-v3).
+#   6. Renamed to shop-v5; 500 more. Kafka names shop-v3, but the group got further under
+#      shop-v4 (its progress rows, recorded with the group): shop-v5 must start at shop-v4's
+#      database positions, not re-apply round 5.
+# Verdict from the database after rounds 1, 2, 4, 5 and 6: every payment has exactly one ledger row
 # and the right balance; each consumer's claims are exactly its rounds' payments (none of an
 # earlier name's payments claimed under a later one); each consumer's progress counters consumed
 # (exactly the messages of its rounds: nothing was read twice) and applied add up; the renamed
@@ -214,4 +219,35 @@ check_db shop-v1:1-1 shop-v2:2-3 shop-v3:4-4
 idem_check_progress_at_end shop-v3 "$group"
 idem_assert_eq "shop-v2's progress rows after the second rename (untouched)" \
 	"$(cat "$IDEM_TMP/v2.positions")" "$(positions shop-v2)"
-echo "ok: consumer renamed twice (shop-v1 -> shop-v2 after SIGTERM, shop-v2 -> shop-v3 after SIGKILL with Kafka $trailing partitions behind): rounds produced=${produced[*]} unique=${unique[*]} (by round); every payment applied once, under the name it arrived under"
+positions shop-v3 >"$IDEM_TMP/v3.positions"
+
+# ---- 5. renamed to shop-v4, which never gets a commit into Kafka; SIGKILL ----------------------
+config shop-v4
+idem_kafka_ctl push_errors OffsetCommit 1000000 OFFSET_METADATA_TOO_LARGE >/dev/null
+kafka_offsets >"$IDEM_TMP/before-round5.kafka"
+round 265 1000
+idemd_start v4 "$cfg"
+at_end() { # CONSUMER: its database positions reached every partition's high watermark
+	[ "$(kafka_offsets | awk '{ print $1, $3 }')" = "$(positions "$1")" ]
+}
+idem_wait_until 120 "shop-v4 applied round 5 (database positions at the high watermarks)" at_end shop-v4
+check_renamed v4 shop-v3 shop-v4 "$IDEM_TMP/v3.positions"
+kafka_offsets >"$IDEM_TMP/round5.kafka"
+positions shop-v4 >"$IDEM_TMP/v4.positions"
+idemd_kill9 v4
+idem_kafka_ctl clear_errors OffsetCommit >/dev/null
+idem_assert_eq "Kafka's committed offsets during round 5 (shop-v3's: every commit of shop-v4 refused)" \
+	"$(awk '{ print $1, $2 }' "$IDEM_TMP/before-round5.kafka")" \
+	"$(awk '{ print $1, $2 }' "$IDEM_TMP/round5.kafka")"
+check_db shop-v1:1-1 shop-v2:2-3 shop-v3:4-4 shop-v4:5-5
+
+# ---- 6. renamed to shop-v5: Kafka names shop-v3, the group got further under shop-v4 ------------
+config shop-v5
+round 266 500
+idemd_start v5 "$cfg"
+idem_wait_done "$group" 120
+check_renamed v5 shop-v3 shop-v5 "$IDEM_TMP/v4.positions"
+idemd_stop v5
+check_db shop-v1:1-1 shop-v2:2-3 shop-v3:4-4 shop-v4:5-5 shop-v5:6-6
+idem_check_progress_at_end shop-v5 "$group"
+echo "ok: consumer renamed four times (shop-v1 -> shop-v2 after SIGTERM, shop-v2 -> shop-v3 after SIGKILL with Kafka $trailing partitions behind, shop-v4 never committed in Kafka -> shop-v5): rounds produced=${produced[*]} unique=${unique[*]} (by round); every payment applied once, under the name it arrived under"

@@ -116,8 +116,8 @@ static void test_md_foreign(void **state)
 	/* A NUL inside. */
 	assert_false(idem_resume_md_parse("idemd/1 db=x\0next=5", 19, &m));
 	assert_true(idem_resume_md_parse("idemd/1 db=x next=5", 19, &m));
-	assert_true(idem_resume_md_parse("idemd/2 db=x log=a:b:7 consumer=c first=1 next=5", 48,
-	                                 &m));
+	assert_true(
+	        idem_resume_md_parse("idemd/2 db=x log=a:b:7 consumer=c first=1 next=5", 48, &m));
 	assert_string_equal(m.cluster, "a:b");
 	assert_int_equal(m.epoch, 7);
 }
@@ -151,7 +151,10 @@ struct rcase {
 	int32_t epoch;
 };
 
-#define R(...) { __VA_ARGS__ }
+#define R(...)                                                                                     \
+	{                                                                                          \
+		__VA_ARGS__                                                                        \
+	}
 
 static const struct rcase cases[] = {
 	/* name, db_read, db, db_cluster, epoch, first, other_db,
@@ -171,8 +174,7 @@ static const struct rcase cases[] = {
 	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, true, -1,
 	  0),
 	R("cluster unknown now: the same log", true, 250, CL_A, 2, 7, -1, true, 250, CL_A, "shop",
-	  7, 250, BEG, 0, 1000, "", IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, false, 7,
-	  2),
+	  7, 250, BEG, 0, 1000, "", IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, false, 7, 2),
 	R("committed beyond the log's end counts as none", true, 250, CL_A, 0, 0, -1, true, 5000,
 	  CL_A, "shop", 0, 5000, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250,
 	  -1, false, 0, 0),
@@ -202,25 +204,39 @@ static const struct rcase cases[] = {
 	/* ---- an operator's skip ---- */
 	R("skip: Kafka's tools write no metadata", true, 180, CL_A, 0, 0, -1, true, 390, NULL, NULL,
 	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_SKIP, IDEM_LOG_SAME, 390, 180, -1, false, 0, 0),
-	R("skip: metadata of another offset", true, 180, CL_A, 0, 0, -1, true, 390, CL_A, "shop",
-	  0, 200, BEG, 0, 1000, CL_A, IDEM_RESUME_SKIP, IDEM_LOG_SAME, 390, 180, -1, false, 0, 0),
+	R("skip: metadata of another offset", true, 180, CL_A, 0, 0, -1, true, 390, CL_A, "shop", 0,
+	  200, BEG, 0, 1000, CL_A, IDEM_RESUME_SKIP, IDEM_LOG_SAME, 390, 180, -1, false, 0, 0),
 	R("skip: metadata copied from another cluster", true, 180, CL_A, 0, 0, -1, true, 390, CL_B,
 	  "shop", 0, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_SKIP, IDEM_LOG_SAME, 390, 180, -1, false,
 	  0, 0),
 	R("no row, an offset idemd did not commit", true, -1, "", 0, -1, -1, true, 390, NULL, NULL,
-	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_KAFKA, IDEM_LOG_SAME, 390, 390, -1, true, 390,
-	  0),
+	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_KAFKA, IDEM_LOG_SAME, 390, 390, -1, true, 390, 0),
 
 	/* ---- a renamed consumer: never re-apply what the group applied ---- */
 	R("renamed: continue from the group's offset", true, -1, "", 0, -1, 5000, true, 5000, CL_A,
 	  "shop-v1", 0, 5000, BEG, 0, 7000, CL_A, IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000,
 	  -1, true, 5000, 0),
-	R("renamed: the old consumer's database position beyond Kafka's", true, -1, "", 0, -1,
-	  5200, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A, IDEM_RESUME_RENAMED,
-	  IDEM_LOG_SAME, 5200, 5200, -1, true, 5200, 0),
-	R("renamed: the old row in another cluster is no position here", true, -1, "", 0, -1, 5200,
+	R("renamed: the old consumer's database position beyond Kafka's", true, -1, "", 0, -1, 5200,
 	  true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A, IDEM_RESUME_RENAMED,
-	  IDEM_LOG_SAME, 5000, 5000, -1, true, 5000, 0),
+	  IDEM_LOG_SAME, 5200, 5200, -1, true, 5200, 0),
+	R("renamed: the old name's row in another cluster (not read): the group's offset", true, -1,
+	  "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
+	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000, -1, true, 0, 0),
+	R("renamed twice, the middle name's commits never reached Kafka", true, -1, "", 0, -1, 7000,
+	  true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 8000, CL_A, IDEM_RESUME_RENAMED,
+	  IDEM_LOG_SAME, 7000, 7000, -1, true, 7000, 0),
+	R("renamed back, the later name's commits never reached Kafka", true, 5000, CL_A, 0, 0,
+	  7000, true, 5000, CL_A, "shop", 0, 5000, BEG, 0, 8000, CL_A, IDEM_RESUME_RENAMED,
+	  IDEM_LOG_SAME, 7000, 7000, -1, true, 0, 0),
+	R("renamed back, the later name committed beyond the database (it went back)", true, 5000,
+	  CL_A, 0, 0, 7000, true, 7500, CL_A, "shop-v2", 0, 7500, BEG, 0, 8000, CL_A,
+	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 7500, 7500, -1, true, 0, 0),
+	R("unreadable offsets, an earlier name further", true, -1, "", 0, -1, 7000, false, -1, NULL,
+	  NULL, -1, -1, BEG, 0, 8000, CL_A, IDEM_RESUME_NO_KAFKA, IDEM_LOG_SAME, 7000, 7000, -1,
+	  true, 7000, 0),
+	R("an earlier name's row beyond the log's end is no position", true, 300, CL_A, 0, 0, 9000,
+	  true, 300, CL_A, "shop", 0, 300, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME,
+	  300, 300, -1, false, 0, 0),
 	R("renamed back: this consumer's row behind the other's offset", true, 300, CL_A, 0, 0, -1,
 	  true, 900, CL_A, "shop-v2", 300, 900, BEG, 0, 1000, CL_A, IDEM_RESUME_RENAMED,
 	  IDEM_LOG_SAME, 900, 900, -1, true, 0, 0),
@@ -233,20 +249,20 @@ static const struct rcase cases[] = {
 	  -1, true, 4100, NULL, NULL, -1, -1, BEG, 0, 8000, CL_B, IDEM_RESUME_KAFKA,
 	  IDEM_LOG_CLUSTER, 4100, 4100, -1, true, 4100, 1),
 	R("mirror without a translated offset: where a first start begins", true, 8000, CL_A, 0, 0,
-	  -1, true, -1, NULL, NULL, -1, -1, BEG, 0, 8000, CL_B, IDEM_RESUME_FIRST,
-	  IDEM_LOG_CLUSTER, 0, 0, -1, true, 0, 1),
+	  -1, true, -1, NULL, NULL, -1, -1, BEG, 0, 8000, CL_B, IDEM_RESUME_FIRST, IDEM_LOG_CLUSTER,
+	  0, 0, -1, true, 0, 1),
 	R("mirror, A's metadata copied with the offset", true, 8000, CL_A, 0, 0, -1, true, 4100,
 	  CL_A, "shop", 0, 4100, BEG, 0, 8000, CL_B, IDEM_RESUME_KAFKA, IDEM_LOG_CLUSTER, 4100,
 	  4100, -1, true, 4100, 1),
-	R("on B already, then the database restored to before it", true, 8000, CL_A, 0, 0, -1,
-	  true, 6000, CL_B, "shop", 4100, 6000, BEG, 0, 8000, CL_B, IDEM_RESUME_BEHIND,
-	  IDEM_LOG_CLUSTER, 4100, 4100, 6000, true, 4100, 1),
+	R("on B already, then the database restored to before it", true, 8000, CL_A, 0, 0, -1, true,
+	  6000, CL_B, "shop", 4100, 6000, BEG, 0, 8000, CL_B, IDEM_RESUME_BEHIND, IDEM_LOG_CLUSTER,
+	  4100, 4100, 6000, true, 4100, 1),
 	R("recreated topic: the position beyond the log's end", true, 8000, CL_A, 2, 0, -1, true,
 	  -1, NULL, NULL, -1, -1, BEG, 0, 3000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_TRUNCATED, 0, 0,
 	  -1, true, 0, 3),
 	R("recreated topic, old group offset left beyond the end", true, 8000, CL_A, 0, 0, -1, true,
-	  8000, CL_A, "shop", 0, 8000, BEG, 0, 3000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_TRUNCATED,
-	  0, 0, -1, true, 0, 1),
+	  8000, CL_A, "shop", 0, 8000, BEG, 0, 3000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_TRUNCATED, 0,
+	  0, -1, true, 0, 1),
 	R("recreated topic, latest", true, 8000, CL_A, 0, 0, -1, true, -1, NULL, NULL, -1, -1, END,
 	  0, 3000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_TRUNCATED, 3000, 3000, -1, true, 3000, 1),
 
@@ -254,16 +270,16 @@ static const struct rcase cases[] = {
 	R("first start, earliest", true, -1, "", 0, -1, -1, true, -1, NULL, NULL, -1, -1, BEG, 40,
 	  1000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, 40, 40, -1, true, 40, 0),
 	R("first start, latest: the end made explicit", true, -1, "", 0, -1, -1, true, -1, NULL,
-	  NULL, -1, -1, END, 40, 1000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, 1000, 1000, -1,
-	  true, 1000, 0),
+	  NULL, -1, -1, END, 40, 1000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, 1000, 1000, -1, true,
+	  1000, 0),
 	R("first start, watermarks unknown: librdkafka's", true, -1, "", 0, -1, -1, true, -1, NULL,
-	  NULL, -1, -1, END, -1, -1, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, END, -1, -1, false,
-	  -1, 0),
+	  NULL, -1, -1, END, -1, -1, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, END, -1, -1, false, -1,
+	  0),
 
 	/* ---- one side unreadable ---- */
 	R("Kafka unreadable: the position, commits withheld", true, 250, CL_A, 0, 0, -1, false, -1,
-	  NULL, NULL, -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_KAFKA, IDEM_LOG_SAME, 250, 250,
-	  -1, false, 0, 0),
+	  NULL, NULL, -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_KAFKA, IDEM_LOG_SAME, 250, 250, -1,
+	  false, 0, 0),
 	R("Kafka unreadable, no row: librdkafka reads it", true, -1, "", 0, -1, -1, false, -1, NULL,
 	  NULL, -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, INV, -1, -1, false,
 	  -1, 0),
@@ -297,9 +313,7 @@ static struct idem_resume_in in_of(const struct rcase *c)
 	};
 
 	snprintf(in.db_cluster, sizeof(in.db_cluster), "%s", c->db_cluster);
-	/* The other consumer's row: in cluster B only in the case that says so. */
-	snprintf(in.other_cluster, sizeof(in.other_cluster), "%s",
-	         strstr(c->name, "another cluster") != NULL ? CL_B : CL_A);
+	in.other_first = -1;
 	in.md.first = in.md.next = -1;
 	if (c->md_cluster != NULL) {
 		char buf[512];
@@ -315,8 +329,8 @@ static struct idem_resume_in in_of(const struct rcase *c)
 			n = idem_resume_md_format(buf, sizeof(buf), &m);
 		}
 		/* Through the parser: the rule reads what Kafka hands back. */
-		in.md_idemd = idem_resume_md_parse(buf, (size_t)n, &in.md) &&
-		              in.md.next == in.committed;
+		in.md_idemd =
+		        idem_resume_md_parse(buf, (size_t)n, &in.md) && in.md.next == in.committed;
 	}
 	return in;
 }
