@@ -124,10 +124,8 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 		if (json) {
 			json_object *o = part_json(p);
 
-			if (verify)
-				json_object_object_add(
-				        o, "state",
-				        json_object_new_string(idem_verify_state_name(vs)));
+			json_object_object_add(o, "state",
+			                       json_object_new_string(idem_verify_state_name(vs)));
 			json_object_array_add(arr, o);
 		} else if (verify) {
 			printf("%-20s %5" PRId32 " %12s %12s  %s", p->topic, p->partition, c, d,
@@ -145,6 +143,12 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 			if (p->halted_offset >= 0)
 				printf("%-20s %5" PRId32 " HALTED at offset %" PRId64 ": %s\n",
 				       p->topic, p->partition, p->halted_offset, p->halt_reason);
+			/* What verify would say where it is more than a lag: the next start
+			 * decides it anew, or it was moved by another client. */
+			if (vs != IDEM_VERIFY_OK && vs != IDEM_VERIFY_DB_AHEAD &&
+			    vs != IDEM_VERIFY_NO_COMMIT)
+				printf("%-20s %5" PRId32 " %s\n", p->topic, p->partition,
+				       idem_verify_state_str(vs));
 		}
 	}
 	if (json) {

@@ -96,6 +96,12 @@ rc=0
 idem_assert_eq "verify exit status on the recreated topic" 5 "$rc"
 [ "$(grep -c "LOG REPLACED" "$IDEM_TMP/verify.txt")" = "$parts" ] ||
 	idem_fail "verify did not name every partition's replaced log: $(cat "$IDEM_TMP/verify.txt")"
+"$IDEM_BIN/idemctl" -c "$cfg" status >"$IDEM_TMP/status.txt"
+[ "$(grep -c "LOG REPLACED" "$IDEM_TMP/status.txt")" = "$parts" ] ||
+	idem_fail "status did not name every partition's replaced log: $(cat "$IDEM_TMP/status.txt")"
+"$IDEM_BIN/idemctl" -c "$cfg" status --json >"$IDEM_TMP/status.json"
+[ "$(grep -o '"state": *"log_replaced"' "$IDEM_TMP/status.json" | wc -l)" = "$parts" ] ||
+	idem_fail "status --json did not say log_replaced for every partition: $(cat "$IDEM_TMP/status.json")"
 idemd_start b "$cfg"
 idem_wait_done $group 120
 idemd_stop b
