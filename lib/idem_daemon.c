@@ -139,15 +139,15 @@ static void on_committed(void *opaque, rd_kafka_resp_err_t err,
 	}
 }
 
-/* Stop fetching @p (its batch waits for a retry, or it is halted). */
+/* Stop fetching @p (it began to wait: RETRY_WAIT, SCHEMA_WAIT, HALTED). */
 static void pause_part(idem_daemon *d, struct idem_part *p)
 {
 	idem_consumer_pause(d->rk, p->topic, p->partition);
 }
 
 /*
- * Fetch @p again from @offset (idem_consumer_resume()), after a pause for a retry: messages that
- * arrived while it waited were dropped (take()).
+ * Fetch @p again from @offset (idem_consumer_resume()), after a pause (its wait is over), or a
+ * rewind: messages that arrived while it waited were dropped (take()).
  */
 void idem__daemon_resume_part(idem_daemon *d, struct idem_part *p, int64_t offset)
 {
@@ -256,7 +256,7 @@ static void committed(idem_daemon *d, struct idem_part *p)
 {
 	struct idem_batch *b = &p->inflight;
 	const struct idem_flush_stats *st = &p->job.st;
-	bool was_retry = p->retry_at_ms != 0, was_halted = p->halted;
+	bool was_paused = idem_part_paused(p), was_halted = p->poison_at >= 0;
 	int64_t first = p->job.first, last = st->next_offset - 1;
 
 	double stages[IDEM_METRICS_STAGES] = {
@@ -298,21 +298,21 @@ static void committed(idem_daemon *d, struct idem_part *p)
 		        p->failures, b->topic, b->partition);
 	store_offset(d, p, st->next_offset);
 	release(d, b);
-	p->failures = 0;
-	p->retry_at_ms = 0;
-	p->held = false;
 	/* Halted until a batch commits past the poison message, not merely while it waits for
-	 * a retry: readiness must not come and go with each retry of a partition still stuck. */
-	p->halted = st->halted;
-	if (p->halted != was_halted)
+	 * a retry: readiness must not come and go with each retry of a partition still stuck
+	 * (p->poison_at, which both transitions set). A hold or a wait ends here. */
+	if (st->halted)
+		(void)idem_part_halt(p, idem_mono_ms() + d->cfg->retry_max_ms, st->next_offset);
+	else
+		(void)idem_part_release(p);
+	if ((p->poison_at >= 0) != was_halted)
 		idem__daemon_ready_changed(d);
 	if (st->halted) {
 		/* Offsets below the poison message are stored; it and what follows are dropped
 		 * here and fetched again when the partition is retried. */
 		release(d, &p->batch);
-		p->retry_at_ms = idem_mono_ms() + d->cfg->retry_max_ms;
 		p->fetch_next = st->next_offset;
-		if (!was_retry)
+		if (!was_paused)
 			pause_part(d, p);
 		idem_log_error(
 		        "batch",
@@ -327,9 +327,9 @@ static void committed(idem_daemon *d, struct idem_part *p)
 	 * over budget: in flight is the only way they are ever released. */
 	if (p->batch.n_msgs > 0 && (batch_full(d, p, &p->batch) || over_budget(d)))
 		dispatch(d, p);
-	if (p->leaving)
+	if (idem_part_leaving(p))
 		return;
-	if (was_retry)
+	if (was_paused)
 		idem__daemon_resume_part(d, p, p->fetch_next >= 0 ? p->fetch_next : last + 1);
 }
 
@@ -337,14 +337,14 @@ static void committed(idem_daemon *d, struct idem_part *p)
  * The batch in flight of @p failed for a transient reason or a broken handler: nothing was
  * committed, so its offsets do not move. Put it back as the partition's batch (dropping what
  * arrived after it, fetched again later), pause the partition and schedule a retry with
- * exponential backoff and jitter (flush_due() retries it).
+ * exponential backoff and jitter: RETRY_WAIT (flush_due() retries it).
  */
 static void failed(idem_daemon *d, struct idem_part *p)
 {
 	const idem_error *e = &p->job.err;
 	enum idem_pg_class cls = idem_pg_classify(e->sqlstate);
 	struct idem_batch *b = &p->batch;
-	bool was_paused = p->retry_at_ms != 0;
+	bool was_paused = idem_part_paused(p);
 	size_t bytes = idem_part_bytes(p);
 	int64_t first, last;
 	int wait;
@@ -357,13 +357,12 @@ static void failed(idem_daemon *d, struct idem_part *p)
 	d->bytes_held -= bytes - idem_part_bytes(p);
 	first = p->job.first;
 	last = p->job.last;
-	p->held = false;
 	d->stats.retries++;
 	idem_metrics_retry(d->metrics, idem_pg_class_str(cls));
-	wait = backoff_ms(d, ++p->failures);
+	wait = backoff_ms(d, p->failures + 1);
 	if (!was_paused)
 		pause_part(d, p);
-	p->retry_at_ms = idem_mono_ms() + wait;
+	(void)idem_part_retry_at(p, idem_mono_ms() + wait);
 	if (cls == IDEM_PG_BROKEN)
 		idem_log_error(
 		        "batch",
@@ -401,7 +400,7 @@ static idem_status collect(idem_daemon *d, idem_error *err)
 }
 
 /*
- * Commit what is in hand for the partitions marked leaving (revoke) or all of them (shutdown),
+ * Commit what is in hand for the LEAVING partitions (revoked, or all of them at shutdown),
  * with up to @tries attempts each, waiting out the backoff between them when @tries > 1. A
  * batch that still fails is left: nothing was committed, its messages will be redelivered.
  */
@@ -410,7 +409,7 @@ idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 	idem_status r = IDEM_OK;
 
 	for (size_t i = 0; i < d->parts.n; i++)
-		d->parts.v[i]->drain_tries = d->parts.v[i]->leaving ? tries : 0;
+		d->parts.v[i]->drain_tries = idem_part_leaving(d->parts.v[i]) ? tries : 0;
 	for (;;) {
 		int64_t now = idem_mono_ms(), wait = 100;
 		bool pending = false;
@@ -421,7 +420,7 @@ idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 			struct idem_part *p = d->parts.v[i];
 			struct idem_batch *b = &p->batch;
 
-			if (!p->leaving)
+			if (!idem_part_leaving(p))
 				continue;
 			if (p->busy) {
 				pending = true;
@@ -432,9 +431,10 @@ idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 			 * for its retry has nothing in hand.) */
 			if (b->n_msgs == 0 || p->drain_tries <= 0 || r != IDEM_OK)
 				continue;
-			if (tries > 1 && p->retry_at_ms != 0 && now < p->retry_at_ms) {
-				if (p->retry_at_ms - now < wait)
-					wait = p->retry_at_ms - now;
+			/* A failed batch's retry pending (idem_part_retry_at()). */
+			if (tries > 1 && p->wake_at_ms != 0 && now < p->wake_at_ms) {
+				if (p->wake_at_ms - now < wait)
+					wait = p->wake_at_ms - now;
 				pending = true;
 				continue;
 			}
@@ -449,7 +449,7 @@ idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 	for (size_t i = 0; i < d->parts.n; i++) {
 		struct idem_part *p = d->parts.v[i];
 
-		if (p->leaving && !p->busy && p->batch.n_msgs > 0)
+		if (idem_part_leaving(p) && !p->busy && p->batch.n_msgs > 0)
 			idem_log_warn("batch",
 			              "giving up on batch topic=%s partition=%" PRId32
 			              " offsets=%" PRId64 "..%" PRId64 "; it will be redelivered",
@@ -560,14 +560,16 @@ int64_t idem_daemon_stalled_ms(const idem_daemon *d)
 /*
  * The message at @offset of @p cannot be decoded now: the schema registry does not answer
  * (ARCHITECTURE.md "Avro"). Nothing is wrong with the message, so it is not quarantined: the
- * partition waits, as for a retry (paused; what it has in hand before the message goes on its
- * way), and reads the message again when the registry's backoff for that schema id is over.
+ * partition waits, as for a retry (SCHEMA_WAIT, paused; what it has in hand before the message
+ * goes on its way), and reads the message again when the registry's backoff for that schema id
+ * is over.
  */
 static void wait_schema(idem_daemon *d, struct idem_part *p, int64_t offset)
 {
 	int wait = p->batch.doc.retry_ms > 0 ? p->batch.doc.retry_ms : d->cfg->retry_initial_ms;
+	bool was_paused = idem_part_paused(p);
 
-	if (!p->schema_wait)
+	if (!p->schema_warned)
 		idem_log_warn("avro",
 		              "partition waits for the schema registry topic=%s partition=%" PRId32
 		              " offset=%" PRId64 ": %s; retrying in %dms",
@@ -577,13 +579,13 @@ static void wait_schema(idem_daemon *d, struct idem_part *p, int64_t offset)
 		               "still waiting for the schema registry topic=%s partition=%" PRId32
 		               " offset=%" PRId64 ": %s; retrying in %dms",
 		               p->topic, p->partition, offset, p->batch.wait_reason, wait);
-	p->schema_wait = true;
+	p->schema_warned = true;
 	d->stats.schema_waits++;
 	idem_metrics_schema_wait(d->metrics);
 	p->fetch_next = offset;
-	if (p->retry_at_ms == 0)
+	if (!was_paused)
 		pause_part(d, p);
-	p->retry_at_ms = idem_mono_ms() + wait;
+	(void)idem_part_wait_schema(p, idem_mono_ms() + wait);
 	/* What came before the message need not wait with it. */
 	if (!p->busy && p->batch.n_msgs > 0)
 		dispatch(d, p);
@@ -601,9 +603,10 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		/* A message of a partition this instance no longer owns: its new owner gets it. */
 		return IDEM_OK;
 	}
-	/* The partition waits for a retry (halted or not): it is paused, and what still arrives
-	 * is fetched again from where it resumes. Below fetch_next: fetched before a seek back. */
-	if (p->retry_at_ms != 0 || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
+	/* The partition waits (RETRY_WAIT, SCHEMA_WAIT, HALTED): it is paused, and what still
+	 * arrives is fetched again from where it resumes. Below fetch_next: fetched before a seek
+	 * back. */
+	if (idem_part_paused(p) || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
 		return IDEM_OK;
 	if (idem_consumer_view(rkm, &d->hdrs, &m) != IDEM_OK)
 		return idem_error_nomem(err);
@@ -617,8 +620,8 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	if (r != IDEM_OK)
 		return idem_error_set(err, r, "cannot add message to batch: %s",
 		                      idem_status_str(r));
-	if (p->schema_wait) {
-		p->schema_wait = false;
+	if (p->schema_warned) {
+		p->schema_warned = false;
 		idem_log_info("avro",
 		              "schema found, partition goes on topic=%s partition=%" PRId32
 		              " offset=%" PRId64,
@@ -640,7 +643,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	} else {
 		/* Full (or over budget) while the one before it commits: its queue is not consumed
 		 * until then (can_take()). */
-		p->held = true;
+		(void)idem_part_hold(p);
 	}
 	return IDEM_OK;
 }
@@ -660,22 +663,26 @@ static void flush_due(idem_daemon *d)
 
 		if (p->busy)
 			continue;
-		if (p->retry_at_ms != 0) {
-			if (now < p->retry_at_ms)
+		if (idem_part_paused(p)) {
+			if (now < p->wake_at_ms)
 				continue;
-			if (p->halted || b->n_msgs == 0) {
+			if (p->poison_at >= 0 || b->n_msgs == 0) {
 				/* Nothing in hand to retry: fetch again from where it stopped (a
 				 * poison message may go through now; the partition stays halted
-				 * until a batch commits past it). */
-				idem_log_info("batch",
-				              "retrying %s partition topic=%s partition=%" PRId32
-				              " from offset=%" PRId64,
-				              p->halted ? "halted" : "paused", p->topic,
-				              p->partition, p->fetch_next);
-				p->retry_at_ms = 0;
-				idem__daemon_resume_part(d, p, p->fetch_next);
+				 * until a batch commits past it). Never a LEAVING one. */
+				if (idem_part_due(p, now)) {
+					idem_log_info(
+					        "batch",
+					        "retrying %s partition topic=%s partition=%" PRId32
+					        " from offset=%" PRId64,
+					        p->poison_at >= 0 ? "halted" : "paused", p->topic,
+					        p->partition, p->fetch_next);
+					idem__daemon_resume_part(d, p, p->fetch_next);
+				}
 				continue;
 			}
+			/* A failed batch in hand: retried, the partition still RETRY_WAIT (paused)
+			 * until it is done. */
 		} else if (b->n_msgs == 0 ||
 		           (!p->drained && now - b->opened_ms < d->cfg->batch_max_wait_ms)) {
 			continue;
@@ -695,10 +702,8 @@ size_t idem_daemon_retry_now(idem_daemon *d)
 		struct idem_part *p = d->parts.v[i];
 
 		/* flush_due() takes it on the next turn, as if its time had come. */
-		if (!p->busy && !p->leaving && p->retry_at_ms > now) {
-			p->retry_at_ms = now;
+		if (idem_part_wake_now(p, now))
 			n++;
-		}
 	}
 	if (n > 0)
 		idem_log_info(
@@ -709,8 +714,9 @@ size_t idem_daemon_retry_now(idem_daemon *d)
 }
 
 /*
- * May @p's queue be consumed? Not while it waits for a retry (it is paused), nor while its next
- * batch is full, or the bytes are over budget, with one in flight (backpressure: p->held). What
+ * May @p's queue be consumed? Not while it waits (RETRY_WAIT, SCHEMA_WAIT, HALTED: it is paused)
+ * or leaves, nor while its next batch is full, or the bytes are over budget, with one in flight
+ * (backpressure: HELD, which this asks again: bytes another partition released end it). What
  * is not consumed stays in librdkafka, which prefetches the partition only up to
  * queued.min.messages / queued.max.messages.kbytes of its queue: no pause, no seek, no fetch done
  * again, and no wait for a fetch slot behind a long poll of the broker's other partitions (up to
@@ -718,7 +724,7 @@ size_t idem_daemon_retry_now(idem_daemon *d)
  */
 static bool can_take(const idem_daemon *d, const struct idem_part *p)
 {
-	return p->retry_at_ms == 0 && !p->leaving &&
+	return idem_part_fetching(p) &&
 	       !(p->busy && (batch_full(d, p, &p->batch) || over_budget(d)));
 }
 
@@ -735,8 +741,8 @@ static int poll_timeout(const idem_daemon *d)
 			return 0; /* its queue has more to take at once */
 		if (p->busy)
 			continue; /* its worker wakes the poll when it is done */
-		if (p->retry_at_ms != 0)
-			left = p->retry_at_ms - now;
+		if (idem_part_paused(p))
+			left = p->wake_at_ms - now;
 		else if (b->n_msgs > 0)
 			left = b->opened_ms + d->cfg->batch_max_wait_ms - now;
 		else
@@ -793,11 +799,12 @@ static void publish(idem_daemon *d)
 		if (high >= 0 && done >= 0)
 			lag = high > done ? high - done : 0;
 		idem_metrics_partition(d->metrics, p->topic, p->partition, p->db_next, lag);
-		idem_metrics_partition_halted(d->metrics, p->topic, p->partition, p->halted);
+		idem_metrics_partition_halted(d->metrics, p->topic, p->partition,
+		                              p->poison_at >= 0);
 	}
 	rd_kafka_topic_partition_list_destroy(list);
 	for (size_t i = 0; i < d->parts.n; i++) {
-		held += d->parts.v[i]->held;
+		held += d->parts.v[i]->state == IDEM_PART_HELD;
 		busy += d->parts.v[i]->busy;
 		bytes += idem_part_bytes(d->parts.v[i]);
 	}
@@ -910,7 +917,7 @@ idem_status idem_daemon_shutdown(idem_daemon *d, idem_error *err)
 	idem_status r;
 
 	for (size_t i = 0; i < d->parts.n; i++)
-		d->parts.v[i]->leaving = true;
+		(void)idem_part_leave(d->parts.v[i]);
 	r = idem__daemon_drain(d, 5, err);
 	idem__daemon_commit_offsets(d, true, false, "shutdown");
 	/* No more wake-ups: one during rd_kafka_consumer_close() would end its wait for the

@@ -57,7 +57,7 @@ static const char *log_why(const struct idem_resume_pos *pos)
  * and the database disagree). Message-derived text never appears: offsets, names from the
  * configuration, and the metadata's fields, which idem_resume_md_parse() checked. */
 static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_resume_pos *pos,
-                       const char *db_id, const char *cluster)
+                       const char *db_id, const char *cluster, const char *d_group)
 {
 	const struct idem_resume_in *in = &pos->in;
 	char start[24], db[24], committed[24];
@@ -91,17 +91,24 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 		        in->md.db_id[0] ? in->md.db_id : "(unknown)", start,
 		        tp->offset >= 0 ? in->committed - tp->offset : 0);
 		break;
-	case IDEM_RESUME_RENAMED:
-		idem_log_warn("kafka",
-		              "consumer renamed: topic=%s partition=%" PRId32
-		              " kafka committed=%s by idemd for consumer %s (its database "
-		              "next_offset %" PRId64 "), not for this route's consumer %s "
-		              "(next_offset %s): what %s applied is not applied again under %s; "
-		              "starting at %s. To apply it again on purpose: idemctl replay",
-		              tp->topic, tp->partition, committed, in->md.consumer, in->other_db,
-		              in->consumer, pos->out.log == IDEM_LOG_SAME ? db : "none",
-		              in->md.consumer, in->consumer, start);
+	case IDEM_RESUME_RENAMED: {
+		char other[24];
+
+		fmt_offset(other, sizeof(other), in->other_db);
+		idem_log_warn(
+		        "kafka",
+		        "consumer renamed: topic=%s partition=%" PRId32
+		        " kafka committed=%s by idemd for consumer %s and not for this route's "
+		        "consumer %s (next_offset %s); the furthest earlier consumer of group "
+		        "%s got to next_offset %s: what earlier names applied is not applied "
+		        "again under %s; starting at %s. To apply it again on purpose: "
+		        "idemctl replay",
+		        tp->topic, tp->partition, committed,
+		        in->md_idemd && in->md.consumer[0] ? in->md.consumer : "(unknown)",
+		        in->consumer, pos->out.log == IDEM_LOG_SAME ? db : "none", d_group, other,
+		        in->consumer, start);
 		break;
+	}
 	case IDEM_RESUME_SKIP:
 		idem_log_warn("kafka",
 		              "offsets moved ahead by another client: topic=%s partition=%" PRId32
@@ -128,6 +135,11 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 	default:
 		break;
 	}
+	if (pos->kafka_failed > 0 && in->committed_read)
+		idem_log_warn("kafka",
+		              "read the committed offset of topic=%s partition=%" PRId32
+		              " after %d failed read(s) (last: %s)",
+		              tp->topic, tp->partition, pos->kafka_failed, pos->kafka_err);
 	if (pos->record_err[0] != '\0')
 		idem_log_warn("kafka",
 		              "cannot record the start of topic=%s partition=%" PRId32
@@ -226,7 +238,7 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		                ? pos[i].in.committed
 		                : -1,
 		        pos[i].out.log == IDEM_LOG_SAME ? pos[i].in.db : -1);
-		log_assign(tp, &pos[i], d->db_id, d->cluster);
+		log_assign(tp, &pos[i], d->db_id, d->cluster, d->cfg->group_id);
 	}
 	free(pos);
 }
@@ -272,7 +284,7 @@ void idem__daemon_on_revoke(void *opaque, const rd_kafka_topic_partition_list_t 
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
 		if (p != NULL)
-			p->leaving = true;
+			(void)idem_part_leave(p);
 	}
 	/* Out of memory here leaves the batches uncommitted: they are redelivered. */
 	if (idem__daemon_drain(d, 1, NULL) != IDEM_OK)
@@ -310,7 +322,7 @@ void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, con
 {
 	int64_t was = p->db_floor > p->db_next ? p->db_floor : p->db_next, gap;
 	size_t bytes = idem_part_bytes(p);
-	bool was_halted = p->halted;
+	bool was_halted = p->poison_at >= 0;
 
 	gap = idem_part_rewind(p, db);
 	d->bytes_held -= bytes;
@@ -324,7 +336,8 @@ void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, con
 	              "failover); reading the partition again from there, %" PRId64
 	              " message(s) to re-apply",
 	              p->topic, p->partition, db, was, how, gap);
-	/* Paused or fetching, the partition is resumed and sought there; without a row, from
+	/* Paused or fetching, the partition is resumed and sought there (idem_part_rewind() ended
+	 * any wait: FETCHING, or still LEAVING if it drains); without a row, from
 	 * where the consumer's first start on this log began (a `latest` start is not the end of
 	 * the log now), or where a first start would begin if that is not known. */
 	if (db < 0 && p->log_first >= 0)
@@ -372,7 +385,8 @@ void idem__daemon_check_positions(idem_daemon *d)
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
-		if (p != NULL && !p->busy && !p->leaving && p->db_floor >= 0 && db[i] < p->db_floor)
+		if (p != NULL && !p->busy && !idem_part_leaving(p) && p->db_floor >= 0 &&
+		    db[i] < p->db_floor)
 			idem__daemon_went_back(d, p, db[i], "reconnect");
 	}
 out:
@@ -419,11 +433,16 @@ void idem__daemon_check_unread(idem_daemon *d)
 		ours = in->md_idemd && (in->md.consumer[0] == '\0' ||
 		                        strcmp(in->md.consumer, p->route->consumer) == 0);
 		if (in->committed > at && at >= 0 && !ours) {
-			if (p->busy || p->leaving)
+			if (p->busy || idem_part_leaving(p))
 				continue; /* once its batch in flight is done */
+			bool was_halted = p->poison_at >= 0;
+
 			d->bytes_held -= idem_part_bytes(p);
 			idem_part_skip_to(p, in->committed);
 			idem__daemon_resume_part(d, p, in->committed);
+			/* Past the poison a halt stopped at: ready again. */
+			if (was_halted)
+				idem__daemon_ready_changed(d);
 			idem_log_warn("kafka",
 			              "offsets moved ahead by another client, read late: topic=%s "
 			              "partition=%" PRId32 " kafka committed=%" PRId64

@@ -47,16 +47,16 @@ struct idem_daemon {
 	idem_resume *resume;        /* where assigned partitions start (its own connection) */
 	char db_id[IDEM_DB_ID_LEN]; /* the database's identity, named in commit metadata */
 	char cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster's id, as last read ("" unknown) */
-	int64_t unread_at_ms; /* next read of committed offsets that could not be read at assignment */
-	int64_t last_commit_ms;     /* offsets last committed to Kafka */
-	int commit_ms;              /* and how often (auto.commit.interval.ms) */
-	uint64_t reconnects;        /* idem_pool_reconnects() as last checked */
-	int64_t check_at_ms;        /* no position check before (one failed) */
+	int64_t unread_at_ms;   /* next read of the committed offsets unread at assignment */
+	int64_t last_commit_ms; /* offsets last committed to Kafka */
+	int commit_ms;          /* and how often (auto.commit.interval.ms) */
+	uint64_t reconnects;    /* idem_pool_reconnects() as last checked */
+	int64_t check_at_ms;    /* no position check before (one failed) */
 };
 
 /* idem_daemon.c */
 
-/* Commit the offsets Kafka lacks, with idemd's metadata (@only_leaving: revoked ones only). */
+/* Commit the offsets Kafka lacks, with idemd's metadata (@only_leaving: LEAVING ones only). */
 void idem__daemon_commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why);
 /* Fetch @p again from @offset (after a pause, or a rewind). */
 void idem__daemon_resume_part(idem_daemon *d, struct idem_part *p, int64_t offset);

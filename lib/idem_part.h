@@ -48,11 +48,12 @@ struct idem_part_job {
 
 /*
  * The fetch side of a partition: whether its queue is read and, if not, why and until when. One
- * state at a time, in @state; the transition functions below are its only writers (and of
- * @wake_at_ms), each named for the event. A transition its source state does not allow is
- * refused: a no-op that returns false, never an assert, because a LEAVING partition still
- * receives the events of its batches (it drains) and must refuse the rest. Every (state, event)
- * pair is in the table of tests/unit/test_idem_part.c; in short (- refused):
+ * state at a time, in @state; the transition functions below (and idem_part_rewind(),
+ * idem_part_skip_to()) are its only writers, and of @wake_at_ms, each named for the event. A
+ * transition its source state does not allow is refused: a no-op that returns false, never an
+ * assert, because a LEAVING partition still receives the events of its batches (it drains) and must
+ * refuse the rest. Every (state, event) pair is in the table of tests/unit/test_idem_part.c; in
+ * short (- refused):
  *
  *   event \ from  FETCHING     HELD         RETRY_WAIT   SCHEMA_WAIT  HALTED    LEAVING
  *   hold          HELD (busy)  HELD (busy)  -            -            -         -
@@ -93,8 +94,6 @@ enum idem_part_state {
 	 * at wake_at_ms), never fetched again. Final: the entry goes with it. */
 	IDEM_PART_LEAVING,
 };
-
-#define IDEM_PART_STATES 6
 
 struct idem_part {
 	char *topic; /* owned */
@@ -178,7 +177,8 @@ const char *idem_part_state_str(enum idem_part_state state);
 /*
  * The transitions of enum idem_part_state, one per event (table above). Each returns true when
  * its source state allows the event (the state may stay the same), false when it refuses it,
- * changing nothing. Only these write @state and @wake_at_ms.
+ * changing nothing. Only these, idem_part_rewind() and idem_part_skip_to() write @state and
+ * @wake_at_ms.
  */
 
 /*
@@ -228,7 +228,7 @@ bool idem_part_due(struct idem_part *p, int64_t now_ms);
 
 /*
  * @brief Bring the wait of a RETRY_WAIT, SCHEMA_WAIT or HALTED partition forward to @now_ms
- * (idemctl retry, SIGUSR1); its state stays. Refused in the other states, with a batch in
+ * (SIGHUP: idem_daemon_retry_now()); its state stays. Refused in the other states, with a batch in
  * flight, or when its time already came.
  */
 bool idem_part_wake_now(struct idem_part *p, int64_t now_ms);

@@ -1,6 +1,6 @@
 /*
- * Unit tests for idem_part: the assigned-partition table, delivery state and offset
- * bookkeeping.
+ * Unit tests for idem_part: the assigned-partition table, delivery state (the fetch side's state
+ * machine: every (state, event) pair, allowed and refused) and offset bookkeeping.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +9,7 @@
 
 /* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "idem_part.h"
@@ -167,12 +168,15 @@ static void test_fresh_delivery_state(void **state)
 	idem_parts_init(&ps);
 	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 4, &p), IDEM_OK);
 	assert_int_equal(p->fetch_next, -1);
-	assert_int_equal(p->retry_at_ms, 0);
+	assert_int_equal(p->state, IDEM_PART_FETCHING);
+	assert_int_equal(p->wake_at_ms, 0);
+	assert_int_equal(p->poison_at, -1);
 	assert_int_equal(p->failures, 0);
 	assert_false(p->busy);
-	assert_false(p->held);
-	assert_false(p->leaving);
-	assert_false(p->halted);
+	assert_false(p->schema_warned);
+	assert_true(idem_part_fetching(p));
+	assert_false(idem_part_paused(p));
+	assert_false(idem_part_leaving(p));
 	assert_int_equal(p->batch.n_msgs, 0);
 	assert_int_equal(p->inflight.n_msgs, 0);
 	idem_parts_done(&ps);
@@ -188,8 +192,8 @@ static void test_hand_over_keeps_delivery_state(void **state)
 	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
 	for (int64_t o = 10; o <= 12; o++)
 		add(p, o);
-	p->failures = 2;
-	p->retry_at_ms = 99;
+	p->failures = 1;
+	assert_true(idem_part_retry_at(p, 99));
 	p->fetch_next = 13;
 	idem_part_hand_over(p, 1234);
 	assert_true(p->busy);
@@ -201,7 +205,8 @@ static void test_hand_over_keeps_delivery_state(void **state)
 	assert_null(p->job.next);
 	/* The delivery state belongs to the partition, not to either batch. */
 	assert_int_equal(p->failures, 2);
-	assert_int_equal(p->retry_at_ms, 99);
+	assert_int_equal(p->state, IDEM_PART_RETRY_WAIT);
+	assert_int_equal(p->wake_at_ms, 99);
 	assert_int_equal(p->fetch_next, 13);
 	idem_parts_done(&ps);
 }
@@ -304,18 +309,16 @@ static void test_rewind(void **state)
 		m.offset = 180 + i;
 		assert_int_equal(idem_batch_add(&p->batch, &m, &cfg, 0), IDEM_OK);
 	}
-	p->held = true;
-	p->halted = true;
-	p->retry_at_ms = 5;
+	assert_true(idem_part_halt(p, 5, 183));
 	p->failures = 2;
 
 	/* The database is found at 120: 60 offsets to read again, nothing in hand kept. */
 	assert_int_equal(idem_part_rewind(p, 120), 60);
 	assert_int_equal(p->batch.n_msgs, 0);
 	assert_int_equal(p->batch.bytes, 0);
-	assert_false(p->held);
-	assert_false(p->halted);
-	assert_int_equal(p->retry_at_ms, 0);
+	assert_int_equal(p->state, IDEM_PART_FETCHING);
+	assert_int_equal(p->poison_at, -1);
+	assert_int_equal(p->wake_at_ms, 0);
 	assert_int_equal(p->failures, 0);
 	assert_int_equal(p->db_floor, 120);
 	assert_int_equal(p->db_next, 120);
@@ -355,10 +358,310 @@ static void test_halted_count(void **state)
 	assert_int_equal(idem_parts_halted(&ps), 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", i, &p), IDEM_OK);
-	p->halted = true;
+	assert_true(idem_part_halt(p, 1, 7));
+	assert_int_equal(idem_parts_halted(&ps), 1);
+	/* Still halted while it fetches the poison message again, until a batch commits past it. */
+	assert_true(idem_part_due(p, 1));
+	assert_int_equal(p->state, IDEM_PART_FETCHING);
 	assert_int_equal(idem_parts_halted(&ps), 1);
 	idem_parts_revoke(&ps, "payments", 2);
 	assert_int_equal(idem_parts_halted(&ps), 0);
+	idem_parts_done(&ps);
+}
+
+/*
+ * The fetch side's state machine: every event from every state, allowed and refused, with the
+ * state, wake time, poison message and failures it leaves (idem_part.h, enum idem_part_state).
+ * A source state is reached through the transitions themselves: a waiting one with its wake at
+ * W and one failure for RETRY_WAIT, HALTED at the poison message at offset 42.
+ */
+enum src { S_FETCHING, S_HELD, S_RETRY, S_SCHEMA, S_HALTED, S_LEAVING, S_LEAVING_RETRY };
+enum ev {
+	E_HOLD,
+	E_RELEASE,
+	E_RETRY_AT,
+	E_WAIT_SCHEMA,
+	E_HALT,
+	E_DUE,
+	E_WAKE_NOW,
+	E_LEAVE,
+	E_REWIND,
+	E_SKIP_TO
+};
+
+#define W     100 /* the wake time of a source state that waits */
+#define WHEN  500 /* the time retry_at, wait_schema and halt are given */
+#define EARLY 50  /* a now before W */
+#define LATE  200 /* a now after W */
+
+static const char *const src_str[] = { "fetching", "held",    "retry_wait",        "schema_wait",
+	                               "halted",   "leaving", "leaving (retrying)" };
+static const char *const ev_str[] = { "hold", "release",  "retry_at", "wait_schema", "halt",
+	                              "due",  "wake_now", "leave",    "rewind",      "skip_to" };
+
+static const struct transition {
+	enum src from;
+	bool busy; /* a batch in flight when the event comes */
+	enum ev ev;
+	int64_t now; /* for due and wake_now */
+	bool ret;
+	enum idem_part_state to;
+	int64_t wake, poison;
+	int failures;
+} transitions[] = {
+	/* FETCHING */
+	{ S_FETCHING, false, E_HOLD, 0, false, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_FETCHING, true, E_HOLD, 0, true, IDEM_PART_HELD, 0, -1, 0 },
+	{ S_FETCHING, false, E_RELEASE, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_FETCHING, false, E_RETRY_AT, 0, true, IDEM_PART_RETRY_WAIT, WHEN, -1, 1 },
+	{ S_FETCHING, false, E_WAIT_SCHEMA, 0, true, IDEM_PART_SCHEMA_WAIT, WHEN, -1, 0 },
+	{ S_FETCHING, true, E_WAIT_SCHEMA, 0, true, IDEM_PART_SCHEMA_WAIT, WHEN, -1, 0 },
+	{ S_FETCHING, false, E_HALT, 0, true, IDEM_PART_HALTED, WHEN, 77, 0 },
+	{ S_FETCHING, false, E_DUE, LATE, false, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_FETCHING, false, E_WAKE_NOW, EARLY, false, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_FETCHING, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_FETCHING, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_FETCHING, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	/* HELD: always with a batch in flight, until that one is done */
+	{ S_HELD, true, E_HOLD, 0, true, IDEM_PART_HELD, 0, -1, 0 },
+	{ S_HELD, false, E_HOLD, 0, false, IDEM_PART_HELD, 0, -1, 0 },
+	{ S_HELD, false, E_RELEASE, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_HELD, false, E_RETRY_AT, 0, true, IDEM_PART_RETRY_WAIT, WHEN, -1, 1 },
+	{ S_HELD, true, E_WAIT_SCHEMA, 0, true, IDEM_PART_SCHEMA_WAIT, WHEN, -1, 0 },
+	{ S_HELD, false, E_HALT, 0, true, IDEM_PART_HALTED, WHEN, 77, 0 },
+	{ S_HELD, true, E_DUE, LATE, false, IDEM_PART_HELD, 0, -1, 0 },
+	{ S_HELD, true, E_WAKE_NOW, EARLY, false, IDEM_PART_HELD, 0, -1, 0 },
+	{ S_HELD, true, E_LEAVE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_HELD, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_HELD, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	/* RETRY_WAIT: a failed batch waits for W (then is retried, still RETRY_WAIT) */
+	{ S_RETRY, true, E_HOLD, 0, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
+	{ S_RETRY, false, E_RELEASE, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_RETRY, false, E_RETRY_AT, 0, true, IDEM_PART_RETRY_WAIT, WHEN, -1, 2 },
+	{ S_RETRY, false, E_WAIT_SCHEMA, 0, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
+	{ S_RETRY, false, E_HALT, 0, true, IDEM_PART_HALTED, WHEN, 77, 0 },
+	{ S_RETRY, false, E_DUE, EARLY, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
+	{ S_RETRY, false, E_DUE, W, true, IDEM_PART_FETCHING, 0, -1, 1 },
+	{ S_RETRY, false, E_DUE, LATE, true, IDEM_PART_FETCHING, 0, -1, 1 },
+	{ S_RETRY, true, E_DUE, LATE, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
+	{ S_RETRY, false, E_WAKE_NOW, EARLY, true, IDEM_PART_RETRY_WAIT, EARLY, -1, 1 },
+	{ S_RETRY, false, E_WAKE_NOW, LATE, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
+	{ S_RETRY, true, E_WAKE_NOW, EARLY, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
+	{ S_RETRY, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, -1, 1 },
+	{ S_RETRY, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_RETRY, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	/* SCHEMA_WAIT: its next message waits for the registry until W */
+	{ S_SCHEMA, true, E_HOLD, 0, false, IDEM_PART_SCHEMA_WAIT, W, -1, 0 },
+	{ S_SCHEMA, false, E_RELEASE, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_SCHEMA, false, E_RETRY_AT, 0, true, IDEM_PART_RETRY_WAIT, WHEN, -1, 1 },
+	{ S_SCHEMA, false, E_WAIT_SCHEMA, 0, true, IDEM_PART_SCHEMA_WAIT, WHEN, -1, 0 },
+	{ S_SCHEMA, false, E_HALT, 0, true, IDEM_PART_HALTED, WHEN, 77, 0 },
+	{ S_SCHEMA, false, E_DUE, EARLY, false, IDEM_PART_SCHEMA_WAIT, W, -1, 0 },
+	{ S_SCHEMA, false, E_DUE, LATE, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_SCHEMA, true, E_DUE, LATE, false, IDEM_PART_SCHEMA_WAIT, W, -1, 0 },
+	{ S_SCHEMA, false, E_WAKE_NOW, EARLY, true, IDEM_PART_SCHEMA_WAIT, EARLY, -1, 0 },
+	{ S_SCHEMA, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, -1, 0 },
+	{ S_SCHEMA, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_SCHEMA, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	/* HALTED: at the poison message 42 until W; never a batch in flight */
+	{ S_HALTED, true, E_HOLD, 0, false, IDEM_PART_HALTED, W, 42, 0 },
+	{ S_HALTED, false, E_RELEASE, 0, false, IDEM_PART_HALTED, W, 42, 0 },
+	{ S_HALTED, false, E_RETRY_AT, 0, false, IDEM_PART_HALTED, W, 42, 0 },
+	{ S_HALTED, false, E_WAIT_SCHEMA, 0, false, IDEM_PART_HALTED, W, 42, 0 },
+	{ S_HALTED, false, E_HALT, 0, false, IDEM_PART_HALTED, W, 42, 0 },
+	{ S_HALTED, false, E_DUE, EARLY, false, IDEM_PART_HALTED, W, 42, 0 },
+	/* Fetching the poison message again, it is still halted (readiness) until a batch
+	 * commits past it. */
+	{ S_HALTED, false, E_DUE, LATE, true, IDEM_PART_FETCHING, 0, 42, 0 },
+	{ S_HALTED, false, E_WAKE_NOW, EARLY, true, IDEM_PART_HALTED, EARLY, 42, 0 },
+	{ S_HALTED, false, E_WAKE_NOW, LATE, false, IDEM_PART_HALTED, W, 42, 0 },
+	{ S_HALTED, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, 42, 0 },
+	{ S_HALTED, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_HALTED, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	/* LEAVING: takes in what came of its batches (drained), never fetched again */
+	{ S_LEAVING, true, E_HOLD, 0, false, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_RELEASE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_RETRY_AT, 0, true, IDEM_PART_LEAVING, WHEN, -1, 1 },
+	{ S_LEAVING, false, E_WAIT_SCHEMA, 0, false, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_HALT, 0, true, IDEM_PART_LEAVING, WHEN, 77, 0 },
+	{ S_LEAVING, false, E_DUE, LATE, false, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_WAKE_NOW, EARLY, false, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_REWIND, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_SKIP_TO, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	/* LEAVING with a failed batch's retry pending at W: its time never wakes it */
+	{ S_LEAVING_RETRY, true, E_HOLD, 0, false, IDEM_PART_LEAVING, W, -1, 1 },
+	{ S_LEAVING_RETRY, false, E_RELEASE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING_RETRY, false, E_RETRY_AT, 0, true, IDEM_PART_LEAVING, WHEN, -1, 2 },
+	{ S_LEAVING_RETRY, false, E_WAIT_SCHEMA, 0, false, IDEM_PART_LEAVING, W, -1, 1 },
+	{ S_LEAVING_RETRY, false, E_HALT, 0, true, IDEM_PART_LEAVING, WHEN, 77, 0 },
+	{ S_LEAVING_RETRY, false, E_DUE, LATE, false, IDEM_PART_LEAVING, W, -1, 1 },
+	{ S_LEAVING_RETRY, false, E_WAKE_NOW, EARLY, false, IDEM_PART_LEAVING, W, -1, 1 },
+	{ S_LEAVING_RETRY, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, -1, 1 },
+	{ S_LEAVING_RETRY, false, E_REWIND, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING_RETRY, false, E_SKIP_TO, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+};
+
+static void put_in(struct idem_part *p, enum src from)
+{
+	switch (from) {
+	case S_FETCHING:
+		break;
+	case S_HELD:
+		p->busy = true;
+		assert_true(idem_part_hold(p));
+		break;
+	case S_RETRY:
+		assert_true(idem_part_retry_at(p, W));
+		break;
+	case S_SCHEMA:
+		assert_true(idem_part_wait_schema(p, W));
+		break;
+	case S_HALTED:
+		assert_true(idem_part_halt(p, W, 42));
+		break;
+	case S_LEAVING:
+		assert_true(idem_part_leave(p));
+		break;
+	case S_LEAVING_RETRY:
+		assert_true(idem_part_retry_at(p, W));
+		assert_true(idem_part_leave(p));
+		break;
+	}
+}
+
+static bool apply(struct idem_part *p, const struct transition *t)
+{
+	switch (t->ev) {
+	case E_HOLD:
+		return idem_part_hold(p);
+	case E_RELEASE:
+		return idem_part_release(p);
+	case E_RETRY_AT:
+		return idem_part_retry_at(p, WHEN);
+	case E_WAIT_SCHEMA:
+		return idem_part_wait_schema(p, WHEN);
+	case E_HALT:
+		return idem_part_halt(p, WHEN, 77);
+	case E_DUE:
+		return idem_part_due(p, t->now);
+	case E_WAKE_NOW:
+		return idem_part_wake_now(p, t->now);
+	case E_LEAVE:
+		return idem_part_leave(p);
+	case E_REWIND:
+		(void)idem_part_rewind(p, 10);
+		return true;
+	case E_SKIP_TO:
+		idem_part_skip_to(p, 10);
+		return true;
+	}
+	return false;
+}
+
+static void test_transitions(void **state)
+{
+	bool seen[S_LEAVING_RETRY + 1][E_SKIP_TO + 1] = { { false } };
+	struct idem_parts ps;
+
+	(void)state;
+	idem_parts_init(&ps);
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(transitions); i++) {
+		const struct transition *t = &transitions[i];
+		struct idem_part *p = NULL;
+		bool ret;
+
+		assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
+		put_in(p, t->from);
+		p->busy = t->busy;
+		ret = apply(p, t);
+		if (ret != t->ret || p->state != t->to || p->wake_at_ms != t->wake ||
+		    p->poison_at != t->poison || p->failures != t->failures)
+			fail_msg("row %zu: %s%s --%s(%" PRId64 ")--> %s wake=%" PRId64
+			         " poison=%" PRId64
+			         " failures=%d returned %s; expected %s wake=%" PRId64
+			         " poison=%" PRId64 " failures=%d returning %s",
+			         i, src_str[t->from], t->busy ? " busy" : "", ev_str[t->ev], t->now,
+			         idem_part_state_str(p->state), p->wake_at_ms, p->poison_at,
+			         p->failures, ret ? "true" : "false", idem_part_state_str(t->to),
+			         t->wake, t->poison, t->failures, t->ret ? "true" : "false");
+		/* A transition never touches the batch in flight's owner. */
+		assert_int_equal(p->busy, t->busy);
+		seen[t->from][t->ev] = true;
+		p->busy = false;
+		idem_parts_revoke(&ps, "payments", 0);
+	}
+	/* Every event from every state is in the table. */
+	for (int f = S_FETCHING; f <= S_LEAVING_RETRY; f++) {
+		for (int e = E_HOLD; e <= E_SKIP_TO; e++) {
+			if (!seen[f][e])
+				fail_msg("no row for %s --%s-->", src_str[f], ev_str[e]);
+		}
+	}
+	idem_parts_done(&ps);
+}
+
+/* What the daemon asks of a state: is the queue read, is it paused, is it leaving? */
+static void test_state_predicates(void **state)
+{
+	static const struct {
+		enum src from;
+		bool fetching, paused, leaving;
+		const char *name;
+	} cases[] = {
+		{ S_FETCHING, true, false, false, "fetching" },
+		{ S_HELD, true, false, false, "held" },
+		{ S_RETRY, false, true, false, "retry_wait" },
+		{ S_SCHEMA, false, true, false, "schema_wait" },
+		{ S_HALTED, false, true, false, "halted" },
+		{ S_LEAVING, false, false, true, "leaving" },
+		/* Paused when it began to wait, and never resumed: what arrives is dropped. */
+		{ S_LEAVING_RETRY, false, true, true, "leaving" },
+	};
+	struct idem_parts ps;
+
+	(void)state;
+	idem_parts_init(&ps);
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(cases); i++) {
+		struct idem_part *p = NULL;
+
+		assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
+		put_in(p, cases[i].from);
+		assert_int_equal(idem_part_fetching(p), cases[i].fetching);
+		assert_int_equal(idem_part_paused(p), cases[i].paused);
+		assert_int_equal(idem_part_leaving(p), cases[i].leaving);
+		assert_string_equal(idem_part_state_str(p->state), cases[i].name);
+		p->busy = false;
+		idem_parts_revoke(&ps, "payments", 0);
+	}
+	idem_parts_done(&ps);
+}
+
+/* Which offsets the commit list takes: those Kafka lacks, never over an unread one. */
+static void test_commit_due(void **state)
+{
+	struct idem_parts ps;
+	struct idem_part *p = NULL;
+
+	(void)state;
+	idem_parts_init(&ps);
+	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 0, &p), IDEM_OK);
+	assert_false(idem_part_commit_due(p, false)); /* nothing stored */
+	assert_true(idem_part_committed(p, 10));
+	idem_part_stored(p, 10);
+	assert_true(idem_part_commit_due(p, false));
+	assert_false(idem_part_commit_due(p, true)); /* not leaving */
+	p->commit_acked = 10;
+	assert_false(idem_part_commit_due(p, false)); /* Kafka has it */
+	assert_true(idem_part_committed(p, 12));
+	idem_part_stored(p, 12);
+	assert_true(idem_part_commit_due(p, false));
+	p->commit_unread = true;
+	assert_false(idem_part_commit_due(p, false)); /* it may be an operator's skip */
+	p->commit_unread = false;
+	assert_true(idem_part_leave(p));
+	assert_true(idem_part_commit_due(p, true));
+	assert_true(idem_part_commit_due(p, false));
 	idem_parts_done(&ps);
 }
 
@@ -375,6 +678,9 @@ int main(void)
 		cmocka_unit_test(test_take_back_refetches_after_it),
 		cmocka_unit_test(test_halted_count),
 		cmocka_unit_test(test_rewind),
+		cmocka_unit_test(test_transitions),
+		cmocka_unit_test(test_state_predicates),
+		cmocka_unit_test(test_commit_due),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
