@@ -98,15 +98,14 @@ static idem_status db_log(PGconn *conn, const char *group, const char *cluster,
 	r = idem_sql_exec(conn, IDEM_SQL_RESUME_GET, vals, "read idem.partition_progress", &res,
 	                  err);
 	if (r == IDEM_OK && PQntuples(res) == 1) {
-		snprintf(p->db_cluster, sizeof(p->db_cluster), "%s",
-		         PQgetisnull(res, 0, 1) ? "" : PQgetvalue(res, 0, 1));
-		p->db_epoch = PQgetisnull(res, 0, 2) ? 0 : atoi(PQgetvalue(res, 0, 2));
-		p->db_first =
-		        PQgetisnull(res, 0, 3) ? -1 : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
-		p->other_db =
-		        PQgetisnull(res, 0, 4) ? -1 : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-		p->other_first =
-		        PQgetisnull(res, 0, 5) ? -1 : strtoll(PQgetvalue(res, 0, 5), NULL, 10);
+		struct idem_resume_in in = { 0 };
+
+		idem_resume_row(res, 0, &in);
+		memcpy(p->db_cluster, in.db_cluster, sizeof(p->db_cluster));
+		p->db_epoch = in.db_epoch;
+		p->db_first = in.db_first;
+		p->other_db = in.other_db;
+		p->other_first = in.other_first;
 	}
 	PQclear(res);
 	return r;

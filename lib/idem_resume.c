@@ -483,6 +483,16 @@ static int64_t column_int(const PGresult *res, int row, int col)
 	return PQgetisnull(res, row, col) ? -1 : strtoll(PQgetvalue(res, row, col), NULL, 10);
 }
 
+void idem_resume_row(const PGresult *res, int row, struct idem_resume_in *in)
+{
+	in->db = column_int(res, row, 0);
+	column_text(res, row, 1, in->db_cluster, sizeof(in->db_cluster));
+	in->db_epoch = PQgetisnull(res, row, 2) ? 0 : (int32_t)column_int(res, row, 2);
+	in->db_first = column_int(res, row, 3);
+	in->other_db = column_int(res, row, 4);
+	in->other_first = column_int(res, row, 5);
+}
+
 /*
  * Each partition's progress row, and the furthest position of the group's other consumers on
  * it in this cluster, into pos[].in, and the database's identity.
@@ -515,16 +525,9 @@ static idem_status read_rows(idem_resume *rs, const rd_kafka_topic_partition_lis
 		r = idem_error_set(err, IDEM_ERR_PG, "read idem.partition_progress: %d rows for %d",
 		                   PQntuples(res), list->cnt);
 	for (int i = 0; r == IDEM_OK && i < list->cnt; i++) {
-		struct idem_resume_in *in = &pos[i].in;
-
-		if (in->consumer[0] == '\0')
-			continue; /* no route reads it */
-		in->db = column_int(res, i, 0);
-		column_text(res, i, 1, in->db_cluster, sizeof(in->db_cluster));
-		in->db_epoch = PQgetisnull(res, i, 2) ? 0 : (int32_t)column_int(res, i, 2);
-		in->db_first = column_int(res, i, 3);
-		in->other_db = column_int(res, i, 4);
-		in->other_first = column_int(res, i, 5);
+		/* A partition no route reads has no position. */
+		if (pos[i].in.consumer[0] != '\0')
+			idem_resume_row(res, i, &pos[i].in);
 	}
 	PQclear(res);
 	return r;

@@ -28,6 +28,7 @@
 #ifndef IDEM_RESUME_H
 #define IDEM_RESUME_H
 
+#include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 
 #include "idem_cfg.h"
@@ -152,6 +153,12 @@ struct idem_resume_out {
  * A committed offset beyond the log's end is not an offset of this log and counts as none.
  */
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in);
+
+/*
+ * @brief Row @row of IDEM_SQL_RESUME_GET into @in: the partition's row (db, db_cluster,
+ * db_epoch, db_first) and its group's earlier consumers' (other_db, other_first).
+ */
+void idem_resume_row(const PGresult *res, int row, struct idem_resume_in *in);
 
 /* @brief "database", "behind", ...: the case's name, for logs and metrics. */
 const char *idem_resume_case_str(enum idem_resume_case why);
