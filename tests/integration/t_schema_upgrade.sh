@@ -31,7 +31,7 @@ sed -n '/^CREATE FUNCTION idem.emit(topic text, key bytea/,/^\$\$;/p' "$IDEM_SRC
 idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 DROP FUNCTION idem.log_of(text, text, integer);
 ALTER TABLE idem.partition_progress DROP COLUMN kafka_cluster, DROP COLUMN log_epoch,
-	DROP COLUMN first_offset;
+	DROP COLUMN first_offset, DROP COLUMN group_id;
 DROP FUNCTION idem.emit_for(text, text, text, jsonb, text[], text[]);
 DROP FUNCTION idem.emit_for(text, text, text, text, text[], text[]);
 DROP FUNCTION idem.emit_for(text, text, bytea, bytea, text[], bytea[]);
@@ -77,8 +77,8 @@ idem_assert_eq "one database identity" 1 "$(idem_psql -c 'SELECT count(*) FROM i
 # Version 8 on existing rows: the log of a position written before it is unknown (recorded by
 # the first assignment or batch that knows it), and a reply's event id is then the one version 7
 # gave it (a relay may have sent it already under that id).
-idem_assert_eq "progress rows: log unknown" "- 0 -" \
-	"$(idem_psql -c "SELECT coalesce(kafka_cluster, '-') || ' ' || log_epoch || ' ' || coalesce(first_offset::text, '-') FROM idem.partition_progress WHERE partition = 3")"
+idem_assert_eq "progress rows: log and group unknown" "- 0 - -" \
+	"$(idem_psql -c "SELECT coalesce(kafka_cluster, '-') || ' ' || log_epoch || ' ' || coalesce(first_offset::text, '-') || ' ' || coalesce(group_id, '-') FROM idem.partition_progress WHERE partition = 3")"
 idem_assert_eq "a reply's id for a row of before version 8" \
 	"$(idem_psql -c "SELECT idem.event_id('reply', 'payments', 'payments', '3', '42')")" \
 	"$(idem_psql -c "SELECT idem.event_id('reply', 'payments', idem.log_of('payments', 'payments', 3), 'payments', '3', '42')")"
