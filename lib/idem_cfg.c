@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "idem_cfg_int.h"
 #include "idem_cfg_walk.h"
 #include "idem_lex.h"
 
@@ -734,205 +735,6 @@ static void cfg_check_handler(struct cfg_ctx *ctx, const struct cfg_slot *slots,
 		                max, route->n_params, route->n_params == 1 ? "" : "s");
 }
 
-static const char *cfg_route_label(struct cfg_ctx *ctx, const struct idem_cfg *cfg, size_t i,
-                                   char *buf, size_t len)
-{
-	if (cfg->routes[i].name != NULL)
-		return idem__cfg_qs(ctx, cfg->routes[i].name);
-	snprintf(buf, len, "routes[%zu]", i);
-	return buf;
-}
-
-/* Every topic of every route, sorted by name, or NULL (out of memory). */
-static struct cfg_name_ref *cfg_route_topics(struct cfg_ctx *ctx, struct idem_cfg *cfg,
-                                             yaml_node_t *routes, size_t *ret_n)
-{
-	struct cfg_name_ref *refs;
-	size_t total = 0, n = 0;
-
-	for (size_t i = 0; i < cfg->n_routes; i++)
-		total += cfg->routes[i].n_topics;
-	refs = calloc(total ? total : 1, sizeof(*refs));
-	if (refs == NULL) {
-		ctx->nomem = true;
-		return NULL;
-	}
-	for (size_t i = 0; i < cfg->n_routes; i++) {
-		const struct idem_route *route = &cfg->routes[i];
-		yaml_node_t *list =
-		        idem__cfg_map_get(ctx, idem__cfg_seq_get(ctx, routes, i), "topics");
-
-		for (size_t j = 0; j < route->n_topics; j++) {
-			yaml_node_t *node = idem__cfg_seq_get(ctx, list, j);
-
-			if (route->topics[j] != NULL && node != NULL)
-				refs[n++] = (struct cfg_name_ref){ route->topics[j], i, j, node };
-		}
-	}
-	qsort(refs, n, sizeof(*refs), idem__cfg_name_ref_cmp);
-	*ret_n = n;
-	return refs;
-}
-
-static void cfg_check_route_topics(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes,
-                                   yaml_node_t *kafka_topics)
-{
-	struct cfg_name_ref *refs, *krefs = NULL;
-	size_t n, nk = 0;
-	char label[64];
-
-	refs = cfg_route_topics(ctx, cfg, routes, &n);
-	if (refs == NULL)
-		return;
-	for (size_t i = 1, first = 0; i < n; i++) {
-		if (strcmp(refs[i].name, refs[first].name) != 0) {
-			first = i;
-			continue;
-		}
-		if (refs[i].a == refs[first].a)
-			idem__cfg_error(ctx, refs[i].node,
-			                "duplicate topic '%s' in 'routes[%zu].topics'",
-			                idem__cfg_qs(ctx, refs[i].name), refs[i].a);
-		else
-			idem__cfg_error(
-			        ctx, refs[i].node,
-			        "topic '%s' already belongs to route '%s' (a topic may belong to one route only)",
-			        idem__cfg_qs(ctx, refs[i].name),
-			        cfg_route_label(ctx, cfg, refs[first].a, label, sizeof(label)));
-	}
-	if (cfg->topics == NULL)
-		goto out_free_refs;
-	krefs = calloc(cfg->n_topics, sizeof(*krefs));
-	if (krefs == NULL) {
-		ctx->nomem = true;
-		goto out_free_refs;
-	}
-	for (size_t j = 0; j < cfg->n_topics; j++) {
-		yaml_node_t *node = idem__cfg_seq_get(ctx, kafka_topics, j);
-
-		if (cfg->topics[j] != NULL && node != NULL)
-			krefs[nk++] = (struct cfg_name_ref){ cfg->topics[j], 0, j, node };
-	}
-	qsort(krefs, nk, sizeof(*krefs), idem__cfg_name_ref_cmp);
-	for (size_t j = 0; j < nk; j++) {
-		if (j > 0 && strcmp(krefs[j].name, krefs[j - 1].name) == 0)
-			idem__cfg_error(ctx, krefs[j].node,
-			                "duplicate topic '%s' in 'kafka.topics'",
-			                idem__cfg_qs(ctx, krefs[j].name));
-		else if (!idem__cfg_name_ref_find(refs, n, krefs[j].name))
-			idem__cfg_error(ctx, krefs[j].node,
-			                "topic '%s' in 'kafka.topics' has no route",
-			                idem__cfg_qs(ctx, krefs[j].name));
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (!idem__cfg_name_ref_find(krefs, nk, refs[i].name))
-			idem__cfg_error(ctx, refs[i].node,
-			                "topic '%s' of route '%s' is not in 'kafka.topics'",
-			                idem__cfg_qs(ctx, refs[i].name),
-			                cfg_route_label(ctx, cfg, refs[i].a, label, sizeof(label)));
-	}
-	free(krefs);
-out_free_refs:
-	free(refs);
-}
-
-/* Is @topic one of @route's own topics? */
-static bool cfg_route_reads(const struct idem_route *route, const char *topic)
-{
-	for (size_t j = 0; j < route->n_topics; j++) {
-		if (route->topics[j] != NULL && strcmp(route->topics[j], topic) == 0)
-			return true;
-	}
-	return false;
-}
-
-/*
- * Replies and dead letters are rows of idem.outbox, which only the relay publishes: a route
- * that asks for them needs outbox.enabled. And they must not go back to the route's own topics:
- * a dead letter would be quarantined again, and again.
- */
-/* A route without routes[].consumer uses kafka.group_id as its consumer name. */
-static void cfg_check_route_consumers(struct cfg_ctx *ctx, struct idem_cfg *cfg,
-                                      yaml_node_t *routes)
-{
-	char label[32];
-
-	for (size_t i = 0; i < cfg->n_routes; i++) {
-		yaml_node_t *node = idem__cfg_seq_get(ctx, routes, i);
-
-		if (cfg->group_id == NULL || idem_cfg_consumer_valid(cfg->group_id) ||
-		    idem__cfg_map_get(ctx, node, "consumer") != NULL)
-			continue;
-		idem__cfg_error(
-		        ctx, node,
-		        "route '%s' has no 'consumer', and kafka.group_id '%s' cannot stand "
-		        "in for it (a consumer name has letters, digits, '.', '_' and '-', at "
-		        "most %d characters): set routes[].consumer",
-		        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
-		        idem__cfg_qs(ctx, cfg->group_id), IDEM_CONSUMER_NAME_MAX);
-	}
-}
-
-static void cfg_check_route_outbox(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes)
-{
-	char label[32];
-
-	for (size_t i = 0; i < cfg->n_routes; i++) {
-		const struct idem_route *route = &cfg->routes[i];
-		yaml_node_t *node = idem__cfg_seq_get(ctx, routes, i);
-		const char *what = route->reply_topic != NULL ? "reply" : "dead_letter_topic";
-
-		if (route->reply_topic == NULL && route->dead_letter_topic == NULL)
-			continue;
-		if (!cfg->outbox_enabled)
-			idem__cfg_error(
-			        ctx, idem__cfg_map_get(ctx, node, what),
-			        "route '%s' has '%s' but outbox.enabled is false (replies and "
-			        "dead letters are published by the outbox relay)",
-			        cfg_route_label(ctx, cfg, i, label, sizeof(label)), what);
-		if (route->reply_topic != NULL && cfg_route_reads(route, route->reply_topic))
-			idem__cfg_error(ctx, idem__cfg_map_get(ctx, node, "reply"),
-			                "route '%s' replies to '%s', one of its own topics",
-			                cfg_route_label(ctx, cfg, i, label, sizeof(label)),
-			                idem__cfg_qs(ctx, route->reply_topic));
-		if (route->dead_letter_topic != NULL &&
-		    cfg_route_reads(route, route->dead_letter_topic))
-			idem__cfg_error(
-			        ctx, idem__cfg_map_get(ctx, node, "dead_letter_topic"),
-			        "route '%s' has dead_letter_topic '%s', one of its own topics",
-			        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
-			        idem__cfg_qs(ctx, route->dead_letter_topic));
-	}
-}
-
-bool idem_route_reads_avro(const struct idem_route *route)
-{
-	if (idem_template_needs_avro(&route->key))
-		return true;
-	for (size_t j = 0; j < route->n_params; j++) {
-		if (route->params[j].kind == IDEM_FIELD_AVRO ||
-		    route->params[j].kind == IDEM_FIELD_AVRO_KEY)
-			return true;
-	}
-	return false;
-}
-
-/* A route that reads avro: fields needs a schema registry. */
-static void cfg_check_route_avro(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes,
-                                 bool has_registry)
-{
-	char label[32];
-
-	for (size_t i = 0; i < cfg->n_routes && !has_registry; i++) {
-		if (!idem_route_reads_avro(&cfg->routes[i]))
-			continue;
-		idem__cfg_error(
-		        ctx, idem__cfg_seq_get(ctx, routes, i),
-		        "route '%s' reads avro: fields but there is no 'schema_registry' section",
-		        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
-	}
-}
-
 static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
 {
 	struct idem_cfg *cfg = target;
@@ -940,11 +742,9 @@ static void cfg_check_top(struct cfg_ctx *ctx, const struct cfg_slot *slots, voi
 
 	if (routes == NULL || !slots[TOP_ROUTES].ok)
 		return;
-	cfg_check_route_topics(ctx, cfg, routes,
-	                       idem__cfg_map_get(ctx, slots[TOP_KAFKA].value, "topics"));
-	cfg_check_route_consumers(ctx, cfg, routes);
-	cfg_check_route_outbox(ctx, cfg, routes);
-	cfg_check_route_avro(ctx, cfg, routes, slots[TOP_REGISTRY].key != NULL);
+	idem__cfg_check_routes(ctx, cfg, routes,
+	                       idem__cfg_map_get(ctx, slots[TOP_KAFKA].value, "topics"),
+	                       slots[TOP_REGISTRY].key != NULL);
 }
 
 /* Fills in what is computed from other settings; only called on a valid file. */
