@@ -4,10 +4,10 @@
  * which holds the others and the checks across sections.
  */
 #include <stddef.h>
-#include <string.h>
 
 #include "idem_cfg.h"
 #include "idem_cfg_walk.h"
+#include "idem_url.h"
 
 static cfg_check_value_fn check_url;
 static cfg_check_section_fn check_registry;
@@ -28,44 +28,42 @@ static const struct cfg_key registry_keys[] = {
 	[REG_PASSWORD_FILE] = { .name = "password_file",
 	                        .type = CFG_STRING,
 	                        .off = offsetof(struct idem_cfg, registry_password_file) },
+	/*
+	 * At most 60 s: half of the units' WatchdogSec (120 s), so that a request that hangs to
+	 * its end can never be what stops the watchdog's pings (etc/idemd.yaml says so).
+	 */
 	[REG_TIMEOUT_MS] = { .name = "timeout_ms",
 	                     .type = CFG_INT,
 	                     .def = 5000,
 	                     .min = 100,
-	                     .max = 120000,
+	                     .max = 60000,
 	                     .off = offsetof(struct idem_cfg, registry_timeout_ms) },
 };
 _Static_assert(REG_N <= CFG_MAX_KEYS, "CFG_MAX_KEYS is too small");
 
 const struct cfg_section idem__cfg_registry_section = { registry_keys, REG_N, check_registry };
 
-/* http:// or https://, a host, and no password in it (the URL is logged). */
+/*
+ * Read by the one URL reader the registry client uses too (idem_url.h): http:// or https://, a
+ * host, no credentials (the URL is logged; they have settings of their own).
+ */
 static bool check_url(struct cfg_ctx *ctx, yaml_node_t *node, const char *path, const char *value)
 {
-	const char *rest, *at, *end;
+	struct idem_url u;
+	char why[600];
 
-	if (strncmp(value, "http://", 7) == 0)
-		rest = value + 7;
-	else if (strncmp(value, "https://", 8) == 0)
-		rest = value + 8;
-	else {
-		idem__cfg_error(ctx, node, "'%s' must start with http:// or https://", path);
-		return false;
+	if (idem_url_parse(value, &u, why, sizeof(why)) == IDEM_OK) {
+		idem_url_done(&u);
+		return true;
 	}
-	end = rest + strcspn(rest, "/?#");
-	at = memchr(rest, '@', (size_t)(end - rest));
-	if (at != NULL && memchr(rest, ':', (size_t)(at - rest)) != NULL) {
+	if (idem_url_has_credentials(value))
 		idem__cfg_error(
 		        ctx, node,
-		        "'%s' must not contain a password; set 'schema_registry.username' and 'schema_registry.password_env' or 'schema_registry.password_file' instead",
-		        path);
-		return false;
-	}
-	if ((at != NULL ? at + 1 : rest) == end) {
-		idem__cfg_error(ctx, node, "'%s' has no host", path);
-		return false;
-	}
-	return true;
+		        "invalid '%s': %s; set 'schema_registry.username' and 'schema_registry.password_env' or 'schema_registry.password_file' instead",
+		        path, why);
+	else
+		idem__cfg_error(ctx, node, "invalid '%s': %s", path, why);
+	return false;
 }
 
 static void check_registry(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)

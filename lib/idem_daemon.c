@@ -37,6 +37,9 @@
 #include "idem_resume.h"
 #include "idem_retention.h"
 
+/* At most this many messages of one partition in a round of take_queued(). */
+#define IDEM_TAKE_QUANTUM 64
+
 static bool stopping(const idem_daemon *d)
 {
 	return d->stop != NULL && d->stop();
@@ -459,6 +462,20 @@ idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 	return r;
 }
 
+/*
+ * A schema fetch ended, on one of the registry's fetcher threads: end the consumer thread's
+ * poll, whose next turn wakes the partitions waiting for a schema (wake_schema_waits()). The
+ * consumer queue exists before any fetch can start (one starts only from the consumer thread's
+ * take()), and the schemas are closed before it goes.
+ */
+static void schema_fetched(void *ctx)
+{
+	idem_daemon *d = ctx;
+
+	if (d->cq != NULL)
+		rd_kafka_queue_yield(d->cq);
+}
+
 idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_daemon **ret_d,
                             idem_error *err)
 {
@@ -474,7 +491,7 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->last_stats_ms = idem_mono_ms();
 	d->commit_ms = idem_consumer_commit_interval_ms(cfg);
 	idem_parts_init(&d->parts);
-	if ((r = idem_schemas_open(cfg, &d->schemas, err)) != IDEM_OK)
+	if ((r = idem_schemas_open(cfg, schema_fetched, d, &d->schemas, err)) != IDEM_OK)
 		goto out_free;
 	d->parts.schemas = d->schemas;
 	if ((r = idem_pool_new(cfg, &d->pool, err)) != IDEM_OK)
@@ -526,6 +543,10 @@ void idem_daemon_free(idem_daemon *d)
 		return;
 	idem_relay_stop(d->relay);
 	idem_retention_stop(d->retention);
+	/* No schema_fetched() after this: it wakes the consumer queue, which goes below. */
+	idem_schemas_close(d->schemas);
+	d->schemas = NULL;
+	d->parts.schemas = NULL;
 	/* The workers are done before the consumer whose queue they wake goes. */
 	idem_pool_stop(d->pool);
 	for (size_t i = 0; i < d->parts.n; i++) {
@@ -569,7 +590,13 @@ static void wait_schema(idem_daemon *d, struct idem_part *p, int64_t offset)
 	int wait = p->batch.doc.retry_ms > 0 ? p->batch.doc.retry_ms : d->cfg->retry_initial_ms;
 	bool was_paused = idem_part_paused(p);
 
-	if (!p->schema_warned)
+	if (p->batch.doc.pending)
+		idem_log_debug(
+		        "avro",
+		        "partition waits for a schema being fetched topic=%s partition=%" PRId32
+		        " offset=%" PRId64 ": %s",
+		        p->topic, p->partition, offset, p->batch.wait_reason);
+	else if (!p->schema_warned)
 		idem_log_warn("avro",
 		              "partition waits for the schema registry topic=%s partition=%" PRId32
 		              " offset=%" PRId64 ": %s; retrying in %dms",
@@ -579,7 +606,7 @@ static void wait_schema(idem_daemon *d, struct idem_part *p, int64_t offset)
 		               "still waiting for the schema registry topic=%s partition=%" PRId32
 		               " offset=%" PRId64 ": %s; retrying in %dms",
 		               p->topic, p->partition, offset, p->batch.wait_reason, wait);
-	p->schema_warned = true;
+	p->schema_warned |= !p->batch.doc.pending;
 	d->stats.schema_waits++;
 	idem_metrics_schema_wait(d->metrics);
 	p->fetch_next = offset;
@@ -613,6 +640,8 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	bytes = p->batch.bytes;
 	r = idem_batch_add(&p->batch, &m, d->cfg, idem_mono_ms());
 	d->bytes_held += p->batch.bytes - bytes;
+	if (d->bytes_held > d->bytes_held_max)
+		d->bytes_held_max = d->bytes_held;
 	if (r == IDEM_ERR_UNAVAILABLE) {
 		wait_schema(d, p, rkm->offset);
 		return IDEM_OK;
@@ -650,15 +679,18 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 
 /*
  * Hand over every batch that is due (full ones went at once: take()), and the retries whose
- * time came. A batch is due when it is batch.max_wait_ms old, or when its partition's queue had
+ * time came, beginning with another partition each time: the workers take batches in the order
+ * they were handed over, so no partition's batches wait behind the others' for its place in the
+ * list. A batch is due when it is batch.max_wait_ms old, or when its partition's queue had
  * nothing more (p->drained: nothing is worth waiting for).
  */
 static void flush_due(idem_daemon *d)
 {
 	int64_t now = idem_mono_ms();
+	size_t n = d->parts.n, start = n > 0 ? d->flush_next++ % n : 0;
 
-	for (size_t i = 0; i < d->parts.n; i++) {
-		struct idem_part *p = d->parts.v[i];
+	for (size_t k = 0; k < n; k++) {
+		struct idem_part *p = d->parts.v[(start + k) % n];
 		struct idem_batch *b = &p->batch;
 
 		if (p->busy)
@@ -684,7 +716,10 @@ static void flush_due(idem_daemon *d)
 			/* A failed batch in hand: retried, the partition still RETRY_WAIT (paused)
 			 * until it is done. */
 		} else if (b->n_msgs == 0 ||
-		           (!p->drained && now - b->opened_ms < d->cfg->batch_max_wait_ms)) {
+		           (!p->drained && now - b->opened_ms < d->cfg->batch_max_wait_ms &&
+		            !over_budget(d))) {
+			/* Over budget, nothing is taken until bytes are released: what is in hand
+			 * goes at once. */
 			continue;
 		}
 		dispatch(d, p);
@@ -715,8 +750,9 @@ size_t idem_daemon_retry_now(idem_daemon *d)
 
 /*
  * May @p's queue be consumed? Not while it waits (RETRY_WAIT, SCHEMA_WAIT, HALTED: it is paused)
- * or leaves, nor while its next batch is full, or the bytes are over budget, with one in flight
- * (backpressure: HELD, which this asks again: bytes another partition released end it). What
+ * or leaves, nor while its next batch is full with one in flight (backpressure: HELD, which
+ * this asks again), nor by any partition while the bytes held are over budget (what is held is
+ * in flight, or dispatched at once: flush_due(), committed(); bytes released end it). What
  * is not consumed stays in librdkafka, which prefetches the partition only up to
  * queued.min.messages / queued.max.messages.kbytes of its queue: no pause, no seek, no fetch done
  * again, and no wait for a fetch slot behind a long poll of the broker's other partitions (up to
@@ -724,8 +760,8 @@ size_t idem_daemon_retry_now(idem_daemon *d)
  */
 static bool can_take(const idem_daemon *d, const struct idem_part *p)
 {
-	return idem_part_fetching(p) &&
-	       !(p->busy && (batch_full(d, p, &p->batch) || over_budget(d)));
+	return idem_part_fetching(p) && !over_budget(d) &&
+	       !(p->busy && batch_full(d, p, &p->batch));
 }
 
 static int poll_timeout(const idem_daemon *d)
@@ -818,7 +854,8 @@ static void publish(idem_daemon *d)
 		idem_metrics_registry(d->metrics, rs.fetches, rs.failures, rs.unknown, rs.cached);
 	}
 	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
-	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held);
+	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held,
+	                   d->bytes_held_max);
 }
 
 /* A message, or an error, taken from a queue. */
@@ -837,47 +874,92 @@ static idem_status take_one(idem_daemon *d, rd_kafka_message_t *rkm, idem_error 
 }
 
 /*
- * Take what the partitions' queues hold, without waiting, each as far as its batch has room,
- * at most @budget messages in all, a chunk of a partition at a time so that partitions take
- * turns. p->drained says whether a partition's queue had nothing more.
+ * How many messages @p may take now: what its batch has room for (batch.max_messages, or
+ * IDEM_BATCH_GROW times that while one is in flight), at most @quantum.
+ */
+static size_t take_room(const idem_daemon *d, const struct idem_part *p, size_t quantum)
+{
+	size_t room = (size_t)d->cfg->batch_max_messages * (p->busy ? IDEM_BATCH_GROW : 1);
+
+	room = p->batch.n_msgs < room ? room - p->batch.n_msgs : 0;
+	return room < quantum ? room : quantum;
+}
+
+/*
+ * Take what the partitions' queues hold, without waiting, at most @budget messages in all:
+ * round robin with an equal quantum per partition (ARCHITECTURE.md "Fair take"). Each round
+ * offers every partition that can take (can_take()) up to @budget / (partitions) messages, at
+ * least one and at most IDEM_TAKE_QUANTUM, and rounds go on while any partition had more and
+ * the budget lasts. The next call begins with the partition after the last one served, so
+ * under a backlog no partition is served first because of its place in the list and every one
+ * progresses at its share.
+ *
+ * Messages are taken one at a time and can_take() is asked before each one: a message taken
+ * out of librdkafka cannot be put back, so this is what keeps a batch within batch.max_messages
+ * and batch.max_bytes, and the bytes held within batch.max_bytes_total plus the one message
+ * that crossed it ("Memory bound"). p->drained says whether a partition's queue had nothing
+ * more.
  */
 static idem_status take_queued(idem_daemon *d, int budget, idem_error *err)
 {
-	rd_kafka_message_t *msgs[64];
+	size_t n = d->parts.n, quantum;
 	bool more = true;
 	idem_status r = IDEM_OK;
 
+	if (n == 0)
+		return IDEM_OK;
+	quantum = (size_t)budget / n;
+	if (quantum < 1)
+		quantum = 1;
+	if (quantum > IDEM_TAKE_QUANTUM)
+		quantum = IDEM_TAKE_QUANTUM;
 	while (more && budget > 0 && !stopping(d)) {
+		size_t start = d->take_next % n;
+
 		more = false;
-		for (size_t i = 0; i < d->parts.n && budget > 0; i++) {
+		for (size_t k = 0; k < n && budget > 0; k++) {
+			size_t i = (start + k) % n;
 			struct idem_part *p = d->parts.v[i];
-			size_t room = (size_t)d->cfg->batch_max_messages *
-			              (p->busy ? IDEM_BATCH_GROW : 1),
-			       want;
-			ssize_t n;
+			size_t want, got = 0;
 
 			if (p->queue == NULL || !can_take(d, p))
 				continue;
-			if (p->batch.n_msgs < room)
-				room -= p->batch.n_msgs;
-			want = room < IDEM_ARRAY_SIZE(msgs) ? room : IDEM_ARRAY_SIZE(msgs);
-			if (want > (size_t)budget)
-				want = (size_t)budget;
-			n = rd_kafka_consume_batch_queue(p->queue, 0, msgs, want);
-			p->drained = n < (ssize_t)want;
-			for (ssize_t k = 0; k < n; k++) {
-				if (r == IDEM_OK)
-					r = take_one(d, msgs[k], err);
-				else
-					rd_kafka_message_destroy(msgs[k]);
+			want = take_room(d, p, quantum);
+			while (got < want && can_take(d, p)) {
+				rd_kafka_message_t *rkm = rd_kafka_consume_queue(p->queue, 0);
+
+				if (rkm == NULL)
+					break;
+				got++;
+				if ((r = take_one(d, rkm, err)) != IDEM_OK)
+					return r;
 			}
-			if (r != IDEM_OK)
-				return r;
-			budget -= n > 0 ? (int)n : 0;
-			more |= !p->drained;
+			p->drained = got < want && can_take(d, p);
+			budget -= (int)got;
+			d->take_next = i + 1;
+			more |= !p->drained && can_take(d, p);
 		}
 	}
 	return r;
+}
+
+/*
+ * Schema fetches ended since the last turn (idem_schemas_answers()): the partitions waiting for
+ * a schema read their message again now rather than at their scheduled time (flush_due()).
+ * Those whose schema is still not to be had wait again, for the registry's backoff.
+ */
+static void wake_schema_waits(idem_daemon *d)
+{
+	uint64_t answers = idem_schemas_answers(d->schemas);
+	int64_t now;
+
+	if (answers == d->schema_answers)
+		return;
+	d->schema_answers = answers;
+	now = idem_mono_ms();
+	for (size_t i = 0; i < d->parts.n; i++)
+		if (d->parts.v[i]->state == IDEM_PART_SCHEMA_WAIT)
+			(void)idem_part_wake_now(d->parts.v[i], now);
 }
 
 idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
@@ -907,6 +989,7 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 		return r;
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
+	wake_schema_waits(d);
 	flush_due(d);
 	log_stats(d);
 	return IDEM_OK;

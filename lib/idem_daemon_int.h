@@ -34,8 +34,14 @@ struct idem_daemon {
 	idem_pool *pool;
 
 	struct idem_parts parts;
-	idem_schemas *schemas; /* the schema registry of avro: fields, or NULL */
-	size_t bytes_held; /* idem_part_bytes() of every partition: batch.max_bytes_total's count */
+	idem_schemas *schemas;   /* the schema registry of avro: fields, or NULL */
+	uint64_t schema_answers; /* idem_schemas_answers() when last looked at */
+	size_t take_next;        /* take_queued() begins its next round with this partition */
+	size_t flush_next;       /* flush_due() begins with this one (modulo the partitions) */
+	size_t bytes_held;
+	size_t bytes_held_max;
+	/* the most bytes_held has been */ /* idem_part_bytes() of every partition:
+	                                      batch.max_bytes_total's count */
 	struct idem_consumer_headers hdrs; /* scratch for one message's headers */
 	struct idem_daemon_stats stats;
 	int64_t last_stats_ms;

@@ -665,7 +665,8 @@ static idem_status json_read(const struct idem_field *f, const struct idem_msgvi
  * Decodes the Confluent-framed Avro @p[0..@n) (the value, @which 0, or the key, 1) into @doc
  * unless that was done already for this message. As for JSON, bytes that are not Avro of a
  * known schema are not a failure here: they set a->invalid and a->errmsg. A schema that cannot
- * be had now is: IDEM_ERR_UNAVAILABLE, with doc->retry_ms.
+ * be had now is: IDEM_ERR_UNAVAILABLE, with doc->retry_ms (and doc->pending when it is being
+ * fetched: the owner is told when that fetch ends, idem_schemas).
  */
 static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p, size_t n,
                              idem_error *err)
@@ -676,6 +677,7 @@ static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p,
 	size_t len;
 	int32_t id;
 	int retry_ms = 0;
+	enum idem_schema_answer answer;
 	idem_error e = { 0 };
 	idem_status r;
 
@@ -689,15 +691,18 @@ static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p,
 	if (doc->schema_fn == NULL)
 		return idem_error_set(err, IDEM_ERR_INVALID,
 		                      "no schema registry to read avro fields");
-	switch (doc->schema_fn(doc->schema_ctx, id, &schema, a->errmsg, sizeof(a->errmsg),
-	                       &retry_ms)) {
+	answer = doc->schema_fn(doc->schema_ctx, id, &schema, a->errmsg, sizeof(a->errmsg),
+	                        &retry_ms);
+	switch (answer) {
 	case IDEM_SCHEMA_OK:
 		break;
 	case IDEM_SCHEMA_UNKNOWN:
 		a->invalid = true;
 		return IDEM_OK;
 	case IDEM_SCHEMA_UNAVAILABLE:
+	case IDEM_SCHEMA_PENDING:
 		doc->retry_ms = retry_ms > 0 ? retry_ms : 1;
+		doc->pending = answer == IDEM_SCHEMA_PENDING;
 		r = idem_error_set(err, IDEM_ERR_UNAVAILABLE, "%s", a->errmsg);
 		a->errmsg[0] = '\0';
 		return r;

@@ -92,6 +92,7 @@ enum idem_schema_answer {
 	IDEM_SCHEMA_OK = 0,
 	IDEM_SCHEMA_UNKNOWN,     /* the id has no Avro schema: the message cannot be read */
 	IDEM_SCHEMA_UNAVAILABLE, /* cannot tell now */
+	IDEM_SCHEMA_PENDING,     /* being fetched (off the caller's thread): ask again when told */
 };
 typedef enum idem_schema_answer idem_schema_fn(void *ctx, int32_t id, idem_avro_schema **ret_schema,
                                                char *why, size_t whylen, int *ret_retry_ms);
@@ -122,6 +123,7 @@ struct idem_jsondoc {
 	idem_schema_fn *schema_fn;   /* set by the owner when a route reads avro: fields */
 	void *schema_ctx;
 	int retry_ms; /* after IDEM_ERR_UNAVAILABLE: when to try the message again */
+	bool pending; /* ... and the schema is being fetched: not a failure (yet) */
 };
 
 void idem_jsondoc_init(struct idem_jsondoc *doc);

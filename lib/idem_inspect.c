@@ -512,7 +512,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 	rd_kafka_resp_err_t e;
 
 	idem_jsondoc_init(&scratch.doc);
-	if ((r = idem_schemas_open(cfg, &schemas, err)) != IDEM_OK)
+	if ((r = idem_schemas_open(cfg, NULL, NULL, &schemas, err)) != IDEM_OK)
 		goto out;
 	idem_schemas_attach(schemas, &scratch.doc);
 	rd_kafka_topic_partition_list_add(list, plan->topic, plan->partition)->offset = plan->from;

@@ -78,7 +78,7 @@ struct idem_metrics {
 	idem_metrics_probe_fn connected_fn; /* asked at each request */
 	const void *connected_arg;
 	size_t workers, in_flight, held;
-	size_t bytes_budget, bytes_held;
+	size_t bytes_budget, bytes_held, bytes_held_max;
 	double oldest_claim_age;
 	bool outbox; /* the relay runs: its metrics are shown */
 	int64_t outbox_pending;
@@ -379,13 +379,14 @@ void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, siz
 	pthread_mutex_unlock(&m->lock);
 }
 
-void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held)
+void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held, size_t held_max)
 {
 	if (m == NULL)
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->bytes_budget = budget;
 	m->bytes_held = held;
+	m->bytes_held_max = held_max;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -697,8 +698,9 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_batch_bytes_budget Bytes all batches may hold before partitions pause (batch.max_bytes_total).\n# TYPE idemd_batch_bytes_budget gauge\nidemd_batch_bytes_budget %zu\n"
-	            "# HELP idemd_batch_bytes_held Bytes of messages held in batches, filling or in flight.\n# TYPE idemd_batch_bytes_held gauge\nidemd_batch_bytes_held %zu\n",
-	            m->bytes_budget, m->bytes_held) ||
+	            "# HELP idemd_batch_bytes_held Bytes of messages held in batches, filling or in flight.\n# TYPE idemd_batch_bytes_held gauge\nidemd_batch_bytes_held %zu\n"
+	            "# HELP idemd_batch_bytes_held_max The most bytes batches held at once since start: at most the budget plus one message.\n# TYPE idemd_batch_bytes_held_max gauge\nidemd_batch_bytes_held_max %zu\n",
+	            m->bytes_budget, m->bytes_held, m->bytes_held_max) ||
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_ready Whether idemd is connected to Postgres, assigned partitions and none is halted (what /readyz answers).\n# TYPE idemd_ready gauge\nidemd_ready %d\n",

@@ -104,7 +104,7 @@ void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted);
 void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held);
 /* Bytes held in batches (idem_part_bytes() of every partition) and their budget,
  * batch.max_bytes_total. */
-void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held);
+void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held, size_t held_max);
 /* Age in seconds of the oldest claim kept (retention), < 0 if unknown. */
 void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds);
 /* The outbox relay: rows pending and the age of the oldest in seconds (0 when none). */

@@ -79,8 +79,9 @@ idem_status idem_parts_assign(struct idem_parts *ps, const struct idem_cfg *cfg,
 		part_free(p);
 		return IDEM_ERR_NOMEM;
 	}
-	idem_schemas_attach(ps->schemas, &p->batch.doc);
-	idem_schemas_attach(ps->schemas, &p->inflight.doc);
+	/* The consumer thread never waits on the registry (ARCHITECTURE.md "Avro"). */
+	idem_schemas_attach_async(ps->schemas, &p->batch.doc);
+	idem_schemas_attach_async(ps->schemas, &p->inflight.doc);
 	p->partition = partition;
 	p->route = route;
 	p->fetch_next = -1;

@@ -370,7 +370,7 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 		r = idem_error_nomem(err);
 		goto out_done;
 	}
-	if ((r = idem_schemas_open(cfg, &schemas, err)) != IDEM_OK)
+	if ((r = idem_schemas_open(cfg, NULL, NULL, &schemas, err)) != IDEM_OK)
 		goto out_done;
 	idem_schemas_attach(schemas, &b.doc);
 	entry_view(e, hdrs, &view);

@@ -14,6 +14,16 @@
  * generation to change and take its answer; while they wait the entry is pinned (never
  * evicted). The HTTP request itself runs without the lock, on a curl easy handle taken from a
  * small pool so that connections to the registry are reused.
+ *
+ * peek() fetches in the background: it marks the entry fetching (the same flag get() sets, so
+ * a get() of the id waits for that fetch), puts it on a queue and returns. IDEM_REGISTRY_FETCHERS
+ * threads, started at the first need, take ids from the queue and run the very fetch, parse and
+ * store of get(), then call opts.notify. Two, not one: a request that hangs until timeout_ms
+ * does not hold up every other id; not more: there is one registry, two idle connections are
+ * kept, and a configuration reads few schemas. A queued entry is not in an LRU list, so it is
+ * never evicted while it waits. Closing sets reg->closing, which every transfer's progress
+ * callback reads, so a hanging request is aborted within libcurl's progress interval (about a
+ * second at most).
  */
 #include "idem_registry.h"
 
@@ -23,33 +33,39 @@
 #include <json-c/json.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "idem_log.h"
+#include "idem_url.h"
 
 /* Easy handles kept between fetches (each keeps its connections open). */
 #define IDEM_REGISTRY_IDLE_CONNS 2
+/* Background fetcher threads (why two: the comment above). */
+#define IDEM_REGISTRY_FETCHERS 2
+/* How much of an answer that is not the registry's a message quotes. */
+#define IDEM_REGISTRY_QUOTE_BYTES 80
 
 /* Tests shrink these (IDEM_TESTABLE); a registry reads them once, in idem_registry_new(). */
 IDEM_TESTABLE size_t idem__registry_max_schemas = IDEM_REGISTRY_MAX_SCHEMAS;
 IDEM_TESTABLE int64_t idem__registry_unknown_keep_ms = IDEM_REGISTRY_UNKNOWN_KEEP_MS;
 IDEM_TESTABLE size_t idem__registry_max_answer = IDEM_REGISTRY_MAX_ANSWER_BYTES;
 
-IDEM_TESTABLE char *idem__registry_url_redact(const char *url);
-
 struct idem_registry_entry {
 	int32_t id;
-	bool fetching;                    /* a thread is asking the registry now */
-	enum idem_registry_answer answer; /* of the last fetch */
-	void *obj;                        /* OK: the cache's reference */
-	char *why;                        /* UNKNOWN, UNAVAILABLE (NULL if out of memory) */
-	int64_t until_ms;                 /* UNKNOWN, UNAVAILABLE: no request before this */
-	int failures;                     /* consecutive UNAVAILABLE fetches */
-	unsigned int waiters;             /* threads waiting for this fetch: pinned */
-	uint64_t gen;                     /* fetches ended */
+	bool fetching;                     /* a thread is asking the registry now, or queued */
+	bool peeked;                       /* peek() answered PENDING for this fetch: notify */
+	enum idem_registry_answer answer;  /* of the last fetch */
+	void *obj;                         /* OK: the cache's reference */
+	char *why;                         /* UNKNOWN, UNAVAILABLE (NULL if out of memory) */
+	int64_t until_ms;                  /* UNKNOWN, UNAVAILABLE: no request before this */
+	int failures;                      /* consecutive UNAVAILABLE fetches */
+	unsigned int waiters;              /* threads waiting for this fetch: pinned */
+	uint64_t gen;                      /* fetches ended */
+	struct idem_registry_entry *qnext; /* queued for a fetcher thread */
 	struct idem_registry_entry *hnext;
 	struct idem_registry_entry *prev, *next; /* in an LRU list unless fetching */
 };
@@ -71,8 +87,7 @@ struct idem_registry_conn {
 };
 
 struct idem_registry {
-	char *url;       /* for requests, without a trailing '/' */
-	char *url_shown; /* for messages: without user information */
+	char *url; /* for requests and messages (it holds no credentials), without a trailing '/' */
 	char *username;
 	char *password;
 	int timeout_ms;
@@ -85,9 +100,16 @@ struct idem_registry {
 	int64_t unknown_keep_ms;
 	size_t max_answer;
 	struct curl_slist *headers;
+	void (*notify)(void *ctx);
+	void *notify_ctx;
+	atomic_bool closing; /* idem_registry_free() began: transfers abort, fetchers end */
 
-	pthread_mutex_t mu; /* everything below */
-	pthread_cond_t cv;  /* a fetch ended */
+	pthread_mutex_t mu;                                  /* everything below */
+	pthread_cond_t cv;                                   /* a fetch ended */
+	pthread_cond_t work_cv;                              /* an id was queued, or closing */
+	struct idem_registry_entry *queue_head, *queue_tail; /* for the fetcher threads */
+	pthread_t fetchers[IDEM_REGISTRY_FETCHERS];
+	size_t nfetchers; /* started */
 	struct idem_registry_entry **buckets;
 	size_t nbuckets; /* a power of 2 */
 	struct idem_registry_lru ok;
@@ -122,128 +144,25 @@ idem_status idem_registry_global_init(idem_error *err)
 	return IDEM_OK;
 }
 
-/*
- * The URL without its user information ("https://u:p@host/x" -> "https://host/x"), as a new
- * string. Works on any text, so that even a URL rejected for its scheme is printed safely.
- */
-IDEM_TESTABLE char *idem__registry_url_redact(const char *url)
+/* @url checked by the one URL reader (idem_url.h); *ret_base is what requests go to. */
+static idem_status idem_registry_url_check(const char *url, char **ret_base, idem_error *err)
 {
-	const char *sep = strstr(url, "://");
-	size_t start = sep != NULL ? (size_t)(sep - url) + 3 : 0;
-	size_t end = start + strcspn(url + start, "/?#");
-	size_t at = 0;
-	bool has_at = false;
-	char *out;
+	struct idem_url u;
+	char why[600];
+	idem_status r = idem_url_parse(url, &u, why, sizeof(why));
 
-	for (size_t i = start; i < end; i++) {
-		if (url[i] == '@') {
-			at = i;
-			has_at = true;
-		}
-	}
-	if (!has_at)
-		return strdup(url);
-	out = malloc(strlen(url) + 1);
-	if (out == NULL)
-		return NULL;
-	memcpy(out, url, start);
-	strcpy(out + start, url + at + 1);
-	return out;
-}
-
-/* Check @url's form; on success *ret_base is it without trailing '/', *ret_shown redacted. */
-static idem_status idem_registry_url_check(const char *url, char **ret_base, char **ret_shown,
-                                           idem_error *err)
-{
-	char *shown = idem__registry_url_redact(url);
-	const char *auth, *host, *port;
-	size_t auth_len, at, host_len, len;
-	char *base;
-	idem_status r;
-
-	if (shown == NULL)
+	if (r == IDEM_ERR_NOMEM)
 		return idem_error_nomem(err);
-	if (strncasecmp(url, "http://", 7) == 0) {
-		auth = url + 7;
-	} else if (strncasecmp(url, "https://", 8) == 0) {
-		auth = url + 8;
-	} else {
-		r = idem_error_set(err, IDEM_ERR_CONFIG,
-		                   "schema_registry.url '%s' must start with http:// or https://",
-		                   shown);
-		goto out_free_shown;
-	}
-	for (const char *p = url; *p != '\0'; p++) {
-		if ((unsigned char)*p <= ' ' || *p == 0x7f) {
-			r = idem_error_set(
-			        err, IDEM_ERR_CONFIG,
-			        "schema_registry.url '%s' must not contain spaces or control characters",
-			        shown);
-			goto out_free_shown;
-		}
-	}
-	if (strpbrk(url, "?#") != NULL) {
-		r = idem_error_set(err, IDEM_ERR_CONFIG,
-		                   "schema_registry.url '%s' must not have a query or a fragment",
-		                   shown);
-		goto out_free_shown;
-	}
-	auth_len = strcspn(auth, "/");
-	at = 0;
-	for (size_t i = 0; i < auth_len; i++) {
-		if (auth[i] == '@')
-			at = i + 1;
-	}
-	host = auth + at;
-	len = auth_len - at;
-	if (len > 0 && host[0] == '[') {
-		const char *close = memchr(host, ']', len);
-
-		host_len = close != NULL ? (size_t)(close - host) + 1 : len;
-		if (close == NULL || host_len == 2) {
-			r = idem_error_set(err, IDEM_ERR_CONFIG,
-			                   "schema_registry.url '%s' has no valid host", shown);
-			goto out_free_shown;
-		}
-	} else {
-		const char *colon = memchr(host, ':', len);
-
-		host_len = colon != NULL ? (size_t)(colon - host) : len;
-	}
-	if (host_len == 0) {
-		r = idem_error_set(err, IDEM_ERR_CONFIG, "schema_registry.url '%s' has no host",
-		                   shown);
-		goto out_free_shown;
-	}
-	port = host + host_len;
-	if (port < host + len) {
-		size_t digits = (size_t)(host + len - port) - 1;
-		long v = 0;
-
-		if (*port != ':' || digits == 0 || digits > 5 ||
-		    strspn(port + 1, "0123456789") < digits ||
-		    (v = strtol(port + 1, NULL, 10)) < 1 || v > 65535) {
-			r = idem_error_set(err, IDEM_ERR_CONFIG,
-			                   "schema_registry.url '%s' has an invalid port", shown);
-			goto out_free_shown;
-		}
-	}
-	base = strdup(url);
-	if (base == NULL) {
-		r = idem_error_nomem(err);
-		goto out_free_shown;
-	}
-	for (len = strlen(base); len > 0 && base[len - 1] == '/'; len--)
-		base[len - 1] = '\0';
-	for (len = strlen(shown); len > 0 && shown[len - 1] == '/'; len--)
-		shown[len - 1] = '\0';
-	*ret_base = base;
-	*ret_shown = shown;
+	if (r != IDEM_OK)
+		return idem_error_set(
+		        err, IDEM_ERR_CONFIG, "schema_registry.url %s%s", why,
+		        idem_url_has_credentials(url)
+		                ? " (use schema_registry.username and schema_registry.password_file)"
+		                : "");
+	*ret_base = u.base;
+	u.base = NULL;
+	idem_url_done(&u);
 	return IDEM_OK;
-
-out_free_shown:
-	free(shown);
-	return r;
 }
 
 static char *idem_registry_strdup_opt(const char *s, bool *nomem)
@@ -285,6 +204,15 @@ idem_status idem_registry_new(const struct idem_registry_opts *opts, idem_regist
 		free(reg);
 		return idem_error_nomem(err);
 	}
+	if (idem_cond_init(&reg->work_cv) != 0) {
+		pthread_cond_destroy(&reg->cv);
+		pthread_mutex_destroy(&reg->mu);
+		free(reg);
+		return idem_error_nomem(err);
+	}
+	atomic_init(&reg->closing, false);
+	reg->notify = opts->notify;
+	reg->notify_ctx = opts->notify_ctx;
 	reg->timeout_ms = opts->timeout_ms;
 	reg->retry_initial_ms = opts->retry_initial_ms;
 	reg->retry_max_ms = opts->retry_max_ms > opts->retry_initial_ms ? opts->retry_max_ms
@@ -296,7 +224,7 @@ idem_status idem_registry_new(const struct idem_registry_opts *opts, idem_regist
 	reg->unknown_keep_ms = idem__registry_unknown_keep_ms;
 	reg->max_answer = idem__registry_max_answer;
 	reg->seed = (unsigned int)idem_mono_us() ^ (unsigned int)(uintptr_t)reg;
-	r = idem_registry_url_check(opts->url, &reg->url, &reg->url_shown, err);
+	r = idem_registry_url_check(opts->url, &reg->url, err);
 	if (r != IDEM_OK)
 		goto out_free_reg;
 	if (opts->username != NULL) {
@@ -350,12 +278,21 @@ void idem_registry_free(idem_registry *reg)
 {
 	if (reg == NULL)
 		return;
+	/* Stop the fetchers: an id being fetched has its transfer aborted, queued ids are dropped
+	 * with the table below. */
+	pthread_mutex_lock(&reg->mu);
+	atomic_store(&reg->closing, true);
+	pthread_cond_broadcast(&reg->work_cv);
+	pthread_mutex_unlock(&reg->mu);
+	for (size_t i = 0; i < reg->nfetchers; i++)
+		pthread_join(reg->fetchers[i], NULL);
+	reg->queue_head = reg->queue_tail = NULL;
 	for (size_t i = 0; reg->buckets != NULL && i < reg->nbuckets; i++) {
 		struct idem_registry_entry *e = reg->buckets[i], *next;
 
 		for (; e != NULL; e = next) {
 			next = e->hnext;
-			assert(!e->fetching && e->waiters == 0); /* no get() may run now */
+			assert(e->waiters == 0); /* no get() may run now */
 			idem_registry_entry_free(reg, e);
 		}
 	}
@@ -368,13 +305,13 @@ void idem_registry_free(idem_registry *reg)
 	curl_slist_free_all(reg->headers);
 	free(reg->buckets);
 	free(reg->url);
-	free(reg->url_shown);
 	free(reg->username);
 	if (reg->password != NULL) {
 		/* Not for secrecy against this process, only to keep it out of core files. */
 		memset(reg->password, 0, strlen(reg->password));
 		free(reg->password);
 	}
+	pthread_cond_destroy(&reg->work_cv);
 	pthread_cond_destroy(&reg->cv);
 	pthread_mutex_destroy(&reg->mu);
 	free(reg);
@@ -500,7 +437,21 @@ static size_t idem_registry_write(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
-static struct idem_registry_conn *idem_registry_conn_new(const idem_registry *reg)
+/* Aborts a transfer once the registry is closing (called by libcurl about once a second at
+ * least, more often while bytes move). */
+static int idem_registry_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow,
+                                  curl_off_t ultotal, curl_off_t ulnow)
+{
+	idem_registry *reg = arg;
+
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	return atomic_load(&reg->closing) ? 1 : 0;
+}
+
+static struct idem_registry_conn *idem_registry_conn_new(idem_registry *reg)
 {
 	struct idem_registry_conn *conn = calloc(1, sizeof(*conn));
 	CURL *c;
@@ -522,6 +473,9 @@ static struct idem_registry_conn *idem_registry_conn_new(const idem_registry *re
 	      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, idem_registry_write) != CURLE_OK ||
 	      curl_easy_setopt(c, CURLOPT_WRITEDATA, conn) != CURLE_OK ||
 	      curl_easy_setopt(c, CURLOPT_ERRORBUFFER, conn->errbuf) != CURLE_OK ||
+	      curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK ||
+	      curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, idem_registry_progress) != CURLE_OK ||
+	      curl_easy_setopt(c, CURLOPT_XFERINFODATA, reg) != CURLE_OK ||
 	      curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)reg->max_answer) !=
 	              CURLE_OK ||
 #ifdef IDEM_VERSION
@@ -618,22 +572,26 @@ static json_object *idem_registry_json(const struct idem_buf *body)
 }
 
 /*
- * " (error_code 40403: Schema not found)" from a registry's error body, or "". Control
- * characters from the server become '?' (the text ends up in log lines).
+ * The registry's error body: a JSON object with an integer "error_code". Then *ret_code is
+ * it and @out " (error_code 40403: Schema not found)"; control characters from the server
+ * become '?' (the text ends up in log lines). false (and @out "") for any other body.
  */
-static void idem_registry_error_detail(const struct idem_buf *body, char *out, size_t outlen)
+static bool idem_registry_error_detail(const struct idem_buf *body, char *out, size_t outlen,
+                                       int64_t *ret_code)
 {
 	json_object *doc = idem_registry_json(body), *code = NULL, *msg = NULL;
 	char text[200] = "";
+	bool registry = false;
 
 	out[0] = '\0';
 	if (doc == NULL)
-		return;
-	if (json_object_is_type(doc, json_type_object)) {
-		json_object_object_get_ex(doc, "error_code", &code);
+		return false;
+	if (json_object_is_type(doc, json_type_object) &&
+	    json_object_object_get_ex(doc, "error_code", &code) &&
+	    json_object_is_type(code, json_type_int)) {
+		registry = true;
+		*ret_code = (int64_t)json_object_get_int64(code);
 		json_object_object_get_ex(doc, "message", &msg);
-		if (!json_object_is_type(code, json_type_int))
-			code = NULL;
 		if (!json_object_is_type(msg, json_type_string))
 			msg = NULL;
 		if (msg != NULL)
@@ -642,16 +600,54 @@ static void idem_registry_error_detail(const struct idem_buf *body, char *out, s
 			if ((unsigned char)*p < ' ' || *p == 0x7f)
 				*p = '?';
 		}
-		if (code != NULL && msg != NULL)
-			snprintf(out, outlen, " (error_code %" PRId64 ": %s)",
-			         (int64_t)json_object_get_int64(code), text);
-		else if (code != NULL)
-			snprintf(out, outlen, " (error_code %" PRId64 ")",
-			         (int64_t)json_object_get_int64(code));
-		else if (msg != NULL)
-			snprintf(out, outlen, " (%s)", text);
+		if (msg != NULL)
+			snprintf(out, outlen, " (error_code %" PRId64 ": %s)", *ret_code, text);
+		else
+			snprintf(out, outlen, " (error_code %" PRId64 ")", *ret_code);
 	}
 	json_object_put(doc);
+	return registry;
+}
+
+/*
+ * ", answer '<html>...'" quoting the first IDEM_REGISTRY_QUOTE_BYTES of an answer that is not
+ * the registry's, so that a proxy's page or a wrong path can be told from the log; or
+ * ", empty answer". Printable ASCII is kept; '\\', '\'' and every other byte are escaped
+ * ("\\x0a"), so a server cannot forge a log line. "..." after the quote: there was more.
+ */
+IDEM_TESTABLE void idem__registry_quote(const char *data, size_t len, char *out, size_t outlen);
+
+IDEM_TESTABLE void idem__registry_quote(const char *data, size_t len, char *out, size_t outlen)
+{
+	size_t n, take = len < IDEM_REGISTRY_QUOTE_BYTES ? len : IDEM_REGISTRY_QUOTE_BYTES;
+	static const char hex[] = "0123456789abcdef";
+
+	if (outlen == 0)
+		return;
+	if (len == 0) {
+		snprintf(out, outlen, ", empty answer");
+		return;
+	}
+	n = (size_t)snprintf(out, outlen, ", answer '");
+	if (n >= outlen)
+		return;
+	for (size_t i = 0; i < take && n + 5 < outlen; i++) {
+		unsigned char c = (unsigned char)data[i];
+
+		if (c >= ' ' && c < 0x7f && c != '\\' && c != '\'') {
+			out[n++] = (char)c;
+		} else if (c == '\\' || c == '\'') {
+			out[n++] = '\\';
+			out[n++] = (char)c;
+		} else {
+			out[n++] = '\\';
+			out[n++] = 'x';
+			out[n++] = hex[c >> 4];
+			out[n++] = hex[c & 15];
+		}
+	}
+	out[n] = '\0';
+	snprintf(out + n, outlen - n, "'%s", len > take ? "..." : "");
 }
 
 /* A 200 answer: the registry's JSON, an Avro schema without references, that parses. */
@@ -667,10 +663,13 @@ static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_co
 	if (doc == NULL || !json_object_is_type(doc, json_type_object) ||
 	    !json_object_object_get_ex(doc, "schema", &schema) ||
 	    !json_object_is_type(schema, json_type_string)) {
+		char quote[IDEM_REGISTRY_QUOTE_BYTES * 4 + 32];
+
+		idem__registry_quote(conn->body.data, conn->body.len, quote, sizeof(quote));
 		idem_registry_result_set(
 		        res, IDEM_REGISTRY_UNAVAILABLE,
-		        "schema id %d: registry %s answered 200 OK without the registry's JSON (an object with a \"schema\" string)",
-		        (int)id, reg->url_shown);
+		        "schema id %d: registry %s answered 200 OK without the registry's JSON (an object with a \"schema\" string)%s",
+		        (int)id, reg->url, quote);
 		goto out_put_doc;
 	}
 	if (json_object_object_get_ex(doc, "schemaType", &type) &&
@@ -681,7 +680,7 @@ static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_co
 			idem_registry_result_set(
 			        res, IDEM_REGISTRY_UNAVAILABLE,
 			        "schema id %d: registry %s answered a \"schemaType\" that is not a string",
-			        (int)id, reg->url_shown);
+			        (int)id, reg->url);
 			goto out_put_doc;
 		}
 		t = json_object_get_string(type);
@@ -704,7 +703,7 @@ static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_co
 			idem_registry_result_set(
 			        res, IDEM_REGISTRY_UNAVAILABLE,
 			        "schema id %d: registry %s answered \"references\" that are not an array",
-			        (int)id, reg->url_shown);
+			        (int)id, reg->url);
 			goto out_put_doc;
 		}
 		if (json_object_array_length(refs) > 0) {
@@ -736,7 +735,7 @@ static void idem_registry_fetch(idem_registry *reg, struct idem_registry_conn *c
                                 struct idem_registry_result *res)
 {
 	char url[2048 + 32];
-	char detail[300];
+	char detail[IDEM_REGISTRY_QUOTE_BYTES * 4 + 32];
 	long status = 0;
 	CURLcode rc;
 	bool too_big;
@@ -747,14 +746,14 @@ static void idem_registry_fetch(idem_registry *reg, struct idem_registry_conn *c
 		idem_registry_result_set(
 		        res, IDEM_REGISTRY_UNAVAILABLE,
 		        "schema id %d: cannot set up a request to %s: out of memory", (int)id,
-		        reg->url_shown);
+		        reg->url);
 		return;
 	}
 	if ((size_t)snprintf(url, sizeof(url), "%s/schemas/ids/%d", reg->url, (int)id) >=
 	    sizeof(url)) {
 		idem_registry_result_set(res, IDEM_REGISTRY_UNAVAILABLE,
 		                         "schema id %d: registry URL %s is too long", (int)id,
-		                         reg->url_shown);
+		                         reg->url);
 		return;
 	}
 	idem_buf_reset(&conn->body);
@@ -764,10 +763,10 @@ static void idem_registry_fetch(idem_registry *reg, struct idem_registry_conn *c
 		idem_registry_result_set(
 		        res, IDEM_REGISTRY_UNAVAILABLE,
 		        "schema id %d: cannot set up a request to %s: out of memory", (int)id,
-		        reg->url_shown);
+		        reg->url);
 		return;
 	}
-	idem_log_debug("registry", "schema id %d: asking %s", (int)id, reg->url_shown);
+	idem_log_debug("registry", "schema id %d: asking %s", (int)id, reg->url);
 	rc = curl_easy_perform(conn->curl);
 	curl_easy_getinfo(conn->curl, CURLINFO_RESPONSE_CODE, &status);
 	too_big = conn->too_big || rc == CURLE_FILESIZE_EXCEEDED;
@@ -775,12 +774,12 @@ static void idem_registry_fetch(idem_registry *reg, struct idem_registry_conn *c
 	if (conn->nomem) {
 		idem_registry_result_set(res, IDEM_REGISTRY_UNAVAILABLE,
 		                         "schema id %d: out of memory reading the answer of %s",
-		                         (int)id, reg->url_shown);
+		                         (int)id, reg->url);
 	} else if (too_big && status == 200) {
 		/* The answer for an id does not change: a larger one will stay larger. */
 		idem_registry_result_set(res, IDEM_REGISTRY_UNKNOWN,
 		                         "schema id %d: answer of %s is larger than %zu bytes",
-		                         (int)id, reg->url_shown, reg->max_answer);
+		                         (int)id, reg->url, reg->max_answer);
 	} else if (rc != CURLE_OK && !too_big) {
 		const char *what = conn->errbuf[0] != '\0' ? conn->errbuf : curl_easy_strerror(rc);
 		bool reach = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
@@ -793,38 +792,185 @@ static void idem_registry_fetch(idem_registry *reg, struct idem_registry_conn *c
 		    curl_easy_getinfo(conn->curl, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK &&
 		    os_errno != 0 && strerror_r((int)os_errno, oserr, sizeof(oserr)) == 0)
 			what = oserr;
-		if (reach)
+		if (rc == CURLE_ABORTED_BY_CALLBACK)
+			idem_registry_result_set(res, IDEM_REGISTRY_UNAVAILABLE,
+			                         "schema id %d: request to %s stopped: closing",
+			                         (int)id, reg->url);
+		else if (reach)
 			idem_registry_result_set(res, IDEM_REGISTRY_UNAVAILABLE,
 			                         "schema id %d: cannot reach %s: %s", (int)id,
-			                         reg->url_shown, what);
+			                         reg->url, what);
 		else
 			idem_registry_result_set(res, IDEM_REGISTRY_UNAVAILABLE,
 			                         "schema id %d: request to %s failed: %s", (int)id,
-			                         reg->url_shown, what);
+			                         reg->url, what);
 	} else if (status == 200) {
 		idem_registry_answer_200(reg, conn, id, res);
 	} else {
 		const char *reason = idem_registry_reason(status);
+		int64_t code = 0;
+		bool registry = !too_big && idem_registry_error_detail(&conn->body, detail,
+		                                                       sizeof(detail), &code);
 
-		if (too_big)
-			detail[0] = '\0';
-		else
-			idem_registry_error_detail(&conn->body, detail, sizeof(detail));
-		idem_registry_result_set(
-		        res, status == 404 ? IDEM_REGISTRY_UNKNOWN : IDEM_REGISTRY_UNAVAILABLE,
-		        "schema id %d: registry %s answered %ld%s%s%s", (int)id, reg->url_shown,
-		        status, reason[0] != '\0' ? " " : "", reason, detail);
+		/*
+		 * Only the registry itself saying "not found" (its JSON, error_code 404xx: subject,
+		 * version or schema not found) is an answer about the id. Any other 404 comes from
+		 * something else (a proxy's page, a wrong base path: Jersey's error_code 404) and
+		 * says nothing about the id: ask again later.
+		 */
+		if (!registry)
+			idem__registry_quote(conn->body.data, conn->body.len, detail,
+			                     sizeof(detail));
+		idem_registry_result_set(res,
+		                         status == 404 && registry && code >= 40400 && code <= 40499
+		                                 ? IDEM_REGISTRY_UNKNOWN
+		                                 : IDEM_REGISTRY_UNAVAILABLE,
+		                         "schema id %d: registry %s answered %ld%s%s%s", (int)id,
+		                         reg->url, status, reason[0] != '\0' ? " " : "", reason,
+		                         detail);
 	}
 	/* A schema can be megabytes: do not keep that much per idle handle. */
 	idem_buf_done(&conn->body);
 	if (res->answer == IDEM_REGISTRY_OK)
-		idem_log_debug("registry", "schema id %d: fetched from %s", (int)id,
-		               reg->url_shown);
+		idem_log_debug("registry", "schema id %d: fetched from %s", (int)id, reg->url);
 	else
 		idem_log_debug("registry", "%s", res->why);
 }
 
-/* --- get --- */
+/* --- get, peek and the fetcher threads --- */
+
+/* The entry of @id, made (not yet in a list) if new; NULL when out of memory. */
+static struct idem_registry_entry *idem_registry_entry_of(idem_registry *reg, int32_t id)
+{
+	struct idem_registry_entry *e = idem_registry_lookup(reg, id);
+
+	if (e != NULL)
+		return e;
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return NULL;
+	e->id = id;
+	e->hnext = reg->buckets[idem_registry_bucket(reg, id)];
+	reg->buckets[idem_registry_bucket(reg, id)] = e;
+	return e;
+}
+
+static enum idem_registry_answer idem_registry_nomem(idem_registry *reg, int32_t id, char *why,
+                                                     size_t whylen, int *ret_retry_ms)
+{
+	if (why != NULL && whylen > 0)
+		snprintf(why, whylen, "schema id %d: out of memory", (int)id);
+	if (ret_retry_ms != NULL)
+		*ret_retry_ms = reg->retry_initial_ms;
+	return IDEM_REGISTRY_UNAVAILABLE;
+}
+
+/*
+ * The cached answer of @e if it still holds (an OK, an UNKNOWN within its keep time, an
+ * UNAVAILABLE within its backoff), touching its LRU position; false if the id must be asked
+ * again, in which case @e is taken out of its list. @e is not being fetched.
+ */
+static bool idem_registry_cached(idem_registry *reg, struct idem_registry_entry *e, int64_t now,
+                                 bool is_new, void **ret_obj, char *why, size_t whylen,
+                                 int *ret_retry_ms, enum idem_registry_answer *ret_answer)
+{
+	struct idem_registry_lru *l;
+
+	if (is_new)
+		return false;
+	l = idem_registry_list_of(reg, e);
+	idem_registry_lru_remove(l, e);
+	if (e->answer == IDEM_REGISTRY_OK || now < e->until_ms) {
+		idem_registry_lru_push(l, e);
+		*ret_answer = idem_registry_reply(reg, e, now, ret_obj, why, whylen, ret_retry_ms);
+		return true;
+	}
+	/* An UNKNOWN kept long enough, or an UNAVAILABLE whose wait is over: ask again. */
+	return false;
+}
+
+/*
+ * Store the outcome of a fetch of @e (get() and the fetchers alike): its answer, its keep time
+ * or backoff, back into an LRU list, and wake the threads waiting for it. The caller evicts
+ * afterwards (after taking its own reply, as @e may be evicted).
+ */
+static void idem_registry_store(idem_registry *reg, struct idem_registry_entry *e,
+                                const struct idem_registry_result *res, int64_t now)
+{
+	free(e->why);
+	e->why = NULL;
+	e->answer = res->answer;
+	e->fetching = false;
+	e->peeked = false;
+	switch (res->answer) {
+	case IDEM_REGISTRY_OK:
+		e->obj = res->obj;
+		e->failures = 0;
+		break;
+	case IDEM_REGISTRY_UNKNOWN:
+		reg->stats.unknown++;
+		e->why = strdup(res->why);
+		e->until_ms = now + reg->unknown_keep_ms;
+		e->failures = 0;
+		break;
+	case IDEM_REGISTRY_UNAVAILABLE:
+	case IDEM_REGISTRY_PENDING: /* not an outcome; kept apart for the compiler */
+		e->answer = IDEM_REGISTRY_UNAVAILABLE;
+		reg->stats.failures++;
+		e->why = strdup(res->why);
+		e->failures++;
+		e->until_ms = now + idem_backoff_ms(reg->retry_initial_ms, reg->retry_max_ms,
+		                                    e->failures, &reg->seed);
+		break;
+	}
+	e->gen++;
+	idem_registry_lru_push(idem_registry_list_of(reg, e), e);
+	if (e->waiters > 0)
+		pthread_cond_broadcast(&reg->cv);
+}
+
+/* Evict beyond the limits (reg->mu held); the entries to free go on *@gone. */
+static void idem_registry_trim(idem_registry *reg, struct idem_registry_entry **gone)
+{
+	idem_registry_evict(reg, &reg->ok, gone);
+	idem_registry_evict(reg, &reg->other, gone);
+	reg->stats.cached = reg->ok.n;
+}
+
+static void idem_registry_free_gone(idem_registry *reg, struct idem_registry_entry *gone)
+{
+	while (gone != NULL) {
+		struct idem_registry_entry *e = gone;
+
+		gone = e->hnext;
+		idem_registry_entry_free(reg, e);
+	}
+}
+
+/* An idle easy handle, or NULL (make one without the lock). reg->mu held. */
+static struct idem_registry_conn *idem_registry_conn_take(idem_registry *reg)
+{
+	struct idem_registry_conn *conn = reg->idle;
+
+	if (conn != NULL) {
+		reg->idle = conn->next;
+		reg->nidle--;
+	}
+	return conn;
+}
+
+/* Keep @conn for the next fetch if there is room; else it is returned, to free unlocked. */
+static struct idem_registry_conn *idem_registry_conn_give(idem_registry *reg,
+                                                          struct idem_registry_conn *conn)
+{
+	if (conn != NULL && reg->nidle < IDEM_REGISTRY_IDLE_CONNS) {
+		conn->next = reg->idle;
+		reg->idle = conn;
+		reg->nidle++;
+		conn = NULL;
+	}
+	return conn;
+}
 
 enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void **ret_obj,
                                             char *why, size_t whylen, int *ret_retry_ms)
@@ -833,28 +979,21 @@ enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void
 	struct idem_registry_conn *conn;
 	struct idem_registry_result res;
 	enum idem_registry_answer answer;
+	bool is_new, peeked;
 	int64_t now;
 
 	pthread_mutex_lock(&reg->mu);
-	e = idem_registry_lookup(reg, id);
+	is_new = idem_registry_lookup(reg, id) == NULL;
+	e = idem_registry_entry_of(reg, id);
 	now = idem_mono_ms();
 	if (e == NULL) {
-		e = calloc(1, sizeof(*e));
-		if (e == NULL) {
-			pthread_mutex_unlock(&reg->mu);
-			if (why != NULL && whylen > 0)
-				snprintf(why, whylen, "schema id %d: out of memory", (int)id);
-			if (ret_retry_ms != NULL)
-				*ret_retry_ms = reg->retry_initial_ms;
-			return IDEM_REGISTRY_UNAVAILABLE;
-		}
-		e->id = id;
-		e->hnext = reg->buckets[idem_registry_bucket(reg, id)];
-		reg->buckets[idem_registry_bucket(reg, id)] = e;
-	} else if (e->fetching) {
+		pthread_mutex_unlock(&reg->mu);
+		return idem_registry_nomem(reg, id, why, whylen, ret_retry_ms);
+	}
+	if (e->fetching) {
 		uint64_t gen = e->gen;
 
-		/* Single flight: take the answer of the fetch under way. */
+		/* Single flight: take the answer of the fetch under way (ours or a fetcher's). */
 		e->waiters++;
 		while (e->gen == gen)
 			pthread_cond_wait(&reg->cv, &reg->mu);
@@ -863,25 +1002,15 @@ enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void
 		                             ret_retry_ms);
 		pthread_mutex_unlock(&reg->mu);
 		return answer;
-	} else if (e->answer == IDEM_REGISTRY_OK || now < e->until_ms) {
-		struct idem_registry_lru *l = idem_registry_list_of(reg, e);
-
-		idem_registry_lru_remove(l, e);
-		idem_registry_lru_push(l, e);
-		answer = idem_registry_reply(reg, e, now, ret_obj, why, whylen, ret_retry_ms);
+	}
+	if (idem_registry_cached(reg, e, now, is_new, ret_obj, why, whylen, ret_retry_ms,
+	                         &answer)) {
 		pthread_mutex_unlock(&reg->mu);
 		return answer;
-	} else {
-		/* An UNKNOWN kept long enough, or an UNAVAILABLE whose wait is over: ask again. */
-		idem_registry_lru_remove(idem_registry_list_of(reg, e), e);
 	}
 	e->fetching = true;
 	reg->stats.fetches++;
-	conn = reg->idle;
-	if (conn != NULL) {
-		reg->idle = conn->next;
-		reg->nidle--;
-	}
+	conn = idem_registry_conn_take(reg);
 	pthread_mutex_unlock(&reg->mu);
 
 	if (conn == NULL)
@@ -890,52 +1019,130 @@ enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void
 
 	pthread_mutex_lock(&reg->mu);
 	now = idem_mono_ms();
-	if (conn != NULL && reg->nidle < IDEM_REGISTRY_IDLE_CONNS) {
-		conn->next = reg->idle;
-		reg->idle = conn;
-		reg->nidle++;
-		conn = NULL;
-	}
-	free(e->why);
-	e->why = NULL;
-	e->answer = res.answer;
-	e->fetching = false;
-	switch (res.answer) {
-	case IDEM_REGISTRY_OK:
-		e->obj = res.obj;
-		e->failures = 0;
-		break;
-	case IDEM_REGISTRY_UNKNOWN:
-		reg->stats.unknown++;
-		e->why = strdup(res.why);
-		e->until_ms = now + reg->unknown_keep_ms;
-		e->failures = 0;
-		break;
-	case IDEM_REGISTRY_UNAVAILABLE:
-		reg->stats.failures++;
-		e->why = strdup(res.why);
-		e->failures++;
-		e->until_ms = now + idem_backoff_ms(reg->retry_initial_ms, reg->retry_max_ms,
-		                                    e->failures, &reg->seed);
-		break;
-	}
-	e->gen++;
-	idem_registry_lru_push(idem_registry_list_of(reg, e), e);
+	conn = idem_registry_conn_give(reg, conn);
+	peeked = e->peeked;
+	idem_registry_store(reg, e, &res, now);
 	answer = idem_registry_reply(reg, e, now, ret_obj, why, whylen, ret_retry_ms);
-	if (e->waiters > 0)
-		pthread_cond_broadcast(&reg->cv);
-	idem_registry_evict(reg, &reg->ok, &gone);
-	idem_registry_evict(reg, &reg->other, &gone);
-	reg->stats.cached = reg->ok.n;
+	idem_registry_trim(reg, &gone);
 	pthread_mutex_unlock(&reg->mu);
 
 	idem_registry_conn_free(conn);
-	while (gone != NULL) {
-		e = gone;
-		gone = e->hnext;
-		idem_registry_entry_free(reg, e);
-	}
+	idem_registry_free_gone(reg, gone);
+	/* A peek() found this fetch under way and answered PENDING: tell it, as a fetcher would. */
+	if (peeked && reg->notify != NULL)
+		reg->notify(reg->notify_ctx);
 	return answer;
+}
+
+/* A fetcher thread: fetch the queued ids one by one, as get() does, until closing. */
+static void *idem_registry_fetcher(void *arg)
+{
+	idem_registry *reg = arg;
+
+	pthread_mutex_lock(&reg->mu);
+	for (;;) {
+		struct idem_registry_entry *e, *gone = NULL;
+		struct idem_registry_conn *conn;
+		struct idem_registry_result res;
+		int32_t id;
+
+		while (!atomic_load(&reg->closing) && reg->queue_head == NULL)
+			pthread_cond_wait(&reg->work_cv, &reg->mu);
+		if (atomic_load(&reg->closing))
+			break;
+		e = reg->queue_head;
+		reg->queue_head = e->qnext;
+		if (reg->queue_head == NULL)
+			reg->queue_tail = NULL;
+		e->qnext = NULL;
+		id = e->id;
+		reg->stats.fetches++;
+		conn = idem_registry_conn_take(reg);
+		pthread_mutex_unlock(&reg->mu);
+
+		if (conn == NULL)
+			conn = idem_registry_conn_new(reg);
+		idem_registry_fetch(reg, conn, id, &res);
+
+		pthread_mutex_lock(&reg->mu);
+		conn = idem_registry_conn_give(reg, conn);
+		idem_registry_store(reg, e, &res, idem_mono_ms());
+		idem_registry_trim(reg, &gone);
+		pthread_mutex_unlock(&reg->mu);
+
+		idem_registry_conn_free(conn);
+		idem_registry_free_gone(reg, gone);
+		if (reg->notify != NULL && !atomic_load(&reg->closing))
+			reg->notify(reg->notify_ctx);
+		pthread_mutex_lock(&reg->mu);
+	}
+	pthread_mutex_unlock(&reg->mu);
+	return NULL;
+}
+
+/* Start the fetcher threads if none runs yet (reg->mu held); false if none could start. */
+static bool idem_registry_fetchers_start(idem_registry *reg)
+{
+	while (reg->nfetchers < IDEM_REGISTRY_FETCHERS) {
+		if (pthread_create(&reg->fetchers[reg->nfetchers], NULL, idem_registry_fetcher,
+		                   reg) != 0)
+			break;
+		reg->nfetchers++;
+	}
+	return reg->nfetchers > 0;
+}
+
+enum idem_registry_answer idem_registry_peek(idem_registry *reg, int32_t id, void **ret_obj,
+                                             char *why, size_t whylen, int *ret_retry_ms)
+{
+	struct idem_registry_entry *e;
+	enum idem_registry_answer answer;
+	bool is_new;
+
+	pthread_mutex_lock(&reg->mu);
+	is_new = idem_registry_lookup(reg, id) == NULL;
+	e = idem_registry_entry_of(reg, id);
+	if (e == NULL) {
+		pthread_mutex_unlock(&reg->mu);
+		return idem_registry_nomem(reg, id, why, whylen, ret_retry_ms);
+	}
+	if (!e->fetching) {
+		if (idem_registry_cached(reg, e, idem_mono_ms(), is_new, ret_obj, why, whylen,
+		                         ret_retry_ms, &answer)) {
+			pthread_mutex_unlock(&reg->mu);
+			return answer;
+		}
+		e->fetching = true;
+		if (!idem_registry_fetchers_start(reg)) {
+			struct idem_registry_entry *gone = NULL;
+			struct idem_registry_result res = { .obj = NULL };
+
+			/* Stored like a failed fetch: backoff, then asked again. */
+			idem_registry_result_set(&res, IDEM_REGISTRY_UNAVAILABLE,
+			                         "schema id %d: cannot start a thread to ask %s",
+			                         (int)id, reg->url);
+			idem_registry_store(reg, e, &res, idem_mono_ms());
+			answer = idem_registry_reply(reg, e, idem_mono_ms(), ret_obj, why, whylen,
+			                             ret_retry_ms);
+			idem_registry_trim(reg, &gone);
+			pthread_mutex_unlock(&reg->mu);
+			idem_registry_free_gone(reg, gone);
+			return answer;
+		}
+		if (reg->queue_tail != NULL)
+			reg->queue_tail->qnext = e;
+		else
+			reg->queue_head = e;
+		reg->queue_tail = e;
+		pthread_cond_signal(&reg->work_cv);
+	}
+	e->peeked = true;
+	pthread_mutex_unlock(&reg->mu);
+	if (why != NULL && whylen > 0)
+		snprintf(why, whylen, "schema id %d: asking %s", (int)id, reg->url);
+	if (ret_retry_ms != NULL)
+		*ret_retry_ms = reg->timeout_ms;
+	return IDEM_REGISTRY_PENDING;
 }
 
 size_t idem_registry_retry_now(idem_registry *reg)

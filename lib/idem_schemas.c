@@ -1,9 +1,13 @@
 /*
  * idem_schemas.c - the schema registry of a configuration, as struct idem_jsondoc asks for
- * schemas: idem_registry caches parsed idem_avro_schema objects, fetched once per id.
+ * schemas: idem_registry caches parsed idem_avro_schema objects, fetched once per id. Tools ask
+ * and wait (idem_schemas_attach()); the daemon's consumer thread never waits on the network
+ * (idem_schemas_attach_async(): the registry's fetchers fetch, and @wake tells it when one
+ * ended).
  */
 #include "idem_schemas.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -11,6 +15,10 @@
 
 struct idem_schemas {
 	idem_registry *reg;
+	int timeout_ms;
+	void (*wake)(void *ctx);
+	void *wake_ctx;
+	atomic_uint_fast64_t answers; /* background fetches ended */
 };
 
 static idem_status parse_schema(const char *text, size_t len, void **ret_obj, char *why,
@@ -52,13 +60,48 @@ static enum idem_schema_answer get_schema(void *ctx, int32_t id, idem_avro_schem
 	case IDEM_REGISTRY_UNKNOWN:
 		return IDEM_SCHEMA_UNKNOWN;
 	case IDEM_REGISTRY_UNAVAILABLE:
+	case IDEM_REGISTRY_PENDING:
 		break;
 	}
 	return IDEM_SCHEMA_UNAVAILABLE;
 }
 
-idem_status idem_schemas_open(const struct idem_cfg *cfg, idem_schemas **ret_schemas,
-                              idem_error *err)
+/* As get_schema(), never waiting: an id not in the cache is fetched in the background. */
+static enum idem_schema_answer peek_schema(void *ctx, int32_t id, idem_avro_schema **ret_schema,
+                                           char *why, size_t whylen, int *ret_retry_ms)
+{
+	struct idem_schemas *s = ctx;
+	void *obj = NULL;
+
+	switch (idem_registry_peek(s->reg, id, &obj, why, whylen, ret_retry_ms)) {
+	case IDEM_REGISTRY_OK:
+		*ret_schema = obj;
+		return IDEM_SCHEMA_OK;
+	case IDEM_REGISTRY_UNKNOWN:
+		return IDEM_SCHEMA_UNKNOWN;
+	case IDEM_REGISTRY_PENDING:
+		/* At the latest when the request times out; the fetch's end wakes the owner. */
+		if (ret_retry_ms != NULL)
+			*ret_retry_ms = s->timeout_ms + 1000;
+		return IDEM_SCHEMA_PENDING;
+	case IDEM_REGISTRY_UNAVAILABLE:
+		break;
+	}
+	return IDEM_SCHEMA_UNAVAILABLE;
+}
+
+/* A background fetch ended (a fetcher thread): count it and wake the owner. */
+static void fetched(void *ctx)
+{
+	struct idem_schemas *s = ctx;
+
+	atomic_fetch_add(&s->answers, 1);
+	if (s->wake != NULL)
+		s->wake(s->wake_ctx);
+}
+
+idem_status idem_schemas_open(const struct idem_cfg *cfg, void (*wake)(void *ctx), void *wake_ctx,
+                              idem_schemas **ret_schemas, idem_error *err)
 {
 	struct idem_registry_opts opts = { 0 };
 	struct idem_schemas *s;
@@ -90,6 +133,12 @@ idem_status idem_schemas_open(const struct idem_cfg *cfg, idem_schemas **ret_sch
 	opts.parse = parse_schema;
 	opts.ref = ref_schema;
 	opts.unref = unref_schema;
+	opts.notify = fetched;
+	opts.notify_ctx = s;
+	s->timeout_ms = cfg->registry_timeout_ms;
+	s->wake = wake;
+	s->wake_ctx = wake_ctx;
+	atomic_init(&s->answers, 0);
 	r = idem_registry_new(&opts, &s->reg, err);
 	idem_secret_wipe(password, sizeof(password));
 	if (r != IDEM_OK) {
@@ -112,6 +161,17 @@ void idem_schemas_attach(idem_schemas *s, struct idem_jsondoc *doc)
 {
 	doc->schema_fn = s != NULL ? get_schema : NULL;
 	doc->schema_ctx = s;
+}
+
+void idem_schemas_attach_async(idem_schemas *s, struct idem_jsondoc *doc)
+{
+	doc->schema_fn = s != NULL ? peek_schema : NULL;
+	doc->schema_ctx = s;
+}
+
+uint64_t idem_schemas_answers(idem_schemas *s)
+{
+	return s != NULL ? atomic_load(&s->answers) : 0;
 }
 
 void idem_schemas_retry_now(idem_schemas *s)

@@ -3,6 +3,7 @@
 
     registry.py [--host H] [--port P] [--port-file F] [--state FILE] [--log FILE]
                 [--user U --password P] [--hide-ids 3,5] [--delay-ms N] [--fail-5xx]
+                [--proxy-404-ms N]
     registry.py register --url URL --subject S --schema-file F [--schema-type T]
                 [--user U --password P]
 
@@ -37,8 +38,15 @@ Options:
   --log FILE        append one line per request: METHOD PATH STATUS (path without the query)
   --user U --password P  require HTTP basic auth on every request; 401 code 401 otherwise
   --hide-ids LIST   answer 404 (code 40403) on /schemas/ids/{id}... for these ids (comma list)
-  --delay-ms N      wait N ms before answering every /schemas/ids/... request
+  --delay-ms N      wait N ms before answering every /schemas/ids/... request (whatever the
+                    answer, --fail-5xx's included; not --proxy-404-ms's, which a proxy gives)
   --fail-5xx        answer 503 (code 50003) to every /schemas/ids/... request
+  --proxy-404-ms N  for the first N ms after the server starts listening, answer every
+                    /schemas/ids/... request as a proxy with no registry behind it would: 404,
+                    Content-Type text/html, body
+                    "<html><body><h1>404 Not Found</h1></body></html>" (no JSON, no error_code;
+                    before authentication); afterwards answer normally. A client must take this
+                    as "not available now", not as "schema not found".
 SIGTERM and SIGINT stop the server with status 0.
 
 register: POST the schema in F (its text, surrounding whitespace removed) under subject S to the
@@ -60,6 +68,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+PROXY_404_BODY = b"<html><body><h1>404 Not Found</h1></body></html>"
 SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
 
 
@@ -233,8 +242,20 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n > 0 else b""
 
+    def proxy_404(self, path):
+        """--proxy-404-ms: a proxy's own 404 page, during the first N ms."""
+        cfg = self.server.cfg
+        if cfg.proxy_404_ms <= 0 or not path.startswith("/schemas/ids/"):
+            return False
+        if (time.monotonic() - self.server.started) * 1000.0 >= cfg.proxy_404_ms:
+            return False
+        self.send_body(404, PROXY_404_BODY, content_type="text/html")
+        return True
+
     def dispatch(self):
         body = self.read_body() if self.command == "POST" else b""
+        if self.proxy_404(self.path.split("?", 1)[0]):
+            return
         if not self.authorized():
             self.send_error_body(RegistryError(401, 401, "Unauthorized"),
                                  [("WWW-Authenticate", 'Basic realm="SchemaRegistry"')])
@@ -335,6 +356,7 @@ class Server(ThreadingHTTPServer):
         self.store = store
         self.log_lock = threading.Lock()
         self.log_file = open(cfg.log, "a", encoding="utf-8") if cfg.log else None
+        self.started = time.monotonic()  # reset when listening starts (--proxy-404-ms)
 
     def log_request_line(self, method, path, status):
         if self.log_file is None:
@@ -363,6 +385,7 @@ def serve(argv):
     p.add_argument("--hide-ids", default="")
     p.add_argument("--delay-ms", type=int, default=0)
     p.add_argument("--fail-5xx", action="store_true")
+    p.add_argument("--proxy-404-ms", type=int, default=0)
     cfg = p.parse_args(argv)
     if (cfg.user is None) != (cfg.password is None):
         p.error("--user and --password go together")
@@ -380,6 +403,7 @@ def serve(argv):
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    server.started = time.monotonic()
     if cfg.port_file:
         write_atomic(cfg.port_file, f"{port}\n")
     print(f"port={port}", flush=True)

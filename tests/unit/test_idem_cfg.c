@@ -433,6 +433,18 @@ static void test_never_echoes_password(void **state)
 	assert_non_null(strstr(errors, "must not contain a password"));
 	assert_null(strstr(errors, "hunter2"));
 	free(errors);
+	/* schema_registry.url: a password split by '#' or '/' is found and hidden all the same. */
+	for (int i = 0; i < 2; i++) {
+		errors = NULL;
+		assert_int_equal(parse_golden(i == 0 ? "err_registry_url_fragment.yaml"
+		                                     : "err_registry_url_path.yaml",
+		                              &cfg, &errors),
+		                 IDEM_ERR_CONFIG);
+		assert_non_null(strstr(errors, "must not contain credentials"));
+		assert_null(strstr(errors, "s3c"));
+		assert_null(strstr(errors, "r3t"));
+		free(errors);
+	}
 }
 
 static void test_optional_out_params(void **state)

@@ -32,7 +32,7 @@
 extern size_t idem__registry_max_schemas;
 extern int64_t idem__registry_unknown_keep_ms;
 extern size_t idem__registry_max_answer;
-char *idem__registry_url_redact(const char *url);
+void idem__registry_quote(const char *data, size_t len, char *out, size_t outlen);
 
 #define SCHEMA_OK   "{\"schema\":\"{\\\"type\\\":\\\"string\\\"}\"}"
 #define NOT_FOUND   "{\"error_code\":40403,\"message\":\"Schema not found\"}"
@@ -53,6 +53,7 @@ struct fake {
 	bool no_length;        /* no Content-Length: the body ends when the connection closes */
 	const char *need_auth; /* Authorization header required, else 401 */
 	int requests;
+	int answered; /* answers sent (to a client still there or not) */
 	char path[256];
 	char auth[256];
 	char accept[256];
@@ -75,6 +76,23 @@ static int fake_requests(struct fake *f)
 	n = f->requests;
 	pthread_mutex_unlock(&f->mu);
 	return n;
+}
+
+static int fake_answered(struct fake *f)
+{
+	int n;
+
+	pthread_mutex_lock(&f->mu);
+	n = f->answered;
+	pthread_mutex_unlock(&f->mu);
+	return n;
+}
+
+static void fake_delay(struct fake *f, int delay_ms)
+{
+	pthread_mutex_lock(&f->mu);
+	f->delay_ms = delay_ms;
+	pthread_mutex_unlock(&f->mu);
 }
 
 static void header_value(const char *req, const char *name, char *out, size_t outlen)
@@ -172,6 +190,9 @@ static void fake_serve(struct fake *f, int c)
 		send_all(c, head, strlen(head));
 		send_all(c, body, strlen(body));
 		shutdown(c, SHUT_WR);
+		pthread_mutex_lock(&f->mu);
+		f->answered++;
+		pthread_mutex_unlock(&f->mu);
 	}
 	free(body);
 }
@@ -385,20 +406,22 @@ static void test_url_check(void **state)
 		{ "http://registry:8081", NULL },
 		{ "https://registry.example.com/", NULL },
 		{ "HTTP://registry:8081/base//", NULL },
-		{ "https://u:p@registry:443/sr", NULL },
 		{ "http://[::1]:8081", NULL },
 		{ "ftp://x", "schema_registry.url 'ftp://x' must start with http:// or https://" },
 		{ "registry:8081",
 		  "schema_registry.url 'registry:8081' must start with http:// or https://" },
 		{ "ftp://alice:s3cret-pw@x/y",
-		  "schema_registry.url 'ftp://x/y' must start with http:// or https://" },
+		  "schema_registry.url 'ftp://***@x/y' must not contain credentials (use schema_registry.username and schema_registry.password_file)" },
 		{ "http://", "schema_registry.url 'http://' has no host" },
-		{ "https://alice:s3cret-pw@/x", "schema_registry.url 'https:///x' has no host" },
+		{ "https://u:p@registry:443/sr",
+		  "schema_registry.url 'https://***@registry:443/sr' must not contain credentials (use schema_registry.username and schema_registry.password_file)" },
+		{ "https://u:p#w@registry",
+		  "schema_registry.url 'https://***@registry' must not contain credentials (use schema_registry.username and schema_registry.password_file)" },
 		{ "http://:8081", "schema_registry.url 'http://:8081' has no host" },
 		{ "http://h:0", "schema_registry.url 'http://h:0' has an invalid port" },
 		{ "http://h:99999", "schema_registry.url 'http://h:99999' has an invalid port" },
 		{ "http://h:80x", "schema_registry.url 'http://h:80x' has an invalid port" },
-		{ "http://[::1", "schema_registry.url 'http://[::1' has no valid host" },
+		{ "http://[::1", "schema_registry.url 'http://[::1' has an invalid host" },
 		{ "http://h/x?y=1",
 		  "schema_registry.url 'http://h/x?y=1' must not have a query or a fragment" },
 		{ "http://h /x",
@@ -443,25 +466,34 @@ static void test_url_check(void **state)
 	idem_registry_free(NULL);
 }
 
-static void test_url_redact(void **state)
+static void test_quote(void **state)
 {
-	static const char *const cases[][2] = {
-		{ "https://u:p@host", "https://host" },
-		{ "http://alice:s3cret@host:8081/x@y", "http://host:8081/x@y" },
-		{ "http://a@b:c@host/", "http://host/" },
-		{ "http://host/p", "http://host/p" },
-		{ "u:p@host", "host" },
-		{ "", "" },
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{ "", ", empty answer" },
+		{ "<html>", ", answer '<html>'" },
+		{ "a\r\nb\tc\x1b[0m", ", answer 'a\\x0d\\x0ab\\x09c\\x1b[0m'" },
+		{ "it's \\ \xc3\xa9", ", answer 'it\\'s \\\\ \\xc3\\xa9'" },
+		{ "0123456789012345678901234567890123456789"
+		  "0123456789012345678901234567890123456789X",
+		  ", answer '0123456789012345678901234567890123456789"
+		  "0123456789012345678901234567890123456789'..." },
 	};
+	char out[400];
 
 	(void)state;
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(cases); i++) {
-		char *s = idem__registry_url_redact(cases[i][0]);
-
-		assert_non_null(s);
-		assert_string_equal(s, cases[i][1]);
-		free(s);
+		idem__registry_quote(cases[i].in, strlen(cases[i].in), out, sizeof(out));
+		assert_string_equal(out, cases[i].out);
 	}
+	/* A NUL in the answer is a byte like any other; a short buffer is cut, not overrun. */
+	idem__registry_quote("a\0b", 3, out, sizeof(out));
+	assert_string_equal(out, ", answer 'a\\x00b'");
+	idem__registry_quote("abcdef", 6, out, 16);
+	assert_string_equal(out, ", answer 'a'");
+	idem__registry_quote("abcdef", 6, out, 5);
+	assert_string_equal(out, ", an");
 }
 
 static void test_ok_cached(void **state)
@@ -543,22 +575,89 @@ static void test_not_found(void **state)
 	assert_string_equal(why, want);
 	assert_int_equal(fake_requests(f), 1);
 
-	/* A 404 without a JSON body still is UNKNOWN. */
-	fake_script(f, 404, "<html>no</html>");
-	assert_int_equal(idem_registry_get(reg, 8, &obj, why, sizeof(why), NULL),
-	                 IDEM_REGISTRY_UNKNOWN);
-	assert_contains(why, "schema id 8: registry http://127.0.0.1:");
-	assert_contains(why, "answered 404 Not Found");
-
 	/* A short buffer is truncated, not overrun. */
 	assert_int_equal(idem_registry_get(reg, 7, &obj, why, 10, NULL), IDEM_REGISTRY_UNKNOWN);
 	assert_string_equal(why, "schema id");
 
+	/* The other "not found" codes of the registry (subject, version) are UNKNOWN too. */
+	fake_script(f, 404, "{\"error_code\":40401,\"message\":\"Subject 'x' not found.\"}");
+	assert_int_equal(idem_registry_get(reg, 8, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_contains(why, "answered 404 Not Found (error_code 40401: Subject 'x' not found.)");
+	fake_script(f, 404, "{\"error_code\":40402}");
+	assert_int_equal(idem_registry_get(reg, 9, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+
 	idem_registry_stats(reg, &st);
-	assert_int_equal(st.fetches, 2);
-	assert_int_equal(st.unknown, 2);
+	assert_int_equal(st.fetches, 3);
+	assert_int_equal(st.unknown, 3);
 	assert_int_equal(st.failures, 0);
 	assert_int_equal(st.cached, 0);
+	idem_registry_free(reg);
+}
+
+/*
+ * Only the registry's own "not found" is UNKNOWN (the message would be quarantined); any other
+ * 404, or any answer that is not the registry's JSON, is UNAVAILABLE (asked again later), and
+ * its reason shows the URL, the status and the answer's first bytes, escaped.
+ */
+static void test_not_the_registry(void **state)
+{
+	static const struct {
+		int status;
+		const char *body;
+		const char *why; /* after "schema id N: registry http://127.0.0.1:PORT" */
+	} cases[] = {
+		{ 404, "<html><body><h1>404 Not Found</h1></body></html>",
+		  " answered 404 Not Found, answer '<html><body><h1>404 Not Found</h1></body></html>'" },
+		{ 404, "{\"message\":\"no such path\"}",
+		  " answered 404 Not Found, answer '{\"message\":\"no such path\"}'" },
+		{ 404, "{\"error_code\":50001,\"message\":\"Error in the backend\"}",
+		  " answered 404 Not Found (error_code 50001: Error in the backend)" },
+		/* Jersey's own 404 (a wrong base path) carries error_code 404, not 404xx. */
+		{ 404, "{\"error_code\":404,\"message\":\"HTTP 404 Not Found\"}",
+		  " answered 404 Not Found (error_code 404: HTTP 404 Not Found)" },
+		{ 404, "{\"error_code\":\"40403\"}",
+		  " answered 404 Not Found, answer '{\"error_code\":\"40403\"}'" },
+		{ 404, "", " answered 404 Not Found, empty answer" },
+		{ 404, "line\r\nforged: yes",
+		  " answered 404 Not Found, answer 'line\\x0d\\x0aforged: yes'" },
+		{ 200, "<html>oops</html>",
+		  " answered 200 OK without the registry's JSON (an object with a \"schema\" string), answer '<html>oops</html>'" },
+		{ 200, "{\"id\":1}",
+		  " answered 200 OK without the registry's JSON (an object with a \"schema\" string), answer '{\"id\":1}'" },
+	};
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	idem_registry *reg = reg_fake(f);
+	void *obj = NULL;
+	char why[512], want[512];
+	int retry = 0;
+
+	for (int i = 0; i < (int)IDEM_ARRAY_SIZE(cases); i++) {
+		fake_script(f, cases[i].status, cases[i].body);
+		retry = 0;
+		assert_int_equal(idem_registry_get(reg, 60 + i, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_UNAVAILABLE);
+		snprintf(want, sizeof(want), "schema id %d: registry http://127.0.0.1:%d%s", 60 + i,
+		         f->port, cases[i].why);
+		assert_string_equal(why, want);
+		assert_null(strchr(why, '\n'));
+		assert_true(retry > 0);
+	}
+	/* A long page is quoted up to 80 bytes. */
+	fake_script(
+	        f, 404,
+	        "<!DOCTYPE html><html><head><title>Not Found</title></head><body>The requested URL was not found on this server.</body></html>");
+	assert_int_equal(idem_registry_get(reg, 90, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_contains(
+	        why,
+	        ", answer '<!DOCTYPE html><html><head><title>Not Found</title></head><body>The requested UR'...");
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.unknown, 0);
+	assert_int_equal(st.failures, IDEM_ARRAY_SIZE(cases) + 1);
+	assert_int_equal(atomic_load(&parse_calls), 0);
 	idem_registry_free(reg);
 }
 
@@ -834,29 +933,34 @@ static void test_basic_auth(void **state)
 	obj_unref(obj);
 	idem_registry_free(reg);
 
-	/* Credentials in the URL are used, and never shown. */
-	snprintf(url, sizeof(url), "http://alice:s3cret-pw@127.0.0.1:%d/", f->port);
-	reg = reg_new(url, NULL, NULL, 2000, 20, 80);
-	assert_int_equal(idem_registry_get(reg, 1, &obj, why, sizeof(why), &retry),
-	                 IDEM_REGISTRY_OK);
-	assert_string_equal(f->auth, ALICE_BASIC);
-	obj_unref(obj);
-	fake_script(f, 500, "");
-	assert_int_equal(idem_registry_get(reg, 2, &obj, why, sizeof(why), &retry),
-	                 IDEM_REGISTRY_UNAVAILABLE);
-	snprintf(url, sizeof(url), "schema id 2: registry http://127.0.0.1:%d answered 500",
-	         f->port);
-	assert_contains(why, url);
-	assert_lacks(why, "s3cret");
-	assert_lacks(why, "alice");
-	fake_script(f, 404, NOT_FOUND);
-	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), &retry),
-	                 IDEM_REGISTRY_UNKNOWN);
-	assert_lacks(why, "s3cret");
-	idem_registry_free(reg);
+	/* Credentials in the URL are refused, and not shown, whichever delimiter splits them. */
+	for (int i = 0; i < 4; i++) {
+		static const char *const forms[] = { "alice:s3cret-pw@", "alice:s3c#ret-pw@",
+			                             "alice:s3c/ret-pw@", "alice:s3c?ret-pw@" };
+		struct idem_registry_opts opts = {
+			.url = url,
+			.timeout_ms = 2000,
+			.retry_initial_ms = 20,
+			.retry_max_ms = 80,
+			.parse = obj_parse,
+			.ref = obj_ref,
+			.unref = obj_unref,
+		};
+		idem_error err;
+
+		reg = NULL;
+		snprintf(url, sizeof(url), "http://%s127.0.0.1:%d/", forms[i], f->port);
+		assert_int_equal(idem_registry_new(&opts, &reg, &err), IDEM_ERR_CONFIG);
+		assert_null(reg);
+		assert_contains(err.msg, "must not contain credentials");
+		assert_contains(err.msg, "'http://***@127.0.0.1:");
+		assert_lacks(err.msg, "s3c");
+		assert_lacks(err.msg, "alice");
+	}
+	assert_int_equal(fake_requests(f), 2);
 
 	/* Nothing listening: curl's own message must not carry them either. */
-	snprintf(url, sizeof(url), "http://alice:s3cret-pw@127.0.0.1:%d", free_port());
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", free_port());
 	reg = reg_new(url, "alice", "s3cret-pw", 2000, 20, 80);
 	assert_int_equal(idem_registry_get(reg, 1, &obj, why, sizeof(why), &retry),
 	                 IDEM_REGISTRY_UNAVAILABLE);
@@ -1013,13 +1117,268 @@ static void test_single_flight(void **state)
 	idem_registry_free(reg);
 }
 
+/* --- peek: fetches on the fetcher threads --- */
+
+struct notified {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int n;
+};
+
+static void on_notify(void *ctx)
+{
+	struct notified *nt = ctx;
+
+	pthread_mutex_lock(&nt->mu);
+	nt->n++;
+	pthread_cond_broadcast(&nt->cv);
+	pthread_mutex_unlock(&nt->mu);
+}
+
+static void notified_init(struct notified *nt)
+{
+	nt->n = 0;
+	assert_int_equal(pthread_mutex_init(&nt->mu, NULL), 0);
+	assert_int_equal(idem_cond_init(&nt->cv), 0);
+}
+
+static void notified_done(struct notified *nt)
+{
+	pthread_cond_destroy(&nt->cv);
+	pthread_mutex_destroy(&nt->mu);
+}
+
+static int notified_count(struct notified *nt)
+{
+	int n;
+
+	pthread_mutex_lock(&nt->mu);
+	n = nt->n;
+	pthread_mutex_unlock(&nt->mu);
+	return n;
+}
+
+/* Wait (at most 20 s: a bound for a broken build, not a timing) for @n notifications. */
+static void notified_wait(struct notified *nt, int n)
+{
+	struct timespec deadline = idem_cond_deadline(20000);
+	int rc = 0;
+
+	pthread_mutex_lock(&nt->mu);
+	while (nt->n < n && rc == 0)
+		rc = pthread_cond_timedwait(&nt->cv, &nt->mu, &deadline);
+	pthread_mutex_unlock(&nt->mu);
+	if (rc != 0)
+		fail_msg("no notification after 20 s");
+}
+
+static idem_registry *reg_notify(const struct fake *f, struct notified *nt, int timeout_ms,
+                                 int initial_ms)
+{
+	struct idem_registry_opts opts = {
+		.timeout_ms = timeout_ms,
+		.retry_initial_ms = initial_ms,
+		.retry_max_ms = initial_ms * 4,
+		.parse = obj_parse,
+		.ref = obj_ref,
+		.unref = obj_unref,
+		.notify = on_notify,
+		.notify_ctx = nt,
+	};
+	idem_registry *reg = NULL;
+	idem_error err;
+	char url[64];
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", f->port);
+	opts.url = url;
+	if (idem_registry_new(&opts, &reg, &err) != IDEM_OK)
+		fail_msg("idem_registry_new: %s", err.msg);
+	return reg;
+}
+
+struct getter {
+	idem_registry *reg;
+	int32_t id;
+	enum idem_registry_answer answer;
+	void *obj;
+};
+
+static void *getter_main(void *arg)
+{
+	struct getter *g = arg;
+
+	g->answer = idem_registry_get(g->reg, g->id, &g->obj, NULL, 0, NULL);
+	return NULL;
+}
+
+static void test_peek(void **state)
+{
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	struct notified nt;
+	struct getter g = { 0 };
+	char why[256] = "", want[128];
+	idem_registry *reg;
+	pthread_t thr;
+	void *obj = NULL;
+	int retry = 0;
+	int64_t t0;
+
+	notified_init(&nt);
+	reg = reg_notify(f, &nt, 5000, 20);
+	fake_delay(f, 2000);
+	t0 = idem_mono_ms();
+	assert_int_equal(idem_registry_peek(reg, 7, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_PENDING);
+	/* Returned before the registry answered: the fetch runs elsewhere. */
+	assert_int_equal(fake_answered(f), 0);
+	assert_true(idem_mono_ms() - t0 < 1500);
+	assert_null(obj);
+	snprintf(want, sizeof(want), "schema id 7: asking http://127.0.0.1:%d", f->port);
+	assert_string_equal(why, want);
+	assert_int_equal(retry, 5000);
+
+	/* While it runs: peek answers PENDING again, a blocking get() waits for the same fetch. */
+	assert_int_equal(idem_registry_peek(reg, 7, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_PENDING);
+	g.reg = reg;
+	g.id = 7;
+	assert_int_equal(pthread_create(&thr, NULL, getter_main, &g), 0);
+
+	notified_wait(&nt, 1);
+	pthread_join(thr, NULL);
+	assert_int_equal(g.answer, IDEM_REGISTRY_OK);
+	assert_int_equal(idem_registry_peek(reg, 7, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_OK);
+	assert_ptr_equal(obj, g.obj);
+	assert_string_equal(((struct obj *)obj)->text, "{\"type\":\"string\"}");
+	obj_unref(obj);
+	obj_unref(g.obj);
+	/* One request, one parse (on the fetcher), one notification. */
+	assert_int_equal(fake_requests(f), 1);
+	assert_int_equal(atomic_load(&parse_calls), 1);
+	assert_int_equal(notified_count(&nt), 1);
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.fetches, 1);
+	assert_int_equal(st.cached, 1);
+
+	/* A failure ends the same way: notified, then answered from the entry. */
+	fake_delay(f, 0);
+	fake_script(f, 503, "");
+	assert_int_equal(idem_registry_peek(reg, 8, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_PENDING);
+	notified_wait(&nt, 2);
+	assert_int_equal(idem_registry_peek(reg, 8, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_contains(why, "answered 503 Service Unavailable");
+	assert_in_range(retry, 1, 20);
+	idem_registry_free(reg);
+	assert_int_equal(notified_count(&nt), 2);
+	notified_done(&nt);
+}
+
+/* An answer within its keep time or backoff is given at once, with no request. */
+static void test_peek_cached(void **state)
+{
+	struct fake *f = *state;
+	struct notified nt;
+	char why[256], first[256];
+	idem_registry *reg;
+	void *obj = NULL;
+	int retry = 0;
+
+	notified_init(&nt);
+	reg = reg_notify(f, &nt, 2000, 60000);
+	fake_script(f, 404, NOT_FOUND);
+	assert_int_equal(idem_registry_get(reg, 3, &obj, first, sizeof(first), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_int_equal(idem_registry_peek(reg, 3, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_string_equal(why, first);
+
+	fake_script(f, 500, "");
+	assert_int_equal(idem_registry_get(reg, 4, &obj, first, sizeof(first), NULL),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_int_equal(idem_registry_peek(reg, 4, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_string_equal(why, first);
+	assert_in_range(retry, 1, 60000);
+	assert_int_equal(fake_requests(f), 2);
+	assert_int_equal(notified_count(&nt), 0); /* get() fetches notify nobody */
+
+	/* Backoff over (SIGHUP's retry_now()): peek fetches again, in the background. */
+	fake_script(f, 200, SCHEMA_OK);
+	assert_int_equal(idem_registry_retry_now(reg), 1);
+	assert_int_equal(idem_registry_peek(reg, 4, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_PENDING);
+	notified_wait(&nt, 1);
+	assert_int_equal(idem_registry_peek(reg, 4, &obj, why, sizeof(why), &retry),
+	                 IDEM_REGISTRY_OK);
+	obj_unref(obj);
+	assert_int_equal(fake_requests(f), 3);
+
+	/* A peek() that finds a get()'s fetch under way is notified when that fetch ends. */
+	{
+		struct getter g = { .reg = reg, .id = 5 };
+		pthread_t thr;
+		int64_t t0 = idem_mono_ms();
+
+		fake_delay(f, 1000);
+		assert_int_equal(pthread_create(&thr, NULL, getter_main, &g), 0);
+		while (fake_requests(f) == 3 && idem_mono_ms() - t0 < 20000)
+			sleep_ms(5);
+		assert_int_equal(idem_registry_peek(reg, 5, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_PENDING);
+		notified_wait(&nt, 2);
+		pthread_join(thr, NULL);
+		assert_int_equal(g.answer, IDEM_REGISTRY_OK);
+		obj_unref(g.obj);
+		assert_int_equal(fake_requests(f), 4);
+	}
+	idem_registry_free(reg);
+	notified_done(&nt);
+}
+
+/*
+ * free() while the registry hangs (30 s, more than anything here waits): the transfers are
+ * aborted, the threads joined, the queued ids dropped. The bound is correctness (free() does not
+ * wait for the request), not speed.
+ */
+static void test_free_while_hanging(void **state)
+{
+	struct fake *f = *state;
+	struct notified nt;
+	idem_registry *reg;
+	void *obj = NULL;
+	int64_t t0;
+
+	notified_init(&nt);
+	reg = reg_notify(f, &nt, 60000, 20);
+	fake_delay(f, 30000);
+	for (int32_t id = 1; id <= 4; id++)
+		assert_int_equal(idem_registry_peek(reg, id, &obj, NULL, 0, NULL),
+		                 IDEM_REGISTRY_PENDING);
+	/* Wait until a request is with the server (bounded: a broken build fails, not hangs). */
+	t0 = idem_mono_ms();
+	while (fake_requests(f) == 0 && idem_mono_ms() - t0 < 20000)
+		sleep_ms(5);
+	assert_int_equal(fake_requests(f), 1);
+	t0 = idem_mono_ms();
+	idem_registry_free(reg);
+	assert_true(idem_mono_ms() - t0 < 5000);
+	assert_int_equal(notified_count(&nt), 0); /* not after free() began */
+	assert_int_equal(atomic_load(&parse_calls), 0);
+	notified_done(&nt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_url_redact),
+		cmocka_unit_test(test_quote),
 		cmocka_unit_test(test_url_check),
 		cmocka_unit_test_setup_teardown(test_ok_cached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_found, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_not_the_registry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_kept_then_asked_again, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_unavailable_backoff, setup, teardown),
@@ -1032,6 +1391,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_default_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_single_flight, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peek, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peek_cached, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_while_hanging, setup, teardown),
 	};
 	idem_error err;
 
