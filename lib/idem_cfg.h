@@ -140,7 +140,7 @@ struct idem_cfg {
 	char *registry_username;      /* schema_registry.username: HTTP basic authentication */
 	char *registry_password_env;  /* schema_registry.password_env */
 	char *registry_password_file; /* schema_registry.password_file: first line */
-	int registry_timeout_ms;      /* schema_registry.timeout_ms, default 5000, 100..120000 */
+	int registry_timeout_ms;      /* schema_registry.timeout_ms, default 5000, 100..60000 */
 
 	/* metrics: */
 	char *metrics_listen; /* metrics.listen ("127.0.0.1:9187"); NULL: no HTTP listener */
