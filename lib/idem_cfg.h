@@ -49,6 +49,13 @@ enum idem_cfg_reply_key {
 /* The longest routes[].consumer (letters, digits, '.', '_' and '-': idem_cfg_consumer_valid()). */
 #define IDEM_CONSUMER_NAME_MAX 128
 
+/*
+ * The unit's WatchdogSec (systemd/idemd.service), and the longest schema_registry.timeout_ms:
+ * half of it, so that a request hanging to its end never delays the watchdog's pings.
+ */
+#define IDEM_CFG_WATCHDOG_S              120
+#define IDEM_CFG_REGISTRY_TIMEOUT_MAX_MS (IDEM_CFG_WATCHDOG_S * 1000 / 2)
+
 /* @brief Is @name a valid consumer name (routes[].consumer, or kafka.group_id standing in)? */
 bool idem_cfg_consumer_valid(const char *name);
 

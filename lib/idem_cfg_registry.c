@@ -28,15 +28,14 @@ static const struct cfg_key registry_keys[] = {
 	[REG_PASSWORD_FILE] = { .name = "password_file",
 	                        .type = CFG_STRING,
 	                        .off = offsetof(struct idem_cfg, registry_password_file) },
-	/*
-	 * At most 60 s: half of the units' WatchdogSec (120 s), so that a request that hangs to
-	 * its end can never be what stops the watchdog's pings (etc/idemd.yaml says so).
-	 */
 	[REG_TIMEOUT_MS] = { .name = "timeout_ms",
 	                     .type = CFG_INT,
 	                     .def = 5000,
 	                     .min = 100,
-	                     .max = 60000,
+	                     .max = IDEM_CFG_REGISTRY_TIMEOUT_MAX_MS,
+	                     .range_why =
+	                             "at most half of the unit's WatchdogSec, so that a request "
+	                             "hanging to its end never delays the watchdog's pings",
 	                     .off = offsetof(struct idem_cfg, registry_timeout_ms) },
 };
 _Static_assert(REG_N <= CFG_MAX_KEYS, "CFG_MAX_KEYS is too small");

@@ -420,8 +420,10 @@ static bool cfg_int(struct cfg_ctx *ctx, const struct cfg_key *key, yaml_node_t 
 		return false;
 	}
 	if (errno == ERANGE || v < key->min || v > key->max) {
-		idem__cfg_error(ctx, node, "'%s' must be between %lld and %lld, got '%s'", path,
-		                key->min, key->max, idem__cfg_qs(ctx, s));
+		idem__cfg_error(ctx, node, "'%s' must be between %lld and %lld%s%s%s, got '%s'",
+		                path, key->min, key->max, key->range_why != NULL ? " (" : "",
+		                key->range_why != NULL ? key->range_why : "",
+		                key->range_why != NULL ? ")" : "", idem__cfg_qs(ctx, s));
 		return false;
 	}
 	if (key->type == CFG_SIZE)

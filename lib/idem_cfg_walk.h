@@ -90,7 +90,8 @@ struct cfg_key {
 	bool reload; /* the running daemon applies it on SIGHUP; anything else needs a restart */
 	bool unique; /* CFG_STRING of a CFG_LIST item: no two items may hold the same value */
 	long long def, min, max;
-	size_t off;   /* where the value goes in the target struct */
+	const char *range_why; /* CFG_INT, CFG_SIZE: why the range, said with its error */
+	size_t off;            /* where the value goes in the target struct */
 	size_t n_off; /* CFG_STRINGS, CFG_PROPERTIES, CFG_VALUES, CFG_LIST: where the count goes */
 	size_t size;  /* CFG_LIST: the size of one item */
 	const char *noun;              /* CFG_STRINGS, CFG_LIST: what one item is, for messages */
