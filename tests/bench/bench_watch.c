@@ -16,9 +16,17 @@
  *       needs track_commit_timestamp = on). Prints
  *       first=EPOCH last=EPOCH seconds=S cpu=X hwm_kib=K pg_cpu=Y claims=C transactions=T.
  *       Fails if the process exits or the timeout passes first.
+ *       With --fair-at F --partitions P (the topic's partition count), it reads each
+ *       partition's next_offset (offsets applied: the topic is fresh, every partition starts at
+ *       0; a partition without a progress row yet has applied none), every 50 ms until the sum
+ *       first reaches F x N; then it records the least and the most advanced partition and
+ *       adds to the line fair_total=SUM fair_least=L fair_least_partition=P1 fair_most=M
+ *       fair_most_partition=P2 fair_ratio=L/M fair_after_s=SECONDS (since the first applied
+ *       offset was seen).
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +42,17 @@ struct watch_opts {
 	double timeout;
 	pid_t pid;
 	pid_t postmaster;
+	double fair_at;
+	int partitions;
+};
+
+/* The least and the most advanced partition, the first time the sum reached the mark. */
+struct watch_fair {
+	bool taken;
+	long long total;
+	long long least, most;
+	int least_part, most_part;
+	double after_s;
 };
 
 static void usage(FILE *f)
@@ -41,7 +60,8 @@ static void usage(FILE *f)
 	fprintf(f, "usage: bench_watch pgcpu --postmaster PID\n"
 	           "       bench_watch proc --pid PID\n"
 	           "       bench_watch wait --conninfo C --consumer NAME --topic T --target N\n"
-	           "                        [--timeout S] [--pid PID] [--postmaster PID]\n");
+	           "                        [--timeout S] [--pid PID] [--postmaster PID]\n"
+	           "                        [--fair-at F --partitions P]\n");
 }
 
 static PGresult *query(PGconn *conn, const char *sql, int n, const char *const *vals)
@@ -53,24 +73,84 @@ static PGresult *query(PGconn *conn, const char *sql, int n, const char *const *
 	return res;
 }
 
+/*
+ * One poll with --fair-at: each partition's next_offset; returns their sum and, the first time
+ * it reaches the mark, fills @fair. @applied is scratch space for o->partitions counts.
+ */
+static long long poll_partitions(PGconn *conn, const struct watch_opts *o, long long *applied,
+                                 struct watch_fair *fair, double *started)
+{
+	const char *vals[2] = { o->consumer, o->topic };
+	long long sum = 0;
+	PGresult *res;
+
+	res = query(conn,
+	            "SELECT partition, coalesce(next_offset, 0) FROM idem.partition_progress"
+	            " WHERE consumer = $1 AND topic = $2",
+	            2, vals);
+	memset(applied, 0, (size_t)o->partitions * sizeof(*applied));
+	for (int i = 0; i < PQntuples(res); i++) {
+		int p = atoi(PQgetvalue(res, i, 0));
+		long long n = atoll(PQgetvalue(res, i, 1));
+
+		if (p < 0 || p >= o->partitions)
+			bench_die("partition %d of topic '%s' is not below --partitions %d", p,
+			          o->topic, o->partitions);
+		applied[p] = n;
+		sum += n;
+	}
+	PQclear(res);
+	if (sum > 0 && *started < 0)
+		*started = bench_now();
+	if (!fair->taken && (double)sum >= o->fair_at * (double)o->target) {
+		fair->taken = true;
+		fair->total = sum;
+		fair->least_part = fair->most_part = 0;
+		for (int p = 1; p < o->partitions; p++) {
+			if (applied[p] < applied[fair->least_part])
+				fair->least_part = p;
+			if (applied[p] > applied[fair->most_part])
+				fair->most_part = p;
+		}
+		fair->least = applied[fair->least_part];
+		fair->most = applied[fair->most_part];
+		fair->after_s = bench_now() - *started;
+	}
+	return sum;
+}
+
 static int cmd_wait(const struct watch_opts *o)
 {
+	struct watch_fair fair = { 0 };
+	long long *applied = NULL;
+	double started = -1;
 	const char *vals[2] = { o->consumer, o->topic };
 	double deadline = bench_now() + o->timeout, cpu = -1, pg = -1;
 	long hwm = -1;
 	PGconn *conn = bench_pg_connect(o->conninfo);
 	PGresult *res;
 
+	if (o->fair_at > 0) {
+		applied = calloc((size_t)o->partitions, sizeof(*applied));
+		if (applied == NULL)
+			bench_die("out of memory");
+	}
 	for (;;) {
-		struct timespec ts = { 0, 100 * 1000000L };
+		/* Finer polls until the fairness mark is taken (read at the first poll past it). */
+		struct timespec ts = { 0, (o->fair_at > 0 && !fair.taken ? 50 : 100) * 1000000L };
 		long long sum;
 
-		res = query(conn,
-		            "SELECT coalesce(sum(next_offset), 0) FROM idem.partition_progress"
-		            " WHERE consumer = $1 AND topic = $2",
-		            2, vals);
-		sum = atoll(PQgetvalue(res, 0, 0));
-		PQclear(res);
+		if (o->fair_at > 0) {
+			sum = poll_partitions(conn, o, applied, &fair, &started);
+		} else {
+			res = query(
+			        conn,
+			        "SELECT coalesce(sum(next_offset), 0) FROM idem.partition_progress"
+			        " WHERE consumer = $1 AND topic = $2",
+			        2, vals);
+			sum = atoll(PQgetvalue(res, 0, 0));
+			PQclear(res);
+		}
 		if (sum >= o->target)
 			break;
 		if (o->pid > 0 && bench_proc_cpu(o->pid, false) < 0)
@@ -99,11 +179,18 @@ static int cmd_wait(const struct watch_opts *o)
 	if (PQgetisnull(res, 0, 0) || PQgetisnull(res, 0, 1))
 		bench_die("no claims or no commit timestamps (is track_commit_timestamp on?)");
 	printf("first=%s last=%s seconds=%.3f cpu=%.3f hwm_kib=%ld pg_cpu=%.3f claims=%s"
-	       " transactions=%s\n",
+	       " transactions=%s",
 	       PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
 	       atof(PQgetvalue(res, 0, 1)) - atof(PQgetvalue(res, 0, 0)), cpu, hwm, pg,
 	       PQgetvalue(res, 0, 2), PQgetvalue(res, 0, 3));
 	PQclear(res);
+	if (o->fair_at > 0)
+		printf(" fair_total=%lld fair_least=%lld fair_least_partition=%d fair_most=%lld"
+		       " fair_most_partition=%d fair_ratio=%.4f fair_after_s=%.3f",
+		       fair.total, fair.least, fair.least_part, fair.most, fair.most_part,
+		       fair.most > 0 ? (double)fair.least / (double)fair.most : 0.0, fair.after_s);
+	printf("\n");
+	free(applied);
 	PQfinish(conn);
 	return 0;
 }
@@ -118,6 +205,8 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "pid", required_argument, NULL, 'P' },
 		{ "postmaster", required_argument, NULL, 'p' },
+		{ "fair-at", required_argument, NULL, 'f' },
+		{ "partitions", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -155,6 +244,12 @@ int main(int argc, char **argv)
 		case 'p':
 			o.postmaster = (pid_t)atoi(optarg);
 			break;
+		case 'f':
+			o.fair_at = atof(optarg);
+			break;
+		case 'k':
+			o.partitions = atoi(optarg);
+			break;
 		default:
 			usage(c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 1;
@@ -168,6 +263,10 @@ int main(int argc, char **argv)
 		printf("cpu=%.3f hwm_kib=%ld\n", bench_proc_cpu(o.pid, false),
 		       bench_proc_hwm_kib(o.pid));
 		return 0;
+	}
+	if (o.fair_at < 0 || o.fair_at > 1 || (o.fair_at > 0 && o.partitions <= 0)) {
+		fprintf(stderr, "bench_watch: --fair-at takes 0..1 and needs --partitions P\n");
+		return 1;
 	}
 	if (strcmp(cmd, "wait") == 0 && o.conninfo && o.consumer && o.topic && o.target > 0)
 		return cmd_wait(&o);

@@ -12,6 +12,8 @@
 #                      [--peer-batch N] [--peer-connections K] [--peer-arg ARG]...
 #                      [--modes row,set] [--avro] [--profile] [--statements]
 #                      [--skip-latency] [--build-dir DIR] [--out DIR]
+#                      [--partition-phases P1,P2,...] [--only-partitions]
+#                      [--partition-latency-rate R] [--partition-latency-seconds S]
 #
 # Defaults: 1,000,000 messages, 3 runs, 16 partitions, 10% duplicates, no claims history (a
 # fresh install), naive consumer timed on 20,000 messages or 20 s, latency run 20 s, both
@@ -73,6 +75,17 @@
 # every statement's calls and mean planning and execution time: where the commit stage goes.
 # --profile adds one more idemd pass over the N messages under `perf record -a` and prints
 # where the CPU goes. Results (report, raw lines, profile) are also written to --out.
+# --partition-phases 16,64,256 adds, in every run after the phases above, for each partition
+# count P in turn (the first is the baseline), on a topic of P partitions in an embedded Kafka of
+# its own holding the same N payments (the same generator and seed, keyed by account):
+#   PT idemd as in C_set over the backlog: msg/s and the ratio to the baseline's rate of the same
+#      run, the least and the most advanced partition (offsets applied, partition_progress) when
+#      a third of the backlog is applied, and the exactly-once check;
+#   PL idemd as in Ls, fed at --partition-latency-rate R msg/s (default: half of the baseline's
+#      PT rate of the same run) for --partition-latency-seconds (15): p99 per partition, the
+#      median partition's and the worst one's, worst/median.
+# They run only when asked. --only-partitions runs them and nothing else (no other phase, nor
+# the topic payments), at 16,64,256 unless --partition-phases says otherwise.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -116,6 +129,11 @@ given_lat=()
 peer_batch=5000
 peer_connections=4
 peer_args=()
+# The partition phases (README, "Partition phases"); empty: none.
+partition_phases=
+only_partitions=0
+partition_latency_rate=0
+partition_latency_seconds=15
 
 usage() {
 	sed -n '3,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -155,15 +173,20 @@ while [ $# -gt 0 ]; do
 	--statements) statements=1 && shift ;;
 	--build-dir) build_dir=$2 && shift 2 ;;
 	--out) out_dir=$2 && shift 2 ;;
+	--partition-phases) partition_phases=$2 && shift 2 ;;
+	--only-partitions) only_partitions=1 && shift ;;
+	--partition-latency-rate) partition_latency_rate=$2 && shift 2 ;;
+	--partition-latency-seconds) partition_latency_seconds=$2 && shift 2 ;;
 	-h | --help) usage && exit 0 ;;
 	*) echo "run.sh: unknown option '$1' (see --help)" >&2 && exit 2 ;;
 	esac
 done
 for v in messages runs partitions batch workers naive_max naive_seconds latency_seconds \
-	peer_batch peer_connections; do
+	peer_batch peer_connections partition_latency_seconds; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2 && exit 2; }
 done
-for v in max_wait_ms lat_max_wait_ms lat_fetch_wait_ms history history_purge latency_rate; do
+for v in max_wait_ms lat_max_wait_ms lat_fetch_wait_ms history history_purge latency_rate \
+	partition_latency_rate; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "run.sh: --${v//_/-} must be a non-negative integer" >&2 && exit 2; }
 done
 case $modes in
@@ -184,6 +207,19 @@ run_row=0 run_set=0
 [[ $modes != *set* ]] || run_set=1
 [ "$avro" = 0 ] || [ "$run_set" = 1 ] ||
 	{ echo "run.sh: --avro runs set mode: it needs --modes set or row,set" >&2 && exit 2; }
+pparts=()
+[ "$only_partitions" = 0 ] || [ -n "$partition_phases" ] || partition_phases=16,64,256
+if [ -n "$partition_phases" ]; then
+	IFS=, read -r -a pparts <<<"$partition_phases"
+	for v in "${pparts[@]}"; do
+		[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --partition-phases takes positive integers separated by commas" >&2 && exit 2; }
+	done
+	[ "$(printf '%s\n' "${pparts[@]}" | sort -u | wc -l)" = ${#pparts[@]} ] ||
+		{ echo "run.sh: --partition-phases names a partition count twice" >&2 && exit 2; }
+fi
+if [ "$only_partitions" = 1 ] && { [ "$avro" = 1 ] || [ "$profile" = 1 ]; }; then
+	echo "run.sh: --only-partitions runs no other phase: drop --avro and --profile" >&2 && exit 2
+fi
 : "${out_dir:=$build_dir/bench-out/$(date +%Y%m%d-%H%M%S)}"
 
 # ---- build (Release) ---------------------------------------------------------------------------
@@ -243,13 +279,23 @@ PM=$(head -n 1 "$IDEM_PGDATA/postmaster.pid")
 
 topics=("payments:$partitions")
 [ "$avro" = 0 ] || topics+=("payments_avro:$partitions")
-for ((r = 1; r <= runs; r++)); do
+for ((r = 1; r <= runs && only_partitions == 0; r++)); do
 	topics+=("lat$r:$partitions" "klat$r:$partitions" "lats$r:$partitions" "klats$r:$partitions")
 	for ((i = 0; i < ${#rates[@]}; i++)); do
 		topics+=("latr$r-$i:$partitions" "klatr$r-$i:$partitions")
 	done
 done
 idem_kafka_start "${topics[@]}"
+# The partition phases: one embedded Kafka per partition count P (named pP), its backlog in
+# topic payments (so that idem_check_exactly_once, which reads topic payments, checks it as it
+# checks C_set) and a latency topic platR per run, all of P partitions.
+for v in "${pparts[@]}"; do
+	ptopics=("payments:$v")
+	for ((r = 1; r <= runs; r++)); do
+		ptopics+=("plat$r:$v")
+	done
+	idem_kafka_start_other "p$v" "${ptopics[@]}"
+done
 
 # bench_config FILE GROUP CONSUMER TOPIC HANDLER_SQL PARAMS MODE SETTINGS [OPTION...]: the tests'
 # config writer with route 'bench', handler.mode MODE, idemd's retry defaults, and SETTINGS:
@@ -377,10 +423,20 @@ check_topic() {
 	done < <("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group none --topic "$1")
 }
 
-idem_log "producing $messages payments over $partitions partitions, dup-ratio $dup_ratio"
-idem_produce --count "$messages" --dup-ratio "$dup_ratio" --seed 1
-check_topic payments >"$IDEM_TMP/payments.highs"
-idem_log "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE"
+# pt_brokers P: the bootstrap list of the partition phases' Kafka of P partitions.
+pt_brokers() {
+	local var=IDEM_BROKERS_p$1
+	echo "${!var}"
+}
+
+if [ "$only_partitions" = 0 ]; then
+	idem_log "producing $messages payments over $partitions partitions, dup-ratio $dup_ratio"
+	idem_produce --count "$messages" --dup-ratio "$dup_ratio" --seed 1
+	check_topic payments >"$IDEM_TMP/payments.highs"
+	idem_log "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE"
+	# The partition phases' checks borrow manifest.csv (pt_check): this is the one to restore.
+	cp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest-main.csv"
+fi
 if [ "$avro" = 1 ]; then
 	# The same payments in Avro: avro_encode.py draws them as idem_produce's idem-kafkatool
 	# produce does (the same --count, --dup-ratio, --seed 1, --accounts, and the topic's
@@ -407,6 +463,28 @@ if [ "$avro" = 1 ]; then
 	idem_log "payments_avro: $line"
 	echo "payments_avro: $line; the manifest and each partition's count are those of payments" >>"$results"
 fi
+
+# The partition phases' backlogs: the same N payments as topic payments (idem-kafkatool produce,
+# seed 1, --dup-ratio, the same accounts), each in its Kafka pP over P partitions. Which
+# duplicates cross to another partition depends on P, so each has its own manifest and counts.
+declare -A PT_PRODUCED PT_UNIQUE
+for v in "${pparts[@]}"; do
+	idem_log "producing $messages payments over $v partitions (Kafka p$v), dup-ratio $dup_ratio"
+	line=$("$IDEM_BIN/idem-kafkatool" produce --brokers "$(pt_brokers "$v")" \
+		--topic payments --count "$messages" --dup-ratio "$dup_ratio" --seed 1 \
+		--accounts "$IDEM_ACCOUNTS" --manifest "$IDEM_TMP/manifest-p$v.csv" \
+		2>>"$IDEM_TMP/produce-partitions.log") || idem_fail "producing to Kafka p$v failed"
+	PT_PRODUCED[$v]=$(kv "$line" produced)
+	PT_UNIQUE[$v]=$(kv "$line" unique)
+	idem_with_kafka "p$v" check_topic payments >"$IDEM_TMP/payments-p$v.highs"
+	# Each partition's depth: the account hash does not spread the payments evenly.
+	line="produced=${PT_PRODUCED[$v]} unique=${PT_UNIQUE[$v]} $(awk -F 'high=' '{ d = $2 + 0; if (NR == 1 || d < lo) lo = d; if (d > hi) hi = d; n += d } END { printf "depth_min=%d depth_mean=%.0f depth_max=%d", lo, n / NR, hi }' "$IDEM_TMP/payments-p$v.highs")"
+	idem_log "p$v: $line"
+	echo "partitions $v: $line" >>"$results"
+	rec "p$v.depth_min" "$(kv "$line" depth_min)"
+	rec "p$v.depth_max" "$(kv "$line" depth_max)"
+	rec "p$v.depth_mean" "$(kv "$line" depth_mean)"
+done
 
 # ---- phases ------------------------------------------------------------------------------------
 # phase_a RUN MODE: A (row) or As (set).
@@ -583,9 +661,10 @@ phase_k() {
 	rec "$r.$ph.max" "$(kv "$line" max_ms)"
 }
 
-# lat_assigned NAME TOPIC: true once idemd NAME logged the assignment of every partition of TOPIC.
+# lat_assigned NAME TOPIC [PARTITIONS]: true once idemd NAME logged the assignment of every
+# partition of TOPIC (of --partitions partitions unless PARTITIONS says otherwise).
 lat_assigned() {
-	[ "$(grep -c "assigned topic=$2 " "$IDEM_TMP/idemd-$1.log")" -ge "$partitions" ]
+	[ "$(grep -c "assigned topic=$2 " "$IDEM_TMP/idemd-$1.log")" -ge "${3:-$partitions}" ]
 }
 
 # stage_stats RUN PHASE METRICS_FILE: per stage of idemd_stage_seconds (measured on each
@@ -611,17 +690,20 @@ stage_stats() {
 	done
 }
 
-# phase_l RUN MODE PHASE KPHASE TOPIC RATE SETTINGS: the latency run PHASE of handler.mode MODE
-# on TOPIC at RATE msg/s, idemd configured with bench_config SETTINGS, after its Kafka-only
-# floor KPHASE (on topic kTOPIC, the consumer configured as idemd). L (row) and Ls (set) at half
-# of C's and C_set's rate, with SETTINGS latency; Ls<R> at each of --latency-rates, with rates.
+# phase_l RUN MODE PHASE KPHASE TOPIC RATE SETTINGS [PARTITIONS SECONDS]: the latency run PHASE
+# of handler.mode MODE on TOPIC at RATE msg/s, idemd configured with bench_config SETTINGS, after
+# its Kafka-only floor KPHASE (on topic kTOPIC, the consumer configured as idemd; none if KPHASE
+# is -). L (row) and Ls (set) at half of C's and C_set's rate, with SETTINGS latency; Ls<R> at
+# each of --latency-rates, with rates; PL<P> (the partition phases) with TOPIC of PARTITIONS
+# partitions (default --partitions), for SECONDS (default --latency-seconds).
 phase_l() {
-	local r=$1 mode=$2 ph=$3 kph=$4 topic=$5 rate=$6 settings=$7
+	local r=$1 mode=$2 ph=$3 kph=$4 topic=$5 rate=$6 settings=$7 parts=${8:-$partitions}
+	local seconds=${9:-$latency_seconds}
 	local name count line pid t0 t1 lat n p50 p99 max pg0 port bline bpid=""
 	local sql=$LATENCY_SQL
 	[ "$mode" = row ] || sql=$LATENCY_SET_SQL
 	name=${ph,,}_$r
-	count=$((rate * latency_seconds))
+	count=$((rate * seconds))
 	bench_config "$IDEM_TMP/$name.yaml" "bench-$name" lat "$topic" "$sql" \
 		'[business_key, "json:/account", "json:/amount", timestamp]' "$mode" "$settings"
 	# /metrics gives where the time goes, stage by stage (idemd_stage_seconds).
@@ -631,14 +713,14 @@ phase_l() {
 	# Truncating first also ends autovacuum's work on C's million rows, which would otherwise
 	# compete with the embedded Kafka for the CPU while K measures it.
 	reset_db
-	phase_k "$r" "$kph" "k$topic" "$rate" "$count" "$IDEM_TMP/$name.yaml"
-	idem_log "run $r: $ph latency (handler.mode $mode) at $rate msg/s for ${latency_seconds}s"
+	[ "$kph" = - ] || phase_k "$r" "$kph" "k$topic" "$rate" "$count" "$IDEM_TMP/$name.yaml"
+	idem_log "run $r: $ph latency (handler.mode $mode) at $rate msg/s for ${seconds}s over $parts partitions"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
 	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"
 	pid=$(idemd_pid "$name")
 	# Produce only once every partition is assigned: the group join is not latency.
-	idem_wait_until 60 "idemd to be assigned $topic" lat_assigned "$name" "$topic"
+	idem_wait_until 60 "idemd to be assigned $topic" lat_assigned "$name" "$topic" "$parts"
 	if [ "$beside" = 1 ]; then
 		# Kafka's share under the same load: a reader in its own group, configured as idemd.
 		: >"$IDEM_TMP/$topic.log"
@@ -704,6 +786,90 @@ lat_rate() {
 	fi
 }
 
+# ---- partition phases (--partition-phases) ------------------------------------------------------
+# pt_check P: idem_check_exactly_once on the run over Kafka pP, against that backlog's manifest
+# and counts (the check reads $IDEM_TMP/manifest.csv: the main one is put back after).
+pt_check() {
+	cp "$IDEM_TMP/manifest-p$1.csv" "$IDEM_TMP/manifest.csv"
+	IDEM_UNIQUE=${PT_UNIQUE[$1]} IDEM_PRODUCED=${PT_PRODUCED[$1]} IDEM_HANDLER_MODE=set \
+		idem_with_kafka "p$1" idem_check_exactly_once payments
+	[ ! -e "$IDEM_TMP/manifest-main.csv" ] || cp "$IDEM_TMP/manifest-main.csv" "$IDEM_TMP/manifest.csv"
+}
+
+# phase_pt RUN P: PT<P>, idemd as in C_set (handler.mode set, the set handler, bench_config
+# backlog) over the backlog of P partitions; bench_watch takes the least and the most advanced
+# partition when a third of it is applied; then the exactly-once check.
+phase_pt() {
+	local r=$1 P=$2 ph=PT$2 name line pg0 pid
+	name=${ph,,}_$r
+	reset_db
+	idem_log "run $r: $ph idemd (handler.mode set) over a backlog of $messages messages in $P partitions"
+	idem_with_kafka "p$P" bench_config "$IDEM_TMP/$name.yaml" "bench-$name" payments payments \
+		"$(handler_sql set)" '[business_key, "json:/account", "json:/amount"]' set backlog
+	cp "$IDEM_TMP/$name.yaml" "$out_dir/"
+	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
+	idemd_start "$name" "$IDEM_TMP/$name.yaml"
+	pid=$(idemd_pid "$name")
+	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer payments \
+		--topic payments --target "$messages" --pid "$pid" --postmaster "$PM" \
+		--fair-at 0.333333333 --partitions "$P") ||
+		idem_fail "idemd did not process the backlog of $P partitions"
+	idemd_stop "$name"
+	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
+	echo "run $r $ph: $line" >>"$results"
+	rec "$r.$ph.msgs" "$messages"
+	rec "$r.$ph.secs" "$(kv "$line" seconds)"
+	rec "$r.$ph.rate" "$(calc "$messages / $(kv "$line" seconds)")"
+	rec "$r.$ph.cpu" "$(kv "$line" cpu)"
+	rec "$r.$ph.pg" "$(calc "$(kv "$line" pg_cpu) - $pg0")"
+	rec "$r.$ph.rss" "$(calc "$(kv "$line" hwm_kib) / 1024")"
+	rec "$r.$ph.tx" "$(kv "$line" transactions)"
+	rec "$r.$ph.least" "$(kv "$line" fair_least)"
+	rec "$r.$ph.most" "$(kv "$line" fair_most)"
+	rec "$r.$ph.fair" "$(kv "$line" fair_ratio)"
+	rec "$r.$ph.fair_total" "$(kv "$line" fair_total)"
+	# Whether the most advanced partition had applied all of its messages by then.
+	rec "$r.$ph.most_done" "$(awk -v p="$(kv "$line" fair_most_partition)" -v n="$(kv "$line" fair_most)" \
+		'$1 == "partition=" p { print ($2 == "high=" n) ? 1 : 0 }' "$IDEM_TMP/payments-p$P.highs")"
+	rec "$r.$ph.vs" "$(calc "${V[$r.$ph.rate]} / ${V[$r.PT${pparts[0]}.rate]}")"
+	idem_log "run $r: exactly-once check of idemd's $ph run"
+	drop_history
+	pt_check "$P"
+	rec "$r.$ph.exactly_once" OK
+	echo "run $r $ph: exactly-once check OK (unique=${PT_UNIQUE[$P]} produced=${PT_PRODUCED[$P]})" >>"$results"
+}
+
+# pt_lat_rate RUN: the partition phases' latency rate: --partition-latency-rate, or half of the
+# baseline's (the first of --partition-phases) PT rate of the same run.
+pt_lat_rate() {
+	if [ "$partition_latency_rate" -gt 0 ]; then
+		echo "$partition_latency_rate"
+	else
+		awk "BEGIN { printf \"%d\", ${V[$1.PT${pparts[0]}.rate]} / 2 }"
+	fi
+}
+
+# phase_pl RUN P: PL<P>, the latency run of Ls (set mode, its latency handler and settings, no
+# Kafka-only floor) on topic platRUN of Kafka pP; then each partition's p50 and p99 (a message's
+# partition is its claim's), the median partition's p99, the worst one's, and worst/median.
+phase_pl() {
+	local r=$1 P=$2 ph=PL$2 file line
+	idem_with_kafka "p$P" phase_l "$r" set "$ph" - "plat$r" "$(pt_lat_rate "$r")" latency "$P" \
+		"$partition_latency_seconds"
+	file=$out_dir/latency-partitions-${ph,,}_$r.txt
+	{
+		echo "partition messages p50_ms p99_ms"
+		idem_psql -F ' ' -c "SELECT m.partition, count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY s.ms)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY s.ms)::numeric, 2) FROM (SELECT payment_id, extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms FROM bench_latency) s JOIN idem.processed_messages m ON m.consumer = 'lat' AND m.topic = 'plat$r' AND m.business_key = s.payment_id GROUP BY 1 ORDER BY 1"
+	} >"$file"
+	line="partitions=$(($(wc -l <"$file") - 1)) median_p99_ms=$(awk 'NR > 1 { print $4 }' "$file" | median) $(awk 'NR > 1 && (w == "" || $4 > w) { w = $4; p = $1 } NR > 1 && (n == "" || $2 < n) { n = $2 } END { printf "worst_p99_ms=%s worst_partition=%s least_messages=%s", w, p, n }' "$file")"
+	[ "$(kv "$line" partitions)" = "$P" ] ||
+		idem_fail "$ph: latency messages in $(kv "$line" partitions) partitions, expected $P"
+	echo "run $r $ph per partition: $line (each partition: $file)" >>"$results"
+	rec "$r.$ph.med_p99" "$(kv "$line" median_p99_ms)"
+	rec "$r.$ph.worst_p99" "$(kv "$line" worst_p99_ms)"
+	rec "$r.$ph.worst_med" "$(calc "$(kv "$line" worst_p99_ms) / $(kv "$line" median_p99_ms)")"
+}
+
 phase_profile() {
 	local line pid perf_pid
 	reset_db
@@ -747,7 +913,9 @@ phase_profile() {
 	} >"$out_dir/profile.txt"
 }
 
-for ((r = 1; r <= runs; r++)); do
+# main_phases RUN: the phases of one run before the partition phases.
+main_phases() {
+	local r=$1 i
 	if [ "$run_row" = 1 ]; then
 		phase_a "$r" row
 	fi
@@ -780,13 +948,13 @@ for ((r = 1; r <= runs; r++)); do
 		rec "$r.PurgeIngest" "$(calc "${V[$r.Hs.purge_rate]} / ${V[$r.Hs.rate]}")"
 	fi
 	if [ "$skip_latency" = 1 ]; then
-		continue
+		return 0
 	fi
 	if [ ${#rates[@]} -gt 0 ]; then
 		for ((i = 0; i < ${#rates[@]}; i++)); do
 			phase_l "$r" set "Ls${rates[i]}" "Ks${rates[i]}" "latr$r-$i" "${rates[i]}" rates
 		done
-		continue
+		return 0
 	fi
 	if [ "$run_row" = 1 ]; then
 		phase_l "$r" row L K "lat$r" "$(lat_rate "$r" C)" latency
@@ -794,6 +962,14 @@ for ((r = 1; r <= runs; r++)); do
 	if [ "$run_set" = 1 ]; then
 		phase_l "$r" set Ls Ks "lats$r" "$(lat_rate "$r" Cs)" latency
 	fi
+}
+
+for ((r = 1; r <= runs; r++)); do
+	[ "$only_partitions" = 1 ] || main_phases "$r"
+	for v in "${pparts[@]}"; do
+		phase_pt "$r" "$v"
+		phase_pl "$r" "$v"
+	done
 done
 if [ "$profile" = 1 ]; then
 	phase_profile
@@ -1060,7 +1236,52 @@ report() {
 	echo "exactly-once check of idemd's runs (idem_check_exactly_once) and the peer's: $what"
 }
 
-report | tee "$out_dir/report.txt"
+# report_partitions: the partition phases' table.
+report_partitions() {
+	local r v b=${pparts[0]} what=''
+	echo
+	echo "Partition phases: the same $messages payments (dup-ratio $dup_ratio, keyed by account over $IDEM_ACCOUNTS accounts) over"
+	echo "P partitions, each P in an embedded Kafka of its own; $runs run(s), $(nproc) CPUs. Depth per partition (min/mean/max):"
+	echo "  $(for v in "${pparts[@]}"; do printf 'P=%s %s/%s/%s; ' "$v" "${V[p$v.depth_min]}" "${V[p$v.depth_mean]}" "${V[p$v.depth_max]}"; done | sed 's/; $//')"
+	echo "PT: idemd in set mode over the backlog, $(settings_text backlog) (as C_set); vs_$b = msg/s over"
+	echo "P=$b's of the same run; least/most = offsets applied by the least and the most advanced partition when a third"
+	echo "of the backlog was applied (partition_progress.next_offset, polled every 50 ms)."
+	echo "PL: idemd as in L_set ($(settings_text latency)), fed at $(if [ "$partition_latency_rate" -gt 0 ]; then echo "$partition_latency_rate msg/s"; else echo "half of P=$b's PT rate of the same run"; fi) for ${partition_latency_seconds}s;"
+	echo "latency = commit of the applying transaction - producer timestamp; p99 per partition, the median partition's"
+	echo "and the worst partition's; worst/med = their ratio (1 = every partition alike)."
+	echo
+	printf '%-7s %5s %9s %7s %9s %9s %10s %9s %9s %11s %11s %9s\n' run P msg/s "vs_$b" least@1/3 most@1/3 \
+		least/most lat_msg/s p99_ms med_part_p99 worst_p99 worst/med
+	for ((r = 1; r <= runs; r++)); do
+		for v in "${pparts[@]}"; do
+			printf '%-7s %5s %9.0f %7.3f %9s %9s %10.3f %9s %9.2f %11.2f %11.2f %9.2f\n' "$r" "$v" \
+				"${V[$r.PT$v.rate]}" "${V[$r.PT$v.vs]}" "${V[$r.PT$v.least]}" \
+				"${V[$r.PT$v.most]}$([ "${V[$r.PT$v.most_done]}" = 0 ] || echo '*')" \
+				"${V[$r.PT$v.fair]}" "${V[$r.PL$v.rate]}" "${V[$r.PL$v.p99]}" \
+				"${V[$r.PL$v.med_p99]}" "${V[$r.PL$v.worst_p99]}" "${V[$r.PL$v.worst_med]}"
+		done
+	done
+	for v in "${pparts[@]}"; do
+		printf '%-7s %5s %9.0f %7.3f %9s %9s %10.3f %9s %9.2f %11.2f %11.2f %9.2f\n' median "$v" \
+			"$(medof "PT$v.rate")" "$(medof "PT$v.vs")" "$(medof "PT$v.least")" \
+			"$(medof "PT$v.most")" "$(medof "PT$v.fair")" "$(medof "PL$v.rate")" \
+			"$(medof "PL$v.p99")" "$(medof "PL$v.med_p99")" "$(medof "PL$v.worst_p99")" \
+			"$(medof "PL$v.worst_med")"
+	done
+	echo "(*: the most advanced partition had applied all its messages. Each partition's p50 and p99:"
+	echo " latency-partitions-pl<P>_<run>.txt in $out_dir)"
+	for ((r = 1; r <= runs; r++)); do
+		for v in "${pparts[@]}"; do
+			what="${what:-}${what:+, }run $r P=$v ${V[$r.PT$v.exactly_once]}"
+		done
+	done
+	echo "exactly-once check of the partition phases' backlog runs (idem_check_exactly_once): $what"
+}
+
+{
+	[ "$only_partitions" = 1 ] || report
+	[ ${#pparts[@]} = 0 ] || report_partitions
+} | tee "$out_dir/report.txt"
 if [ "$profile" = 1 ]; then
 	echo
 	cat "$out_dir/profile.txt"
