@@ -1,13 +1,14 @@
 /*
  * idem_daemon_int.h - what the files of idem_daemon share (internal to them).
  *
- * idem_daemon is split in two: idem_daemon.c, the main loop (taking messages into batches,
- * handing them to the workers, what they finished, offset commits, drain and shutdown, stats),
- * and idem_daemon_assign.c, partitions coming and going (the rebalance callbacks) and where each
- * one is read from, also after the database went back. Both work on struct idem_daemon, on the
+ * idem_daemon is split in three: idem_daemon.c, the main loop (taking messages into batches,
+ * handing them to the workers, what they finished, drain and shutdown, stats),
+ * idem_daemon_commit.c, what Kafka is told (stored offsets, their commits with metadata), and
+ * idem_daemon_assign.c, partitions coming and going (the rebalance callbacks) and where each
+ * one is read from, also after the database went back. All work on struct idem_daemon, on the
  * consumer thread only.
  *
- * Included by those two files only: not part of libidem's contract (idem_daemon.h is). The
+ * Included by those files only: not part of libidem's contract (idem_daemon.h is). The
  * functions with external linkage are idem__daemon_*.
  */
 #ifndef IDEM_DAEMON_INT_H
@@ -38,10 +39,8 @@ struct idem_daemon {
 	uint64_t schema_answers; /* idem_schemas_answers() when last looked at */
 	size_t take_next;        /* take_queued() begins its next round with this partition */
 	size_t flush_next;       /* flush_due() begins with this one (modulo the partitions) */
-	size_t bytes_held;
-	size_t bytes_held_max;
-	/* the most bytes_held has been */ /* idem_part_bytes() of every partition:
-	                                      batch.max_bytes_total's count */
+	size_t bytes_held; /* idem_part_bytes() of every partition: batch.max_bytes_total's count */
+	size_t bytes_held_max;             /* the most bytes_held has been */
 	struct idem_consumer_headers hdrs; /* scratch for one message's headers */
 	struct idem_daemon_stats stats;
 	int64_t last_stats_ms;
@@ -60,10 +59,18 @@ struct idem_daemon {
 	int64_t check_at_ms;    /* no position check before (one failed) */
 };
 
-/* idem_daemon.c */
+/* idem_daemon_commit.c */
 
+/* The batch in flight of @p committed up to @next: store it for Kafka (the offset rule). */
+void idem__daemon_store_offset(idem_daemon *d, struct idem_part *p, int64_t next);
 /* Commit the offsets Kafka lacks, with idemd's metadata (@only_leaving: LEAVING ones only). */
 void idem__daemon_commit_offsets(idem_daemon *d, bool sync, bool only_leaving, const char *why);
+/* struct idem_consumer_hooks' committed: an asynchronous commit is done. */
+void idem__daemon_on_committed(void *opaque, rd_kafka_resp_err_t err,
+                               const rd_kafka_topic_partition_list_t *offsets);
+
+/* idem_daemon.c */
+
 /* Fetch @p again from @offset (after a pause, or a rewind). */
 void idem__daemon_resume_part(idem_daemon *d, struct idem_part *p, int64_t offset);
 /* Readiness may have changed (partitions assigned, revoked, halted or not): tell idem_metrics. */
