@@ -8,6 +8,7 @@
 
 #include <avro.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "idem_avro.h"
@@ -61,6 +62,8 @@ struct avro_node {
 	size_t n;               /* record fields, enum symbols, union branches; 1 for array/map */
 	struct avro_node **sub; /* field types, branches; array items and map values in sub[0] */
 	char **names;           /* field names or enum symbols */
+	uint32_t *index;        /* records: field i + 1 at the hash of its name (0: a free slot) */
+	size_t index_cap;       /* records: slots of index, a power of 2, at least twice n */
 	char *fullname;         /* named types */
 	char *space;            /* named types: the namespace their nested names inherit */
 	avro_schema_t checked;  /* named types: avro-c's schema it was checked against */
@@ -116,6 +119,14 @@ static inline idem_avro_schema *schema_mut(const idem_avro_schema *s)
 {
 	return (idem_avro_schema *)(uintptr_t)s;
 }
+
+/*
+ * The hash of @s[0..len) continuing from @h (IDEM__AVRO_HASH_INIT to start), of the name it
+ * spells if @token is an RFC 6901 pointer token (~0 is '~', ~1 is '/'; valid, as
+ * idem_avro_read() checks first). Record fields and named types are found by it.
+ */
+#define IDEM__AVRO_HASH_INIT UINT64_C(0xcbf29ce484222325)
+uint64_t idem__avro_hash(uint64_t h, const char *s, size_t len, bool token);
 
 /* Bytes of a valid UTF-8 sequence at @s[0..n) (no overlongs, surrogates, or beyond U+10FFFF),
  * or 0 (idem_avro_decode.c). */

@@ -657,12 +657,16 @@ static bool step(avro_value_t *v, const struct avro_node **n, const char *s, siz
 
 	switch (t->type) {
 	case AVRO_RECORD:
-		for (size_t i = 0; i < t->n; i++) {
-			if (token_equal(s, len, t->names[i], strlen(t->names[i]))) {
-				if (avro_value_get_by_index(v, i, &child, NULL) != 0)
+		/* By the record's index of its fields (idem_avro.c), not by a search. */
+		for (size_t k = idem__avro_hash(IDEM__AVRO_HASH_INIT, s, len, true) &
+		                (t->index_cap - 1);
+		     t->index[k] != 0; k = (k + 1) & (t->index_cap - 1)) {
+			idx = t->index[k] - 1;
+			if (token_equal(s, len, t->names[idx], strlen(t->names[idx]))) {
+				if (avro_value_get_by_index(v, idx, &child, NULL) != 0)
 					return false;
 				*v = child;
-				*n = t->sub[i];
+				*n = t->sub[idx];
 				return true;
 			}
 		}

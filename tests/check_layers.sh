@@ -5,12 +5,15 @@
 # module split over several files is written with '+' (flush+session+flush_slow). A file may
 # include its own module's headers and those of any module on a lower line: never a module on
 # its own line or above it, so there can be no circle. Every lib/ file must belong to a module
-# of the list. daemon/ may include anything of lib/; lib/ never includes daemon/.
+# of the list. daemon/ may include anything of lib/; lib/ never includes daemon/. And every
+# lib/*.c and lib/*.h file has at most max_lines lines (a file over that is split along a seam of
+# its module, as ARCHITECTURE.md says); each file over is named with its count.
 #
 #   tests/check_layers.sh [SRC_DIR]      exit 0 if the code keeps to the map, 1 (saying where) if not
 set -euo pipefail
 src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 map=$src/ARCHITECTURE.md
+max_lines=1000
 
 declare -A rank=() module=()
 line_no=0
@@ -29,6 +32,11 @@ done < <(awk '/^```layers$/ { on = 1; next } on && /^```$/ { exit } on' "$map")
 bad=0
 for f in "$src"/lib/*.c "$src"/lib/*.h; do
 	base=$(basename "$f")
+	lines=$(wc -l <"$f")
+	if [ "$lines" -gt "$max_lines" ]; then
+		echo "lib/$base: $lines lines, over the budget of $max_lines lines per file of lib/" >&2
+		bad=1
+	fi
 	stem=${base%.[ch]}
 	stem=${stem#idem_}
 	stem=${stem%_int}
@@ -61,5 +69,5 @@ if grep -l '#include "idemctl\|#include "idemd' "$src"/lib/*.[ch] 2>/dev/null; t
 	echo "lib/ includes a header of daemon/ (above)" >&2
 	bad=1
 fi
-[ "$bad" = 0 ] && echo "check_layers: lib/ keeps to the $line_no layers of ARCHITECTURE.md"
+[ "$bad" = 0 ] && echo "check_layers: lib/ keeps to the $line_no layers of ARCHITECTURE.md and to $max_lines lines per file"
 exit "$bad"

@@ -1341,6 +1341,95 @@ static void test_bad_schemas(void **state)
 	             "schema: record R has two fields named a");
 }
 
+/*
+ * Large schemas: named types and record fields are found by hash, so building is linear in the
+ * schema's size. A search per name made each of these take minutes; the run time of these
+ * tests is the check.
+ */
+#define MANY_FIELDS 300000
+#define MANY_TYPES  100000
+
+/* Record Big of @n long fields f0, f1, ...; with @dup the last is named f0 again. */
+static void many_fields_json(struct idem_buf *json, size_t n, bool dup)
+{
+	assert_int_equal(
+	        idem_buf_append_str(json, "{\"type\":\"record\",\"name\":\"Big\",\"fields\":["),
+	        IDEM_OK);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(idem_buf_printf(json, "%s{\"name\":\"f%zu\",\"type\":\"long\"}",
+		                                 i > 0 ? "," : "", dup && i == n - 1 ? 0 : i),
+		                 IDEM_OK);
+	assert_int_equal(idem_buf_append_str(json, "]}"), IDEM_OK);
+}
+
+static void test_many_fields(void **state)
+{
+	struct idem_buf json = { 0 };
+	idem_avro_schema *s;
+	idem_avro_dec *dec = idem_avro_dec_new();
+	struct enc e = { 0 };
+
+	(void)state;
+	many_fields_json(&json, MANY_FIELDS, false);
+	s = schema_of(json.data);
+	for (size_t i = 0; i < MANY_FIELDS; i++)
+		put_long(&e, (int64_t)i * 3);
+	decode_ok(dec, s, &e);
+	text_is(dec, "/f0", "0");
+	text_is(dec, "/f150000", "450000");
+	text_is(dec, "/f299999", "899997");
+	absent_is(dec, "/f300000", "not found in value");
+	absent_is(dec, "/f~1", "not found in value");
+	enc_done(&e);
+	idem_avro_dec_free(dec);
+	idem_avro_schema_unref(s);
+
+	idem_buf_reset(&json);
+	many_fields_json(&json, MANY_FIELDS, true);
+	schema_fails(json.data, "schema: record Big has two fields named f0");
+	idem_buf_done(&json);
+}
+
+/*
+ * Record Top defines fixed ns.N0, ns.N1, ... in fields a0, a1, ... and refers to each in
+ * fields b0, b1, ..., by its name (even) or full name (odd): a search of the types before for
+ * each reference was quadratic.
+ */
+static void test_many_named_types(void **state)
+{
+	struct idem_buf json = { 0 };
+	idem_avro_schema *s;
+	idem_avro_dec *dec = idem_avro_dec_new();
+	struct enc e = { 0 };
+
+	(void)state;
+	assert_int_equal(idem_buf_append_str(&json, "{\"type\":\"record\",\"name\":\"Top\","
+	                                            "\"namespace\":\"ns\",\"fields\":["),
+	                 IDEM_OK);
+	for (size_t i = 0; i < MANY_TYPES; i++) {
+		assert_int_equal(
+		        idem_buf_printf(
+		                &json,
+		                "%s{\"name\":\"a%zu\",\"type\":{\"type\":\"fixed\","
+		                "\"name\":\"N%zu\",\"size\":1}},{\"name\":\"b%zu\",\"type\":\"%sN%zu\"}",
+		                i > 0 ? "," : "", i, i, i, i % 2 ? "ns." : "", i),
+		        IDEM_OK);
+		put_byte(&e, (uint8_t)i);
+		put_byte(&e, (uint8_t)(i >> 8));
+	}
+	assert_int_equal(idem_buf_append_str(&json, "]}"), IDEM_OK);
+	s = schema_of(json.data);
+	decode_ok(dec, s, &e);
+	text_is(dec, "/a0", "\\x00");
+	text_is(dec, "/b0", "\\x00");
+	text_is(dec, "/a99999", "\\x9f"); /* 99999 = 0x1869f */
+	text_is(dec, "/b99999", "\\x86");
+	enc_done(&e);
+	idem_avro_dec_free(dec);
+	idem_avro_schema_unref(s);
+	idem_buf_done(&json);
+}
+
 static void test_refcount(void **state)
 {
 	idem_avro_schema *s = schema_of("\"string\"");
@@ -1379,6 +1468,8 @@ int main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_invalid_logical_types),
 		cmocka_unit_test(test_bad_schemas),
+		cmocka_unit_test(test_many_fields),
+		cmocka_unit_test(test_many_named_types),
 		cmocka_unit_test(test_refcount),
 	};
 
