@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "idem_consumer.h"
 #include "idem_pg.h"
@@ -54,6 +55,39 @@ bool idemctl_number(const char *what, const char *s, int64_t min, int64_t max, i
 
 void idemctl_print_json(json_object *o)
 {
-	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-	                                                         JSON_C_TO_STRING_NOSLASHESCAPE));
+	size_t len;
+	const char *s = json_object_to_json_string_length(
+	        o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+	char *out;
+
+	/* The whole form is at most 6 bytes for each of @s ("\u00NN", "\ufffd"). */
+	if (s == NULL || len > (SIZE_MAX - 1) / 6 || (out = malloc(6 * len + 1)) == NULL) {
+		fprintf(stderr, "idemctl: out of memory\n");
+		return;
+	}
+	idem_esc(out, 6 * len + 1, s, len, IDEM_ESC_JSON);
+	printf("%s\n", out);
+	free(out);
+}
+
+void idemctl_print_esc(const void *s, size_t len, size_t max, unsigned flags)
+{
+	/* The whole form is at most 4 bytes for each of @s. */
+	size_t outlen = (len < max / 4 ? 4 * len : max) + 1;
+	char *out = malloc(outlen);
+
+	if (out == NULL) {
+		printf("(out of memory)");
+		return;
+	}
+	if (idem_esc(out, outlen, s, len, flags) >= outlen)
+		printf("%s (%zu bytes)", out, len);
+	else
+		printf("%s", out);
+	free(out);
+}
+
+const char *idemctl_esc(char *buf, size_t len, const char *s, unsigned flags)
+{
+	return idem_esc_str(buf, len, s ? s : "-", flags);
 }

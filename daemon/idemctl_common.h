@@ -12,6 +12,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "idem_cfg.h"
+#include "idem_esc.h"
 
 /*
  * @brief Connect to the configured Postgres as application "idemctl".
@@ -34,7 +35,26 @@ void idemctl_close_both(PGconn *conn, rd_kafka_t *rk);
  */
 bool idemctl_number(const char *what, const char *s, int64_t min, int64_t max, int64_t *ret_v);
 
-/* @brief Print @o as pretty JSON and a newline on stdout; @o stays the caller's. */
+/*
+ * @brief Print @o as pretty JSON and a newline on stdout; @o stays the caller's. json-c escapes
+ * the C0 controls in strings; the C1, bidi and invisible format characters, which it writes
+ * raw, are written as "\uXXXX" too (idem_esc(), IDEM_ESC_JSON): the same JSON values, nothing
+ * a terminal would obey.
+ */
 void idemctl_print_json(json_object *o);
+
+/*
+ * @brief Print message-derived text @s[0..@len) on stdout in idem_esc()'s form with @flags
+ * (IDEM_ESC_QUOTE when it stands inside quotes), at most @max bytes of that form: a longer one
+ * ends in IDEM_ESC_TRUNC and " (N bytes)".
+ */
+void idemctl_print_esc(const void *s, size_t len, size_t max, unsigned flags);
+
+/*
+ * @brief idem_esc_str() of @s (NULL: "-") into @buf, for printf's arguments: what idemctl
+ * prints of text that came from messages (reasons, business keys, header names, results).
+ * @returns @buf.
+ */
+const char *idemctl_esc(char *buf, size_t len, const char *s, unsigned flags);
 
 #endif

@@ -18,9 +18,11 @@
 void idemctl_quarantine_usage(FILE *f)
 {
 	fprintf(f,
-	        "  quarantine list [--all] [--consumer C] [--topic T] [--limit N] [--json]\n"
-	        "            messages that could not be applied, oldest first (--all: resolved ones\n"
-	        "            too)\n"
+	        "  quarantine list [--all] [--all-consumers] [--consumer C] [--topic T] [--limit N]\n"
+	        "                  [--json]\n"
+	        "            messages that could not be applied, oldest first, of the entries this\n"
+	        "            configuration's routes serve (--all-consumers: every consumer's;\n"
+	        "            --all: resolved ones too)\n"
 	        "  quarantine show ID [--json]\n"
 	        "            one message with its key, value, headers and failure\n"
 	        "  quarantine retry ID... | --all [--consumer C] [--topic T]\n"
@@ -28,7 +30,8 @@ void idemctl_quarantine_usage(FILE *f)
 	        "            entry: applied, or a duplicate if its key was applied meanwhile, never\n"
 	        "            twice; a message that fails again stays quarantined (exit status 1)\n"
 	        "  quarantine discard ID...\n"
-	        "            resolve as discarded: the message will never be applied\n");
+	        "            resolve as discarded: the message will never be applied (only entries\n"
+	        "            this configuration's routes serve, as for retry)\n");
 }
 
 struct qopts {
@@ -36,11 +39,16 @@ struct qopts {
 	bool json;
 };
 
-/* Parse the options after "quarantine SUB"; the operands are left in argv[optind..]. */
-static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowed)
+/*
+ * Parse the options after "quarantine SUB"; the operands are left in argv[optind..]. What is
+ * listed or retried is scoped to the entries a route of @cfg serves unless --all-consumers.
+ */
+static int parse_opts(const struct idem_cfg *cfg, int argc, char **argv, struct qopts *o,
+                      const char *allowed)
 {
 	static const struct option longopts[] = {
 		{ "all", no_argument, NULL, 'a' },
+		{ "all-consumers", no_argument, NULL, 'A' },
 		{ "consumer", required_argument, NULL, 'C' },
 		{ "topic", required_argument, NULL, 't' },
 		{ "limit", required_argument, NULL, 'l' },
@@ -51,6 +59,7 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 	int c;
 
 	memset(o, 0, sizeof(*o));
+	o->filter.scope = cfg;
 	optind = 0; /* glibc: start over, with the default (permuting) scan */
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		if (c == '?' || strchr(allowed, c) == NULL) {
@@ -61,6 +70,9 @@ static int parse_opts(int argc, char **argv, struct qopts *o, const char *allowe
 		switch (c) {
 		case 'a':
 			o->filter.all = true;
+			break;
+		case 'A':
+			o->filter.scope = NULL;
 			break;
 		case 'C':
 			o->filter.consumer = optarg;
@@ -86,39 +98,24 @@ static bool parse_id(const char *s, int64_t *ret_id)
 	return idemctl_number("quarantine id", s, 1, INT64_MAX, ret_id);
 }
 
-/* Print @n bytes of @p for a terminal: printable ASCII as is, the rest as \xNN. */
-static void print_escaped(const char *p, size_t n, size_t max)
+/* Print @n bytes of @p for a terminal (idem_esc()), at most SHOW_MAX_BYTES of them. */
+static void print_escaped(const char *p, size_t n)
 {
-	for (size_t i = 0; i < n && i < max; i++) {
-		unsigned char c = (unsigned char)p[i];
-
-		if (c >= 0x20 && c < 0x7f && c != '\\')
-			putchar(c);
-		else
-			printf("\\x%02x", c);
-	}
-	if (n > max)
-		printf("... (%zu bytes)", n);
+	idemctl_print_esc(p, n, SHOW_MAX_BYTES, 0);
 }
 
+/*
+ * A column of the list, @width bytes wide (@width <= 128): @s escaped (idem_esc()), cut on a
+ * whole character or escape and marked if longer, then padded.
+ */
 static void print_cell(const char *s, size_t width)
 {
-	size_t n = s ? strlen(s) : 0, w = 0;
+	char buf[128];
+	size_t n;
 
-	if (s == NULL) {
-		printf("%-*s", (int)width, "-");
-		return;
-	}
-	for (size_t i = 0; i < n && w + 1 < width; i++, w++) {
-		unsigned char c = (unsigned char)s[i];
-
-		putchar(c >= 0x20 && c != 0x7f ? c : '?');
-	}
-	if (n >= width) {
-		putchar('~');
-		w++;
-	}
-	for (; w < width; w++)
+	n = strlen(idemctl_esc(buf, width < sizeof(buf) ? width : sizeof(buf), s, 0));
+	printf("%s", buf);
+	for (; n < width; n++)
 		putchar(' ');
 }
 
@@ -197,7 +194,7 @@ static int cmd_list(const struct idem_cfg *cfg, int argc, char **argv)
 	size_t n = 0;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "aCtlj")) != IDEM_EXIT_OK)
+	if ((rc = parse_opts(cfg, argc, argv, &o, "aACtlj")) != IDEM_EXIT_OK)
 		return rc;
 	if (optind < argc) {
 		fprintf(stderr, "idemctl: quarantine list takes no operands\n");
@@ -244,16 +241,21 @@ out_finish:
 static void show_text(const struct idem_quarantine_entry *e)
 {
 	printf("id:              %" PRId64 "\n", e->id);
-	printf("consumer:        %s\n", e->consumer);
-	printf("topic:           %s\n", e->topic);
+	char buf[1024];
+
+	printf("consumer:        %s\n", idemctl_esc(buf, sizeof(buf), e->consumer, 0));
+	printf("topic:           %s\n", idemctl_esc(buf, sizeof(buf), e->topic, 0));
 	printf("partition:       %" PRId32 "\n", e->partition);
 	printf("offset:          %" PRId64 "\n", e->offset);
 	printf("business key:    ");
 	if (e->business_key != NULL)
-		print_escaped(e->business_key, strlen(e->business_key), SHOW_MAX_BYTES);
+		print_escaped(e->business_key, strlen(e->business_key));
 	else
 		printf("(none)");
-	printf("\nreason:          %s\n", e->reason);
+	printf("\nreason:          ");
+	if (e->reason != NULL)
+		print_escaped(e->reason, strlen(e->reason));
+	printf("\n");
 	printf("sqlstate:        %s\n", e->sqlstate[0] ? e->sqlstate : "(none)");
 	printf("attempts:        %d\n", e->attempts);
 	printf("first failed at: %s\n", e->first_failed_at);
@@ -264,19 +266,21 @@ static void show_text(const struct idem_quarantine_entry *e)
 		printf("timestamp ms:    %" PRId64 "\n", e->timestamp_ms);
 	printf("key:             ");
 	if (e->key != NULL)
-		print_escaped(e->key, e->key_len, SHOW_MAX_BYTES);
+		print_escaped(e->key, e->key_len);
 	else
 		printf("(none)");
 	printf("\nvalue:           ");
 	if (e->value != NULL)
-		print_escaped(e->value, e->value_len, SHOW_MAX_BYTES);
+		print_escaped(e->value, e->value_len);
 	else
 		printf("(none)");
 	printf("\nheaders:         %zu\n", e->n_headers);
 	for (size_t i = 0; i < e->n_headers; i++) {
-		printf("  %s: ", e->headers[i].name);
+		printf("  ");
+		print_escaped(e->headers[i].name, strlen(e->headers[i].name));
+		printf(": ");
 		if (e->headers[i].value != NULL)
-			print_escaped(e->headers[i].value, e->headers[i].value_len, SHOW_MAX_BYTES);
+			print_escaped(e->headers[i].value, e->headers[i].value_len);
 		else
 			printf("(null)");
 		printf("\n");
@@ -292,7 +296,7 @@ static int cmd_show(const struct idem_cfg *cfg, int argc, char **argv)
 	int64_t id;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "j")) != IDEM_EXIT_OK)
+	if ((rc = parse_opts(cfg, argc, argv, &o, "j")) != IDEM_EXIT_OK)
 		return rc;
 	if (optind + 1 != argc) {
 		fprintf(stderr, "idemctl: quarantine show takes one ID\n");
@@ -345,6 +349,7 @@ static int collect_ids(const struct idem_cfg *cfg, PGconn *conn, int argc, char 
 		return IDEM_EXIT_OK;
 	}
 	f.all = false; /* open entries only */
+	f.scope = cfg; /* those the routes of @cfg serve */
 	if (idem_quarantine_list(conn, &f, &v, &n, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
 		return IDEM_EXIT_FAILURE;
@@ -354,12 +359,8 @@ static int collect_ids(const struct idem_cfg *cfg, PGconn *conn, int argc, char 
 		idem_quarantine_entries_free(v, n);
 		return IDEM_EXIT_FAILURE;
 	}
-	for (size_t i = 0; i < n; i++) {
-		const struct idem_route *r = idem_cfg_route_for(cfg, v[i].topic);
-
-		if (r != NULL && strcmp(r->consumer, v[i].consumer) == 0)
-			ids[k++] = v[i].id;
-	}
+	for (size_t i = 0; i < n; i++)
+		ids[k++] = v[i].id;
 	idem_quarantine_entries_free(v, n);
 	*ret_ids = ids;
 	*ret_n = k;
@@ -377,7 +378,7 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 	size_t n = 0, counts[3] = { 0, 0, 0 };
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "aCt")) != IDEM_EXIT_OK)
+	if ((rc = parse_opts(cfg, argc, argv, &o, "aCt")) != IDEM_EXIT_OK)
 		return rc;
 	if (o.filter.all == (optind < argc)) {
 		fprintf(stderr, "idemctl: quarantine retry takes IDs or --all\n");
@@ -403,8 +404,11 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 			continue;
 		}
 		counts[outcome]++;
-		printf("%" PRId64 ": %s: %s\n", ids[i], idem_quarantine_outcome_str(outcome),
-		       detail);
+		/* The detail escaped the business key it quotes already (IDEM_ESC_QUOTE). */
+		printf("%" PRId64 ": %s: ", ids[i], idem_quarantine_outcome_str(outcome));
+		idemctl_print_esc(detail, strlen(detail), sizeof(detail) * 4,
+		                  IDEM_ESC_KEEP_BACKSLASH);
+		printf("\n");
 		if (outcome == IDEM_QUARANTINE_FAILED)
 			rc = IDEM_EXIT_FAILURE;
 	}
@@ -426,7 +430,7 @@ static int cmd_discard(const struct idem_cfg *cfg, int argc, char **argv)
 	int64_t *ids;
 	int rc;
 
-	if ((rc = parse_opts(argc, argv, &o, "")) != IDEM_EXIT_OK)
+	if ((rc = parse_opts(cfg, argc, argv, &o, "")) != IDEM_EXIT_OK)
 		return rc;
 	if (optind >= argc) {
 		fprintf(stderr, "idemctl: quarantine discard takes one or more IDs\n");
@@ -445,7 +449,7 @@ static int cmd_discard(const struct idem_cfg *cfg, int argc, char **argv)
 		return rc;
 	}
 	for (int i = 0; i < argc - optind; i++) {
-		if (idem_quarantine_discard(conn, ids[i], &err) != IDEM_OK) {
+		if (idem_quarantine_discard(conn, cfg, ids[i], &err) != IDEM_OK) {
 			fprintf(stderr, "idemctl: %s\n", err.msg);
 			rc = IDEM_EXIT_FAILURE;
 			continue;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idem_consumer.h"
 #include "idem_inspect.h"
 #include "idemctl_cmds.h"
 #include "idemctl_common.h"
@@ -230,6 +231,35 @@ static void print_plan(const struct idem_replay_report *rep, const struct replay
 	json_object_put(top);
 }
 
+/* How long the brokers have to describe the group. */
+#define DESCRIBE_TIMEOUT_MS 10000
+
+/*
+ * Refuse a replay while the group has members, asking the brokers without joining it: a join
+ * would make a running idemd give up its partitions twice (the join, the leave). Brokers that
+ * cannot describe groups (librdkafka's mock cluster) leave it to idem_inspect_reset(), whose
+ * commit is refused while the group has members and which then joins to find out.
+ */
+static int replay_check_stopped(const struct idem_cfg *cfg, rd_kafka_t *rk)
+{
+	idem_error err = { 0 };
+	int members = 0;
+
+	if (idem_consumer_group_members(rk, cfg->group_id, DESCRIBE_TIMEOUT_MS, &members, &err) !=
+	    IDEM_OK) {
+		fprintf(stderr,
+		        "idemctl: replay: %s; the reset will find out whether it is stopped by joining it\n",
+		        err.msg);
+		return IDEM_EXIT_OK;
+	}
+	if (members == 0)
+		return IDEM_EXIT_OK;
+	fprintf(stderr,
+	        "idemctl: replay: refused: group '%s' has %d active member(s): stop every idemd of the group before a replay (nothing changed)\n",
+	        cfg->group_id, members);
+	return IDEM_EXIT_FAILURE;
+}
+
 /* Reset the group's offsets, then the database position, to the plan's start. */
 static int replay_reset(const struct idem_cfg *cfg, PGconn *conn,
                         const struct idem_replay_report *rep, bool json)
@@ -269,6 +299,8 @@ int idemctl_replay(const struct idem_cfg *cfg, int argc, char **argv)
 		return rc;
 	if ((rc = idemctl_open_both(cfg, &conn, &rk)) != IDEM_EXIT_OK)
 		return rc;
+	if (!o.dry && (rc = replay_check_stopped(cfg, rk)) != IDEM_EXIT_OK)
+		goto out_close;
 	if (o.time_ms >= 0 && (rc = offset_for_time(rk, o.topic, (int32_t)o.partition, o.time_ms,
 	                                            &o.offset)) != IDEM_EXIT_OK)
 		goto out_close;

@@ -140,9 +140,13 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 			       p->topic, p->partition, c, d, p->high,
 			       p->high - (p->committed < 0 ? p->low : p->committed), p->applied,
 			       p->duplicates, p->quarantine_rows, p->route->name);
-			if (p->halted_offset >= 0)
-				printf("%-20s %5" PRId32 " HALTED at offset %" PRId64 ": %s\n",
-				       p->topic, p->partition, p->halted_offset, p->halt_reason);
+			if (p->halted_offset >= 0) {
+				/* The reason may quote the message that halted it. */
+				printf("%-20s %5" PRId32 " HALTED at offset %" PRId64 ": ",
+				       p->topic, p->partition, p->halted_offset);
+				idemctl_print_esc(p->halt_reason, strlen(p->halt_reason), 4096, 0);
+				putchar('\n');
+			}
 			/* What verify would say where it is more than a lag: the next start
 			 * decides it anew, or it was moved by another client. */
 			if (vs != IDEM_VERIFY_OK && vs != IDEM_VERIFY_DB_AHEAD &&
@@ -241,12 +245,20 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 		                       PQgetisnull(res, r, 6)
 		                               ? NULL
 		                               : json_object_new_string(PQgetvalue(res, r, 6)));
-		if (!json)
+		if (!json) {
+			/* The key and the handler's result may come from the message. */
+			char key[1024], consumer[256], topic[512], result[4096];
+
 			printf("key=%s consumer=%s topic=%s partition=%s offset=%s applied_at=%s result=%s payload_sha256=%s\n",
-			       argv[1], PQgetvalue(res, r, 0), PQgetvalue(res, r, 1),
+			       idemctl_esc(key, sizeof(key), argv[1], 0),
+			       idemctl_esc(consumer, sizeof(consumer), PQgetvalue(res, r, 0), 0),
+			       idemctl_esc(topic, sizeof(topic), PQgetvalue(res, r, 1), 0),
 			       PQgetvalue(res, r, 2), PQgetvalue(res, r, 3), PQgetvalue(res, r, 4),
-			       PQgetisnull(res, r, 5) ? "NULL" : PQgetvalue(res, r, 5),
+			       PQgetisnull(res, r, 5) ? "NULL"
+			                              : idemctl_esc(result, sizeof(result),
+			                                            PQgetvalue(res, r, 5), 0),
 			       PQgetisnull(res, r, 6) ? "NULL" : PQgetvalue(res, r, 6));
+		}
 		json_object_array_add(arr, o);
 	}
 	if (json)

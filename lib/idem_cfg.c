@@ -106,7 +106,8 @@ static const struct cfg_conv cfg_template_conv = { sizeof(struct idem_template),
  * key is restart-only, so a changed route always needs a restart.
  */
 
-static cfg_check_value_fn cfg_check_conninfo, cfg_check_topic, cfg_check_consumer;
+static cfg_check_value_fn cfg_check_conninfo, cfg_check_topic, cfg_check_consumer,
+        cfg_check_metrics_listen;
 static cfg_check_pair_fn cfg_check_property;
 static cfg_check_section_fn cfg_check_top, cfg_check_postgres, cfg_check_batch, cfg_check_retry,
         cfg_check_handler;
@@ -366,7 +367,8 @@ enum { METRICS_LISTEN, METRICS_N };
 static const struct cfg_key metrics_keys[] = {
 	[METRICS_LISTEN] = { .name = "listen",
 	                     .type = CFG_STRING,
-	                     .off = offsetof(struct idem_cfg, metrics_listen) },
+	                     .off = offsetof(struct idem_cfg, metrics_listen),
+	                     .check = cfg_check_metrics_listen },
 };
 static const struct cfg_section metrics_section = { metrics_keys, METRICS_N, NULL };
 
@@ -558,6 +560,25 @@ static bool cfg_name_valid(const char *s, size_t max)
 static bool cfg_topic_valid(const char *s)
 {
 	return cfg_name_valid(s, CFG_MAX_TOPIC) && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/*
+ * ":PORT" binds every address of the host: plain HTTP without authentication open to every
+ * network is too much to get from an omitted host, so that must be written out.
+ */
+static bool cfg_check_metrics_listen(struct cfg_ctx *ctx, yaml_node_t *node, const char *path,
+                                     const char *value)
+{
+	const char *q;
+
+	if (value[0] != ':')
+		return true;
+	q = idem__cfg_qs(ctx, value);
+	idem__cfg_error(
+	        ctx, node,
+	        "'%s' has no host ('%s' would listen on every address): write '0.0.0.0%s' or '[::]%s' if every address is really meant, or '127.0.0.1%s' for this host only",
+	        path, q, q, q, q);
+	return false;
 }
 
 static bool cfg_check_topic(struct cfg_ctx *ctx, yaml_node_t *node, const char *path,

@@ -417,6 +417,28 @@ idem_status idem_consumer_partition_count(rd_kafka_t *rk, const char *topic, int
 	return r;
 }
 
+idem_status idem_consumer_group_members(rd_kafka_t *rk, const char *group, int timeout_ms,
+                                        int *ret_members, idem_error *err)
+{
+	const struct rd_kafka_group_list *gl = NULL;
+	rd_kafka_resp_err_t e = rd_kafka_list_groups(rk, group, &gl, timeout_ms);
+	int members = 0;
+
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return idem_error_set(err, IDEM_ERR_UNAVAILABLE,
+		                      "the brokers cannot describe group '%s': %s", group,
+		                      rd_kafka_err2str(e));
+	for (int i = 0; i < gl->group_cnt; i++) {
+		const struct rd_kafka_group_info *gi = &gl->groups[i];
+
+		if (gi->err == RD_KAFKA_RESP_ERR_NO_ERROR && strcmp(gi->group, group) == 0)
+			members += gi->member_cnt;
+	}
+	rd_kafka_group_list_destroy(gl);
+	*ret_members = members;
+	return IDEM_OK;
+}
+
 /* How many partitions the subscribed topics have in all (0: unknown), asked with a handle of
  * its own, before the consumer is made: its prefetch is divided among them. */
 static int count_partitions(const struct idem_cfg *cfg)

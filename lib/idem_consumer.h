@@ -56,6 +56,17 @@ IDEM_NODISCARD idem_status idem_consumer_partition_count(rd_kafka_t *rk, const c
                                                          int *ret_n, idem_error *err);
 
 /*
+ * @brief How many members group @group has, asked of the brokers without joining it
+ * (ListGroups and DescribeGroups, up to @timeout_ms): a live group is seen without a rebalance.
+ * A group the brokers do not know has none.
+ * @returns IDEM_OK and *@ret_members; IDEM_ERR_UNAVAILABLE when the brokers cannot tell (they
+ * lack those requests, as librdkafka's mock cluster does, or do not answer in time).
+ */
+IDEM_NODISCARD idem_status idem_consumer_group_members(rd_kafka_t *rk, const char *group,
+                                                       int timeout_ms, int *ret_members,
+                                                       idem_error *err);
+
+/*
  * @brief Make a consumer (no subscription) for tools: the same settings, optionally another
  * group, and enable.auto.commit off: a tool commits only what it commits explicitly.
  */

@@ -28,6 +28,7 @@
 
 #include "idem_consumer.h"
 #include "idem_daemon_int.h"
+#include "idem_esc.h"
 #include "idem_flush.h"
 #include "idem_log.h"
 #include "idem_metrics.h"
@@ -75,6 +76,7 @@ static void log_mismatches(const struct idem_batch *b)
 		const struct idem_batch_msg *m = &b->msgs[i];
 		const struct idem_batch_claim *c =
 		        m->state == IDEM_MSG_DUP_IN_BATCH ? &b->msgs[m->winner].claim : &m->claim;
+		char key[1024]; /* the key as the line quotes it: a quote in it cannot close it */
 		int64_t claim_offset = m->state == IDEM_MSG_DUP_IN_BATCH && !c->found
 		                               ? b->msgs[m->winner].offset
 		                               : c->offset;
@@ -95,7 +97,8 @@ static void log_mismatches(const struct idem_batch *b)
 		        " offset=%" PRId64 " key='%s' kind=%s first applied at offset=%" PRId64
 		        ", ignoring it as a duplicate (routes[].on_payload_mismatch)",
 		        b->route->name, b->topic, b->partition, m->offset,
-		        idem_batch_ptr(b, m->bkey), idem_batch_dup_str(m->dup), claim_offset);
+		        idem_esc_str(key, sizeof(key), idem_batch_ptr(b, m->bkey), IDEM_ESC_QUOTE),
+		        idem_batch_dup_str(m->dup), claim_offset);
 	}
 }
 

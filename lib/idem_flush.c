@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "idem_bind.h"
+#include "idem_esc.h"
 #include "idem_flush_int.h"
 #include "idem_log.h"
 #include "idem_pg.h"
@@ -171,10 +172,14 @@ idem_status idem__flush_mark_claimed(struct flush_ctx *ctx, size_t n, const PGre
 			        (int32_t)strtol(PQgetvalue(res, row, 2), NULL, 10));
 		if (owner != NULL)
 			i = idem_batch_find_key(owner->b, k, (size_t)PQgetlength(res, row, 0));
-		if (i < 0)
+		if (i < 0) {
+			char key[1024];
+
 			return idem_error_set(
 			        err, IDEM_ERR_PG,
-			        "claim returned business key '%s' of no message being flushed", k);
+			        "claim returned business key '%s' of no message being flushed",
+			        idem_esc_str(key, sizeof(key), k, IDEM_ESC_QUOTE));
+		}
 		owner->b->msgs[i].state = IDEM_MSG_APPLIED;
 	}
 	return IDEM_OK;

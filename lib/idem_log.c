@@ -1,6 +1,11 @@
 /*
  * idem_log.c - the logger: one line per event on stderr.
  *
+ * Every message goes through idem_esc() before it is written: whatever a caller passed, a line
+ * holds no CR, LF, ESC or other control and no bidi control, so that no text taken from a
+ * message can end the line, start one that looks like another event, or drive the terminal or
+ * viewer that shows it.
+ *
  * Under journald (stderr is the journal stream) lines carry a "<N>" priority prefix that
  * systemd understands; elsewhere an ISO 8601 UTC timestamp and the pid.
  */
@@ -14,6 +19,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "idem_esc.h"
 
 static enum idem_log_level log_level = IDEM_LOG_INFO;
 static bool log_journal;
@@ -64,11 +71,27 @@ const char *idem_log_level_name(enum idem_log_level level)
 	return level_names[level];
 }
 
+/* @len, less an incomplete UTF-8 sequence at the end of @s (what a cut may leave). */
+static size_t utf8_whole(const char *s, size_t len)
+{
+	size_t i = len, need;
+	unsigned char c;
+
+	while (i > 0 && len - i < 3 && ((unsigned char)s[i - 1] & 0xc0) == 0x80)
+		i--;
+	if (i == 0)
+		return len;
+	c = (unsigned char)s[i - 1];
+	need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+	return len - (i - 1) < need ? i - 1 : len;
+}
+
 void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt, ...)
 {
 	int saved_errno = errno;
-	char line[4096];
-	size_t off = 0;
+	char msg[4096], line[8192];
+	size_t off = 0, len = 0, w, mark = sizeof(IDEM_ESC_TRUNC) - 1;
+	bool cut = false;
 	va_list ap;
 	int n;
 
@@ -90,19 +113,32 @@ void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt,
 		        ts.tv_nsec / 1000000, (long)getpid(), level_names[level], mod);
 	}
 	if (n > 0)
-		off = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+		off = (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1;
 	va_start(ap, fmt);
-	n = vsnprintf(line + off, sizeof(line) - off, fmt, ap);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (n > 0)
-		off += (size_t)n < sizeof(line) - off ? (size_t)n : sizeof(line) - off - 1;
-	/* One event is one line: fold embedded newlines (e.g. from libpq messages). */
-	for (size_t i = 0; i < off; i++) {
-		if (line[i] == '\n' || line[i] == '\r')
-			line[i] = ' ';
+	if (n > 0) {
+		cut = (size_t)n >= sizeof(msg);
+		len = cut ? utf8_whole(msg, sizeof(msg) - 1) : (size_t)n;
 	}
-	while (off > 0 && line[off - 1] == ' ')
-		off--;
+	/* A trailing newline (libpq's messages end in one) is not part of the event. */
+	while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == '\r' || msg[len - 1] == ' ' ||
+	                   msg[len - 1] == '\t'))
+		len--;
+	/*
+	 * The last line of defence, whatever a caller passed: one event is one line (no CR or
+	 * LF), and nothing a terminal or a log viewer would obey (ESC sequences, other controls,
+	 * bidi) reaches it raw. Backslashes stay: quoted values were escaped at their call site
+	 * (IDEM_ESC_QUOTE), and escaping them again would double theirs.
+	 */
+	w = sizeof(line) - off - 1;
+	if (idem_esc(line + off, w, msg, len, IDEM_ESC_KEEP_BACKSLASH) >= w)
+		cut = false; /* marked by idem_esc() already */
+	off += strlen(line + off);
+	if (cut && sizeof(line) - off - 1 >= mark) {
+		memcpy(line + off, IDEM_ESC_TRUNC, mark);
+		off += mark;
+	}
 	line[off++] = '\n';
 	(void)!write(STDERR_FILENO, line, off);
 out:

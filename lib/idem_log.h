@@ -38,6 +38,13 @@ bool idem_log_level_parse(const char *s, enum idem_log_level *ret_level);
 /* @brief "error" | "warn" | "info" | "debug". */
 const char *idem_log_level_name(enum idem_log_level level);
 
+/*
+ * @brief Write one line: the prefix, then the formatted message, without its trailing
+ * whitespace, through idem_esc() (IDEM_ESC_KEEP_BACKSLASH): controls (CR and LF too), bidi and
+ * invalid UTF-8 escaped, so that one event is one line. A message over 4 KiB is cut, marked
+ * IDEM_ESC_TRUNC. A caller still escapes text from messages that it quotes, with
+ * idem_esc_str(..., IDEM_ESC_QUOTE), so that a quote in it cannot close the field.
+ */
 void idem_log_write(enum idem_log_level level, const char *mod, const char *fmt, ...)
         IDEM_PRINTF(3, 4);
 

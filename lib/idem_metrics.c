@@ -844,9 +844,14 @@ idem_status idem_metrics_listen(idem_metrics *m, const char *listen, idem_error 
 	} else {
 		a4.sin_family = AF_INET;
 		a4.sin_port = htons((uint16_t)port);
+		/* Every address is written "0.0.0.0:PORT" or "[::]:PORT", never left implied
+		 * (the configuration check says so first). */
 		if (host[0] == '\0')
-			a4.sin_addr.s_addr = htonl(INADDR_ANY);
-		else if (inet_pton(AF_INET, host, &a4.sin_addr) != 1)
+			return idem_error_set(
+			        err, IDEM_ERR_CONFIG,
+			        "metrics listen address '%s' has no host (write '0.0.0.0%s' or '[::]%s' for every address)",
+			        listen, listen, listen);
+		if (inet_pton(AF_INET, host, &a4.sin_addr) != 1)
 			return idem_error_set(err, IDEM_ERR_CONFIG,
 			                      "metrics listen address '%s': bad IPv4 address",
 			                      listen);

@@ -39,8 +39,10 @@ idem_metrics *idem_metrics_new(void);
 void idem_metrics_free(idem_metrics *m);
 
 /*
- * @brief Serve HTTP on @listen ("127.0.0.1:9187", "[::1]:9187" or ":9187" for all addresses).
- * @returns IDEM_ERR_CONFIG for an address that does not parse, IDEM_ERR_IO if it cannot bind.
+ * @brief Serve HTTP on @listen ("127.0.0.1:9187", "[::1]:9187"; every address only when written
+ * out, "0.0.0.0:9187" or "[::]:9187").
+ * @returns IDEM_ERR_CONFIG for an address that does not parse or has no host (":9187"),
+ * IDEM_ERR_IO if it cannot bind.
  */
 IDEM_NODISCARD idem_status idem_metrics_listen(idem_metrics *m, const char *listen,
                                                idem_error *err);

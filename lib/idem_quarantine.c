@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "idem_batch.h"
+#include "idem_esc.h"
 #include "idem_schemas.h"
 #include "idem_sql.h"
 
@@ -113,6 +114,13 @@ void idem_quarantine_entries_free(struct idem_quarantine_entry *v, size_t n)
 	free(v);
 }
 
+bool idem_quarantine_in_scope(const struct idem_cfg *cfg, const struct idem_quarantine_entry *e)
+{
+	const struct idem_route *route = idem_cfg_route_for(cfg, e->topic);
+
+	return route != NULL && strcmp(route->consumer, e->consumer) == 0;
+}
+
 idem_status idem_quarantine_list(PGconn *conn, const struct idem_quarantine_filter *f,
                                  struct idem_quarantine_entry **ret_entries, size_t *ret_n,
                                  idem_error *err)
@@ -122,13 +130,15 @@ idem_status idem_quarantine_list(PGconn *conn, const struct idem_quarantine_filt
 	const char *pv[4];
 	PGresult *res;
 	idem_status r = IDEM_OK;
+	size_t k = 0;
 	int n;
 
 	snprintf(limit, sizeof(limit), "%zu", f->limit);
 	pv[0] = f->consumer;
 	pv[1] = f->topic;
 	pv[2] = f->all ? "true" : "false";
-	pv[3] = f->limit > 0 ? limit : NULL;
+	/* The scope is applied to the rows read, so the limit is too. */
+	pv[3] = f->limit > 0 && f->scope == NULL ? limit : NULL;
 	if ((r = idem_sql_exec(conn, IDEM_SQL_QUARANTINE_LIST, pv, "list quarantine", &res, err)) !=
 	    IDEM_OK)
 		goto out_clear;
@@ -138,15 +148,19 @@ idem_status idem_quarantine_list(PGconn *conn, const struct idem_quarantine_filt
 		r = idem_error_nomem(err);
 		goto out_clear;
 	}
-	for (int row = 0; row < n; row++) {
-		if (!read_entry(res, row, &v[row])) {
-			idem_quarantine_entries_free(v, (size_t)row + 1);
+	for (int row = 0; row < n && (f->limit == 0 || k < f->limit); row++) {
+		if (!read_entry(res, row, &v[k])) {
+			idem_quarantine_entries_free(v, k + 1);
 			r = idem_error_nomem(err);
 			goto out_clear;
 		}
+		if (f->scope != NULL && !idem_quarantine_in_scope(f->scope, &v[k]))
+			idem_quarantine_entry_done(&v[k]);
+		else
+			k++;
 	}
 	*ret_entries = v;
-	*ret_n = (size_t)n;
+	*ret_n = k;
 out_clear:
 	PQclear(res);
 	return r;
@@ -222,6 +236,16 @@ static idem_status get_entry(PGconn *conn, int64_t id, bool lock, struct idem_qu
 	return r;
 }
 
+/* Retry and discard act only on what a route of @cfg serves, as idemd would have applied it. */
+static idem_status scope_error(const struct idem_cfg *cfg, const struct idem_quarantine_entry *e,
+                               idem_error *err)
+{
+	return idem_error_set(err, IDEM_ERR_INVALID,
+	                      "quarantine entry %" PRId64
+	                      " belongs to consumer '%s' topic '%s', which no route of '%s' serves",
+	                      e->id, e->consumer, e->topic, cfg->path);
+}
+
 idem_status idem_quarantine_get(PGconn *conn, int64_t id, struct idem_quarantine_entry *ret_entry,
                                 idem_error *err)
 {
@@ -233,14 +257,23 @@ idem_status idem_quarantine_get(PGconn *conn, int64_t id, struct idem_quarantine
 	return r;
 }
 
-idem_status idem_quarantine_discard(PGconn *conn, int64_t id, idem_error *err)
+idem_status idem_quarantine_discard(PGconn *conn, const struct idem_cfg *cfg, int64_t id,
+                                    idem_error *err)
 {
 	struct idem_quarantine_entry e;
 	char ids[24];
 	const char *pv[1] = { ids };
-	PGresult *res;
+	PGresult *res = NULL;
 	idem_status r = IDEM_OK;
 
+	/* A row's consumer and topic never change: checked once, they hold for the update. */
+	if ((r = get_entry(conn, id, false, &e, err)) != IDEM_OK)
+		return r;
+	if (!idem_quarantine_in_scope(cfg, &e))
+		r = scope_error(cfg, &e, err);
+	idem_quarantine_entry_done(&e);
+	if (r != IDEM_OK)
+		return r;
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
 	if ((r = idem_sql_exec(conn, IDEM_SQL_QUARANTINE_DISCARD, pv, "discard", &res, err)) !=
 	    IDEM_OK)
@@ -351,6 +384,7 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 	struct idem_batch b;
 	idem_schemas *schemas = NULL;
 	enum idem_dup_kind kind;
+	char key[1024]; /* the business key as the detail quotes it */
 	idem_status r;
 
 	if (e->resolved_at != NULL)
@@ -358,11 +392,7 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 		                      "quarantine entry %" PRId64 " is resolved already (%s at %s)",
 		                      e->id, e->resolution, e->resolved_at);
 	if (route == NULL || strcmp(route->consumer, e->consumer) != 0)
-		return idem_error_set(
-		        err, IDEM_ERR_INVALID,
-		        "quarantine entry %" PRId64
-		        " belongs to consumer '%s' topic '%s', which no route of '%s' serves",
-		        e->id, e->consumer, e->topic, cfg->path);
+		return scope_error(cfg, e, err);
 	if (idem_batch_init(&b, route, e->topic, e->partition) != IDEM_OK)
 		return idem_error_nomem(err);
 	hdrs = calloc(e->n_headers ? e->n_headers : 1, sizeof(*hdrs));
@@ -390,9 +420,11 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 	switch (m->state) {
 	case IDEM_MSG_APPLIED:
 		*ret_outcome = IDEM_QUARANTINE_APPLIED;
-		snprintf(detail, detail_len, "business key '%s' applied%s%s",
-		         idem_batch_ptr(&b, m->bkey), m->result.null ? "" : ", result ",
-		         m->result.null ? "" : idem_batch_ptr(&b, m->result));
+		snprintf(
+		        detail, detail_len, "business key '%s' applied%s%s",
+		        idem_esc_str(key, sizeof(key), idem_batch_ptr(&b, m->bkey), IDEM_ESC_QUOTE),
+		        m->result.null ? "" : ", result ",
+		        m->result.null ? "" : idem_batch_ptr(&b, m->result));
 		r = resolve(conn, e, "applied", m->attempts, IDEM_DUP_NONE, err);
 		break;
 	case IDEM_MSG_DUPLICATE:
@@ -405,12 +437,14 @@ static idem_status retry_locked(idem_flush *pg, const struct idem_cfg *cfg,
 			        detail, detail_len,
 			        "business key '%s' was applied already, from topic '%s' partition %" PRId32
 			        " offset %" PRId64,
-			        idem_batch_ptr(&b, m->bkey),
+			        idem_esc_str(key, sizeof(key), idem_batch_ptr(&b, m->bkey),
+			                     IDEM_ESC_QUOTE),
 			        m->claim.same_topic ? e->topic : idem_batch_ptr(&b, m->claim.topic),
 			        m->claim.partition, m->claim.offset);
 		else
 			snprintf(detail, detail_len, "business key '%s' was applied already",
-			         idem_batch_ptr(&b, m->bkey));
+			         idem_esc_str(key, sizeof(key), idem_batch_ptr(&b, m->bkey),
+			                      IDEM_ESC_QUOTE));
 		r = resolve(conn, e, "duplicate", m->attempts, kind, err);
 		break;
 	default:

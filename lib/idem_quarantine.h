@@ -53,7 +53,16 @@ struct idem_quarantine_filter {
 	const char *topic;    /* NULL: every topic */
 	bool all;             /* resolved rows too */
 	size_t limit;         /* 0: no limit */
+	/* NULL: every row; else only the rows a route of this configuration serves
+	 * (idem_quarantine_in_scope()) */
+	const struct idem_cfg *scope;
 };
+
+/*
+ * @brief Whether a route of @cfg serves @e: one of its routes takes @e's topic, under @e's
+ * consumer. Retry and discard act only on such entries.
+ */
+bool idem_quarantine_in_scope(const struct idem_cfg *cfg, const struct idem_quarantine_entry *e);
 
 /*
  * @brief The rows matching @f, oldest first, without key, value and headers (use
@@ -76,9 +85,10 @@ void idem_quarantine_entries_free(struct idem_quarantine_entry *v, size_t n);
 /*
  * @brief Mark row @id discarded: its message will never be applied by idemd (a retry of the row
  * is refused afterwards). IDEM_ERR_NOT_FOUND if there is no such row, IDEM_ERR_INVALID if it is
- * resolved already.
+ * resolved already or no route of @cfg serves it (another configuration's entry: unchanged).
  */
-IDEM_NODISCARD idem_status idem_quarantine_discard(PGconn *conn, int64_t id, idem_error *err);
+IDEM_NODISCARD idem_status idem_quarantine_discard(PGconn *conn, const struct idem_cfg *cfg,
+                                                   int64_t id, idem_error *err);
 
 enum idem_quarantine_outcome {
 	IDEM_QUARANTINE_APPLIED = 0, /* claimed and applied now */

@@ -35,9 +35,31 @@ idem_assert_eq "claims after more messages" $((total - 1000 + IDEM_UNIQUE)) \
 	"$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')"
 idemd_stop a
 
-# On demand: everything older than 30 minutes.
-out=$("$IDEM_BIN/idemctl" -c "$cfg" purge --older-than 30m)
+# On demand, under retention.keep: refused without --force (exit status 1, nothing deleted),
+# since a redelivery of a message whose claim is gone would apply it again.
+claims=$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')
+for age in 0 30m 59m; do
+	rc=0
+	"$IDEM_BIN/idemctl" -c "$cfg" purge --older-than "$age" >"$IDEM_TMP/purge.out" \
+		2>"$IDEM_TMP/purge.err" || rc=$?
+	idem_assert_eq "exit status of purge --older-than $age" 1 "$rc"
+	grep -q "claims younger than 3600s (retention.keep of '$cfg') protect against redeliveries; purging them lets a redelivered message be applied again" \
+		"$IDEM_TMP/purge.err" || idem_fail "purge --older-than $age: $(cat "$IDEM_TMP/purge.err")"
+	idem_assert_eq "claims after a refused purge --older-than $age" "$claims" \
+		"$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')"
+done
+# At retention.keep or above, no --force needed.
+out=$("$IDEM_BIN/idemctl" -c "$cfg" purge --older-than 1h)
+idem_assert_eq "idemctl purge --older-than 1h output" "consumer=payments purged=0 older_than_s=3600" "$out"
+
+# With --force: everything older than 30 minutes, then everything.
+out=$("$IDEM_BIN/idemctl" -c "$cfg" purge --older-than 30m --force)
 idem_assert_eq "idemctl purge output" "consumer=payments purged=200 older_than_s=1800" "$out"
 idem_assert_eq "claims older than 30 minutes" 0 \
 	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE processed_at < now() - interval '30 minutes'")"
-echo "ok: purged 1000 + 200 old claims, kept the rest"
+out=$("$IDEM_BIN/idemctl" -c "$cfg" purge --force --older-than 0)
+idem_assert_eq "idemctl purge --older-than 0 --force output" \
+	"consumer=payments purged=$((claims - 200)) older_than_s=0" "$out"
+idem_assert_eq "claims after purge --older-than 0 --force" 0 \
+	"$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')"
+echo "ok: purged 1000 + 200 old claims, kept the rest; a purge under retention.keep needs --force"

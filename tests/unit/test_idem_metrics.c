@@ -192,6 +192,8 @@ static void test_listen_errors(void **state)
 	assert_int_equal(idem_metrics_listen(m, "127.0.0.1:99999", &err), IDEM_ERR_CONFIG);
 	assert_int_equal(idem_metrics_listen(m, "example.com:80", &err), IDEM_ERR_CONFIG);
 	assert_string_equal(err.msg, "metrics listen address 'example.com:80': bad IPv4 address");
+	assert_int_equal(idem_metrics_listen(m, ":9187", &err), IDEM_ERR_CONFIG);
+	assert_non_null(strstr(err.msg, "'0.0.0.0:9187'"));
 	idem_metrics_free(m);
 }
 
