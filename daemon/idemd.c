@@ -192,6 +192,17 @@ static void reload(const char *path, struct idem_cfg *cfg)
 	idem_notify("READY=1");
 }
 
+static void warn_check(const char *msg, void *arg)
+{
+	fprintf(stderr, "%s: warning: %s\n", (const char *)arg, msg);
+}
+
+static void warn_start(const char *msg, void *arg)
+{
+	(void)arg;
+	idem_log_warn("config", "%s", msg);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -246,6 +257,7 @@ int main(int argc, char **argv)
 		return IDEM_EXIT_CONFIG;
 	}
 	if (check_only) {
+		idem_cfg_secret_warnings(cfg, warn_check, cfg->path);
 		printf("configuration OK\n");
 		idem_cfg_free(cfg);
 		return IDEM_EXIT_OK;
@@ -256,6 +268,14 @@ int main(int argc, char **argv)
 	install_signals();
 	idem_log_info("main", "starting idemd %s config=%s group=%s routes=%zu", IDEM_VERSION, path,
 	              cfg->group_id, cfg->n_routes);
+	idem_cfg_secret_warnings(cfg, warn_start, NULL);
+	/* Every secret now, before any thread: a missing or unsafe one is the operator's to fix
+	 * (exit 78, no restart), and the variables leave the environment. */
+	if (idem_cfg_secrets_check(cfg, &err) != IDEM_OK) {
+		idem_log_error("main", "%s", err.msg);
+		rc = err.code == IDEM_ERR_NOMEM ? IDEM_EXIT_FAILURE : IDEM_EXIT_CONFIG;
+		goto out_free_cfg;
+	}
 
 	/* Postgres may still be starting: wait for it, but not for a mistake in the setup. */
 	seed = (unsigned int)getpid() ^ (unsigned int)(uint64_t)idem_mono_us();

@@ -109,8 +109,8 @@ static const struct cfg_conv cfg_template_conv = { sizeof(struct idem_template),
 static cfg_check_value_fn cfg_check_conninfo, cfg_check_topic, cfg_check_consumer,
         cfg_check_metrics_listen;
 static cfg_check_pair_fn cfg_check_property;
-static cfg_check_section_fn cfg_check_top, cfg_check_postgres, cfg_check_batch, cfg_check_retry,
-        cfg_check_handler;
+static cfg_check_section_fn cfg_check_top, cfg_check_kafka, cfg_check_postgres, cfg_check_batch,
+        cfg_check_retry, cfg_check_handler;
 
 enum { KAFKA_BROKERS, KAFKA_GROUP_ID, KAFKA_TOPICS, KAFKA_PROPERTIES, KAFKA_N };
 static const struct cfg_key kafka_keys[] = {
@@ -135,7 +135,7 @@ static const struct cfg_key kafka_keys[] = {
 	                       .check_pair = cfg_check_property,
 	                       .conv = &cfg_kv_conv },
 };
-static const struct cfg_section kafka_section = { kafka_keys, KAFKA_N, NULL };
+static const struct cfg_section kafka_section = { kafka_keys, KAFKA_N, cfg_check_kafka };
 
 enum {
 	PG_CONNINFO,
@@ -648,7 +648,11 @@ static bool cfg_check_property(struct cfg_ctx *ctx, yaml_node_t *knode, yaml_nod
 	struct cfg_load *load = ctx->user;
 	char errstr[512];
 	rd_kafka_conf_res_t res;
+	bool ok;
 
+	/* sasl.password_file and the like are idemd's, not librdkafka's (idem_cfg_secrets.c). */
+	if (idem__cfg_check_kafka_secret(ctx, vnode, name, value, &ok))
+		return ok;
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(cfg_kafka_props); i++) {
 		if (!cfg_kafka_props[i].managed || strcmp(name, cfg_kafka_props[i].name) != 0)
 			continue;
@@ -681,6 +685,12 @@ static bool cfg_check_property(struct cfg_ctx *ctx, yaml_node_t *knode, yaml_nod
 	return false;
 }
 /* Checks across keys. */
+
+static void cfg_check_kafka(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
+{
+	(void)target;
+	idem__cfg_check_kafka_secrets(ctx, slots[KAFKA_PROPERTIES].value);
+}
 
 static void cfg_check_postgres(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
 {

@@ -143,11 +143,13 @@ struct idem_cfg {
 	int64_t outbox_purge_interval_s; /* outbox.purge_interval, default 60s, 1s..7d */
 
 	/* schema_registry: (ARCHITECTURE.md "Avro"; idem_cfg_registry.c) */
-	char *registry_url;           /* schema_registry.url; NULL: none (no avro: fields) */
-	char *registry_username;      /* schema_registry.username: HTTP basic authentication */
-	char *registry_password_env;  /* schema_registry.password_env */
-	char *registry_password_file; /* schema_registry.password_file: first line */
-	int registry_timeout_ms;      /* schema_registry.timeout_ms, default 5000, 100..60000 */
+	char *registry_url;               /* schema_registry.url; NULL: none (no avro: fields) */
+	char *registry_username;          /* schema_registry.username: HTTP basic authentication */
+	char *registry_password_env;      /* schema_registry.password_env */
+	char *registry_password_file;     /* schema_registry.password_file: first line */
+	int registry_timeout_ms;          /* schema_registry.timeout_ms, default 5000, 100..60000 */
+	int registry_allow_insecure_auth; /* schema_registry.allow_insecure_auth, default false:
+	                                     basic authentication over http:// is refused */
 
 	/* metrics: */
 	char *metrics_listen; /* metrics.listen ("127.0.0.1:9187"); NULL: no HTTP listener */
@@ -202,6 +204,40 @@ struct idem_cfg_kafka_prop {
 
 /* @brief The table of librdkafka properties idemd sets or refuses; @ret_n its length. */
 const struct idem_cfg_kafka_prop *idem_cfg_kafka_props(size_t *ret_n);
+
+/* Room for a Postgres or schema registry password, with its NUL (idem_pg, idem_schemas). */
+#define IDEM_CFG_PASSWORD_MAX 1024
+/* Room for a secret of kafka.properties, with its NUL. */
+#define IDEM_CFG_SECRET_MAX 4096
+
+/*
+ * @brief Whether kafka.properties key @name is SECRET_env or SECRET_file for one of librdkafka's
+ * secret properties (sasl.password, ssl.key.password, ssl.keystore.password,
+ * sasl.oauthbearer.client.secret): its value then names an environment variable or a file
+ * (idem_secret_get()) whose secret idem_consumer_conf() sets as SECRET.
+ * @returns the length of SECRET at the start of @name, with *ret_file (true: _file); else 0.
+ */
+size_t idem_cfg_kafka_secret_ref(const char *name, bool *ret_file);
+
+/* A warning about a valid configuration, as one line without the file's name. */
+typedef void idem_cfg_warn_fn(const char *msg, void *arg);
+
+/*
+ * @brief Calls @fn (if not NULL) for each secret property of kafka.properties written in the
+ * file itself ("kafka property 'sasl.password' is a secret written in the configuration file;
+ * use ..."); the value is never part of it.
+ * @returns how many.
+ */
+size_t idem_cfg_secret_warnings(const struct idem_cfg *cfg, idem_cfg_warn_fn *fn, void *arg);
+
+/*
+ * @brief Reads every secret @cfg names (postgres, schema_registry, kafka.properties' _env and
+ * _file forms) once and wipes it: at start-up, before any thread, so that a missing, unsafe
+ * (open to group or others), empty or overlong one stops idemd with its reason, and the
+ * environment variables are taken out of the environment (idem_secret_get()).
+ * @returns IDEM_OK, IDEM_ERR_CONFIG with the first problem, or IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem_cfg_secrets_check(const struct idem_cfg *cfg, idem_error *err);
 
 /* One setting whose value differs between two configurations (see idem_cfg_diff()). */
 struct idem_cfg_change {

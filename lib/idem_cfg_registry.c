@@ -4,6 +4,7 @@
  * which holds the others and the checks across sections.
  */
 #include <stddef.h>
+#include <strings.h>
 
 #include "idem_cfg.h"
 #include "idem_cfg_walk.h"
@@ -12,7 +13,16 @@
 static cfg_check_value_fn check_url;
 static cfg_check_section_fn check_registry;
 
-enum { REG_URL, REG_USERNAME, REG_PASSWORD_ENV, REG_PASSWORD_FILE, REG_TIMEOUT_MS, REG_N };
+enum {
+	REG_URL,
+	REG_USERNAME,
+	REG_PASSWORD_ENV,
+	REG_PASSWORD_FILE,
+	REG_TIMEOUT_MS,
+	REG_ALLOW_INSECURE_AUTH,
+	REG_N
+};
+static const char *const reg_bool_names[] = { "false", "true", NULL };
 static const struct cfg_key registry_keys[] = {
 	[REG_URL] = { .name = "url",
 	              .type = CFG_STRING,
@@ -37,6 +47,11 @@ static const struct cfg_key registry_keys[] = {
 	                             "at most half of the unit's WatchdogSec, so that a request "
 	                             "hanging to its end never delays the watchdog's pings",
 	                     .off = offsetof(struct idem_cfg, registry_timeout_ms) },
+	[REG_ALLOW_INSECURE_AUTH] = { .name = "allow_insecure_auth",
+	                              .type = CFG_ENUM,
+	                              .off = offsetof(struct idem_cfg,
+	                                              registry_allow_insecure_auth),
+	                              .names = reg_bool_names },
 };
 _Static_assert(REG_N <= CFG_MAX_KEYS, "CFG_MAX_KEYS is too small");
 
@@ -68,8 +83,16 @@ static bool check_url(struct cfg_ctx *ctx, yaml_node_t *node, const char *path, 
 static void check_registry(struct cfg_ctx *ctx, const struct cfg_slot *slots, void *target)
 {
 	bool has_pw = slots[REG_PASSWORD_ENV].key != NULL || slots[REG_PASSWORD_FILE].key != NULL;
+	const struct idem_cfg *cfg = target;
 
-	(void)target;
+	/* Basic authentication sends the password with every request, only base64'd: over
+	 * plain HTTP anyone on the path reads it. */
+	if (slots[REG_URL].ok && cfg->registry_url != NULL && slots[REG_USERNAME].key != NULL &&
+	    slots[REG_ALLOW_INSECURE_AUTH].ok && !cfg->registry_allow_insecure_auth &&
+	    strncasecmp(cfg->registry_url, "http://", 7) == 0)
+		idem__cfg_error(
+		        ctx, slots[REG_USERNAME].key,
+		        "'schema_registry.username' over plain http:// would send the password readable to anyone on the path with every request; use an https:// url, or set 'schema_registry.allow_insecure_auth: true' for a registry reached over a trusted network only");
 	if (slots[REG_PASSWORD_ENV].key != NULL && slots[REG_PASSWORD_FILE].key != NULL)
 		idem__cfg_error(
 		        ctx, slots[REG_PASSWORD_FILE].key,

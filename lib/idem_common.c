@@ -1,14 +1,21 @@
 /*
- * idem_common.c - error detail, byte buffers, UTF-8 validation.
+ * idem_common.c - error detail, byte buffers, UTF-8 validation, secrets.
  */
+/* explicit_bzero() (glibc >= 2.25) is outside POSIX. */
+#define _DEFAULT_SOURCE
+
 #include "idem_common.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, ...)
 {
@@ -128,34 +135,213 @@ const char *idem_status_str(idem_status s)
 	return "unknown error";
 }
 
+/*
+ * Secrets taken out of the environment (idem_secret_get()): a Postgres password is read again
+ * for every connection, long after the variable is gone. This is process state, like the
+ * environment it replaces, hence the one global of the library besides the log settings.
+ */
+struct secret_kept {
+	char *name;
+	char *value;
+};
+static pthread_mutex_t secret_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct secret_kept *secret_kept;
+static size_t secret_n;
+
+static idem_status secret_copy(const char *key, const char *what, const char *v, char *buf,
+                               size_t len, idem_error *err)
+{
+	size_t n = strlen(v);
+
+	if (n == 0)
+		return idem_error_set(err, IDEM_ERR_CONFIG, "%s: %s is empty", key, what);
+	if (n >= len)
+		return idem_error_set(
+		        err, IDEM_ERR_CONFIG,
+		        "%s: %s holds a secret longer than %zu bytes; refused rather than cut short",
+		        key, what, len - 1);
+	memcpy(buf, v, n + 1);
+	return IDEM_OK;
+}
+
+static idem_status secret_env(const char *key, const char *env, char *buf, size_t len,
+                              idem_error *err)
+{
+	char what[320];
+	struct secret_kept *kept;
+	idem_status r;
+	char *v, *entry;
+
+	snprintf(what, sizeof(what), "environment variable '%s'", env);
+	pthread_mutex_lock(&secret_mu);
+	for (size_t i = 0; i < secret_n; i++) {
+		if (strcmp(secret_kept[i].name, env) == 0) {
+			r = secret_copy(key, what, secret_kept[i].value, buf, len, err);
+			goto out_unlock;
+		}
+	}
+	v = getenv(env);
+	if (v == NULL) {
+		r = idem_error_set(err, IDEM_ERR_CONFIG, "%s: %s is not set", key, what);
+		goto out_unlock;
+	}
+	if ((r = secret_copy(key, what, v, buf, len, err)) != IDEM_OK)
+		goto out_unlock;
+	kept = realloc(secret_kept, (secret_n + 1) * sizeof(*kept));
+	if (kept == NULL) {
+		r = idem_error_nomem(err);
+		goto out_wipe;
+	}
+	secret_kept = kept;
+	kept[secret_n].name = strdup(env);
+	kept[secret_n].value = strdup(v);
+	if (kept[secret_n].name == NULL || kept[secret_n].value == NULL) {
+		free(kept[secret_n].name);
+		if (kept[secret_n].value != NULL)
+			idem_secret_wipe(kept[secret_n].value, strlen(v));
+		free(kept[secret_n].value);
+		r = idem_error_nomem(err);
+		goto out_wipe;
+	}
+	secret_n++;
+	/* /proc/PID/environ shows the initial environment's text, whatever environ points to:
+	 * overwrite "NAME=value" itself once unsetenv() dropped the pointer to it (glibc never
+	 * frees these strings). */
+	entry = v - strlen(env) - 1;
+	unsetenv(env);
+	idem_secret_wipe(entry, strlen(entry));
+	r = IDEM_OK;
+	goto out_unlock;
+out_wipe:
+	idem_secret_wipe(buf, len);
+out_unlock:
+	pthread_mutex_unlock(&secret_mu);
+	return r;
+}
+
+/* Reads the first line of the open file @fd into @buf: up to @len - 1 bytes, never cut short. */
+static idem_status secret_fd(const char *key, const char *path, int fd, char *buf, size_t len,
+                             idem_error *err)
+{
+	size_t n = 0, line;
+	ssize_t k;
+	char c;
+
+	while (n < len - 1) {
+		k = read(fd, buf + n, len - 1 - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return idem_error_set(err, IDEM_ERR_CONFIG, "%s: cannot read '%s': %s", key,
+			                      path, strerror(errno));
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	for (line = 0; line < n && buf[line] != '\n' && buf[line] != '\r'; line++)
+		;
+	if (line == len - 1) {
+		/* The buffer is full without an end of line: one more byte tells whether the
+		 * secret ends here or goes on. */
+		do
+			k = read(fd, &c, 1);
+		while (k < 0 && errno == EINTR);
+		if (k > 0 && c != '\n' && c != '\r')
+			return idem_error_set(
+			        err, IDEM_ERR_CONFIG,
+			        "%s: '%s' holds a secret longer than %zu bytes; refused rather than cut short",
+			        key, path, len - 1);
+	}
+	buf[line] = '\0';
+	if (n == 0)
+		return idem_error_set(err, IDEM_ERR_CONFIG, "%s: '%s' is empty", key, path);
+	if (line == 0)
+		return idem_error_set(
+		        err, IDEM_ERR_CONFIG,
+		        "%s: '%s' starts with an empty line (the secret is the file's first line)",
+		        key, path);
+	if (memchr(buf, '\0', line) != NULL)
+		return idem_error_set(err, IDEM_ERR_CONFIG, "%s: '%s' holds a NUL byte", key, path);
+	return IDEM_OK;
+}
+
+static idem_status secret_file(const char *key, const char *file, char *buf, size_t len,
+                               idem_error *err)
+{
+	const char *dir = getenv("CREDENTIALS_DIRECTORY");
+	bool credential = file[0] != '/' && dir != NULL && dir[0] != '\0';
+	char path[PATH_MAX];
+	struct stat st;
+	idem_status r;
+	int fd, n;
+
+	n = snprintf(path, sizeof(path), "%s%s%s", credential ? dir : "", credential ? "/" : "",
+	             file);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return idem_error_set(err, IDEM_ERR_CONFIG, "%s: path of '%s' is too long", key,
+		                      file);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		int e = errno;
+
+		return idem_error_set(
+		        err, IDEM_ERR_CONFIG, "%s: cannot open '%s': %s%s", key, path, strerror(e),
+		        file[0] != '/' && !credential
+		                ? " (a relative path names a file of $CREDENTIALS_DIRECTORY, which is not set: see LoadCredential= in README, \"Secrets\")"
+		        : e == EACCES && !credential
+		                ? " (with DynamicUser=, pass the file with LoadCredential= instead: README, \"Secrets\")"
+		                : "");
+	}
+	if (fstat(fd, &st) != 0) {
+		r = idem_error_set(err, IDEM_ERR_CONFIG, "%s: cannot read '%s': %s", key, path,
+		                   strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = idem_error_set(err, IDEM_ERR_CONFIG, "%s: '%s' is not a regular file", key,
+		                   path);
+		goto out_close;
+	}
+	/* $CREDENTIALS_DIRECTORY is the service's own (systemd makes it and its files readable
+	 * by the service's user only); anywhere else a secret readable by others is no secret. */
+	if (!credential && (st.st_mode & 077) != 0) {
+		r = idem_error_set(
+		        err, IDEM_ERR_CONFIG,
+		        "%s: '%s' is open to group or others (mode %04o), refused; make it readable by its owner only (chmod 600 '%s'), or under systemd with DynamicUser= keep it root's and pass it with LoadCredential= (README, \"Secrets\")",
+		        key, path, (unsigned)(st.st_mode & 07777), path);
+		goto out_close;
+	}
+	r = secret_fd(key, path, fd, buf, len, err);
+out_close:
+	close(fd);
+	if (r != IDEM_OK)
+		idem_secret_wipe(buf, len);
+	return r;
+}
+
+idem_status idem_secret_get(const char *key, const char *env, const char *file, char *buf,
+                            size_t len, bool *ret_set, idem_error *err)
+{
+	idem_status r = IDEM_OK;
+
+	if (len < 2)
+		return idem_error_set(err, IDEM_ERR_INVALID, "%s: no room for a secret", key);
+	if (env != NULL)
+		r = secret_env(key, env, buf, len, err);
+	else if (file != NULL)
+		r = secret_file(key, file, buf, len, err);
+	if (r == IDEM_OK)
+		*ret_set = env != NULL || file != NULL;
+	return r;
+}
+
 idem_status idem_secret_read(const char *section, const char *env, const char *file, char *buf,
                              size_t len, bool *ret_set, idem_error *err)
 {
-	*ret_set = false;
-	if (env != NULL) {
-		const char *v = getenv(env);
+	char key[128];
 
-		if (v == NULL)
-			return idem_error_set(
-			        err, IDEM_ERR_CONFIG,
-			        "%s.password_env: environment variable '%s' is not set", section,
-			        env);
-		snprintf(buf, len, "%s", v);
-		*ret_set = true;
-	} else if (file != NULL) {
-		FILE *f = fopen(file, "r");
-
-		if (f == NULL)
-			return idem_error_set(err, IDEM_ERR_CONFIG,
-			                      "%s.password_file: cannot open '%s': %s", section,
-			                      file, strerror(errno));
-		if (fgets(buf, (int)len, f) == NULL)
-			buf[0] = '\0';
-		fclose(f);
-		buf[strcspn(buf, "\r\n")] = '\0';
-		*ret_set = true;
-	}
-	return IDEM_OK;
+	snprintf(key, sizeof(key), "%s.password_%s", section, env != NULL ? "env" : "file");
+	return idem_secret_get(key, env, file, buf, len, ret_set, err);
 }
 
 void idem_civil_from_days(int64_t days, int64_t *ret_year, int *ret_month, int *ret_day)
@@ -172,12 +358,10 @@ void idem_civil_from_days(int64_t days, int64_t *ret_year, int *ret_month, int *
 	*ret_year = yoe + era * 400 + (*ret_month <= 2);
 }
 
-void idem_secret_wipe(char *p, size_t n)
+void idem_secret_wipe(void *p, size_t n)
 {
-	volatile char *v = p;
-
-	while (n-- > 0)
-		*v++ = 0;
+	if (n > 0)
+		explicit_bzero(p, n);
 }
 
 void idem_buf_init(struct idem_buf *b)

@@ -83,16 +83,41 @@ idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, .
 idem_status idem_error_nomem(idem_error *err);
 
 /*
- * @brief Read a password from the environment variable @env or the first line of @file (at
- * most one is set; neither: *ret_set is false). @section names the settings in messages
- * ("postgres" -> "postgres.password_env: environment variable 'X' is not set"). The password is
- * never part of a message. Wipe @buf with idem_secret_wipe() once used.
+ * @brief Read a secret (a password, a client secret) from the environment variable @env or the
+ * first line of @file; at most one of them is set (neither: IDEM_OK and *ret_set false). @key
+ * is the setting that named it, the start of every message ("kafka.properties.sasl.password_env:
+ * environment variable 'X' is not set"); the secret is never part of a message.
+ *
+ * A variable is moved out of the environment on its first read (its text overwritten, then
+ * unsetenv()), so that child processes and /proc/PID/environ never see it; this process keeps
+ * its own copy, which later reads return. The first read of each variable must therefore
+ * happen before other threads start (idem_cfg_secrets_check() at start-up).
+ *
+ * A relative @file names a file of $CREDENTIALS_DIRECTORY when that is set (systemd's
+ * LoadCredential=, README "Secrets"), else of the working directory. Any other file must be
+ * closed to group and others (mode & 077 == 0).
+ *
+ * @param buf receives the secret, NUL-terminated, on success only; on failure it is wiped.
+ * @returns IDEM_OK; IDEM_ERR_CONFIG when the variable is not set or empty, the file cannot be
+ * opened, is open to group or others, is empty or its first line is blank, or the secret does
+ * not fit in @len bytes with its NUL (never cut short).
+ */
+IDEM_NODISCARD idem_status idem_secret_get(const char *key, const char *env, const char *file,
+                                           char *buf, size_t len, bool *ret_set, idem_error *err);
+
+/*
+ * @brief idem_secret_get() for the password settings of @section: @env is
+ * SECTION.password_env's value, @file SECTION.password_file's ("postgres" ->
+ * "postgres.password_file: ..."). Wipe @buf with idem_secret_wipe() once used.
  */
 IDEM_NODISCARD idem_status idem_secret_read(const char *section, const char *env, const char *file,
                                             char *buf, size_t len, bool *ret_set, idem_error *err);
 
-/* @brief Overwrite a secret in memory (stores the compiler may not drop). */
-void idem_secret_wipe(char *p, size_t n);
+/*
+ * @brief Overwrite @n bytes of a secret at @p with zeroes (explicit_bzero(): the compiler may
+ * not drop the stores, even right before free()). @p may be NULL when @n is 0.
+ */
+void idem_secret_wipe(void *p, size_t n);
 
 /*
  * @brief Days since 1970-01-01 (any int64 whose sum with 719468 does not overflow) to a

@@ -74,6 +74,35 @@ static idem_status set(rd_kafka_conf_t *conf, const char *name, const char *valu
 	return IDEM_OK;
 }
 
+/*
+ * Sets one kafka.properties entry @kv: as written, or for SECRET_env / SECRET_file
+ * (idem_cfg_kafka_secret_ref()), SECRET to what the variable or the file holds. librdkafka
+ * keeps its own copy; ours is wiped.
+ */
+static idem_status set_prop(rd_kafka_conf_t *conf, const struct idem_kv *kv, idem_error *err)
+{
+	char key[160], prop[64], *secret;
+	size_t n;
+	idem_status r;
+	bool file, have;
+
+	n = idem_cfg_kafka_secret_ref(kv->name, &file);
+	if (n == 0)
+		return set(conf, kv->name, kv->value, err);
+	snprintf(prop, sizeof(prop), "%.*s", (int)n, kv->name);
+	snprintf(key, sizeof(key), "kafka.properties.%s", kv->name);
+	secret = malloc(IDEM_CFG_SECRET_MAX);
+	if (secret == NULL)
+		return idem_error_nomem(err);
+	r = idem_secret_get(key, file ? NULL : kv->value, file ? kv->value : NULL, secret,
+	                    IDEM_CFG_SECRET_MAX, &have, err);
+	if (r == IDEM_OK)
+		r = set(conf, prop, secret, err);
+	idem_secret_wipe(secret, IDEM_CFG_SECRET_MAX);
+	free(secret);
+	return r;
+}
+
 /* Did kafka.properties set @name? */
 static bool user_set(const struct idem_cfg *cfg, const char *name)
 {
@@ -128,8 +157,7 @@ idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,
 			goto out_destroy;
 	}
 	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
-		if ((r = set(conf, cfg->kafka_props[i].name, cfg->kafka_props[i].value, err)) !=
-		    IDEM_OK)
+		if ((r = set_prop(conf, &cfg->kafka_props[i], err)) != IDEM_OK)
 			goto out_destroy;
 	}
 	rd_kafka_conf_set_log_cb(conf, log_cb);

@@ -73,7 +73,7 @@ idem_status idem_pg_conn_open_timeout(const struct idem_cfg *cfg, const char *ap
 	/* Parameters before dbname (the conninfo, expanded) are defaults it may override;
 	 * those after it override it. */
 	const char *kw[5] = { NULL }, *vals[5] = { NULL };
-	char password[1024], timeout[16];
+	char password[IDEM_CFG_PASSWORD_MAX], timeout[16];
 	bool have_pw;
 	PGconn *conn;
 	idem_status r;

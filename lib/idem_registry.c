@@ -235,8 +235,8 @@ void idem_registry_free(idem_registry *reg)
 	free(reg->url);
 	free(reg->username);
 	if (reg->password != NULL) {
-		/* Not for secrecy against this process, only to keep it out of core files. */
-		memset(reg->password, 0, strlen(reg->password));
+		/* Out of core files and freed memory (explicit_bzero: never optimised away). */
+		idem_secret_wipe(reg->password, strlen(reg->password));
 		free(reg->password);
 	}
 	pthread_cond_destroy(&reg->work_cv);

@@ -105,7 +105,7 @@ idem_status idem_schemas_open(const struct idem_cfg *cfg, void (*wake)(void *ctx
 {
 	struct idem_registry_opts opts = { 0 };
 	struct idem_schemas *s;
-	char password[1024];
+	char password[IDEM_CFG_PASSWORD_MAX];
 	bool have_pw = false;
 	idem_status r;
 

@@ -28,7 +28,7 @@ metrics_port=$(idem_free_port)
 export IDEMD_TEST_REGISTRY_PW=$pw
 idem_write_config "$IDEM_TMP/idemd.yaml" g-reg payments --key 'avro:/payment_id' \
 	--params '[business_key, "avro:/account", "avro:/amount"]' --metrics "127.0.0.1:$metrics_port" \
-	--registry "url=\"$IDEM_REGISTRY_URL\"" --registry "username=idemd" \
+	--registry "url=\"$IDEM_REGISTRY_URL\"" --registry "username=idemd" --registry "allow_insecure_auth=true" \
 	--registry "password_env=IDEMD_TEST_REGISTRY_PW" --registry "timeout_ms=1000" \
 	--retry initial_ms=15000 --retry max_ms=30000
 idem_setup_db "$IDEM_TMP/idemd.yaml"

@@ -9,8 +9,13 @@
 /* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "idem_common.h"
 #include "idem_pg.h"
@@ -207,13 +212,316 @@ static void test_classify(void **state)
 	assert_int_equal(idem_pg_classify("40002"), IDEM_PG_BROKEN);    /* not a retry class */
 }
 
+/* Class 54 (program limit exceeded) is one message's fault: a value too large for an index or a
+ * statement too complex is retried alone, then quarantined. */
+static void test_classify_54(void **state)
+{
+	(void)state;
+	assert_int_equal(idem_pg_classify("54000"), IDEM_PG_MESSAGE); /* program limit */
+	assert_int_equal(idem_pg_classify("54001"), IDEM_PG_MESSAGE); /* statement too complex */
+	assert_int_equal(idem_pg_classify("54011"), IDEM_PG_MESSAGE); /* too many columns */
+	assert_int_equal(idem_pg_classify("54023"), IDEM_PG_MESSAGE); /* too many arguments */
+}
+
+/* Class 58 (system error: I/O, undefined file) is the server's trouble, not the message's. */
+static void test_classify_58(void **state)
+{
+	(void)state;
+	assert_int_equal(idem_pg_classify("58000"), IDEM_PG_TRANSIENT); /* system error */
+	assert_int_equal(idem_pg_classify("58030"), IDEM_PG_TRANSIENT); /* io error */
+	assert_int_equal(idem_pg_classify("58P01"), IDEM_PG_TRANSIENT); /* undefined file */
+	assert_int_equal(idem_pg_classify("58P02"), IDEM_PG_TRANSIENT); /* duplicate file */
+}
+
+static bool needs_operator(const char *sqlstate)
+{
+	idem_error err = { 0 };
+
+	err.code = IDEM_ERR_PG;
+	snprintf(err.sqlstate, sizeof(err.sqlstate), "%s", sqlstate);
+	return idem_pg_needs_operator(&err);
+}
+
+/* Login (28), database (3D) and schema or handler SQL (42) failures need an operator: idemd exits
+ * IDEM_EXIT_CONFIG (78) on them, which the unit does not restart; nothing else does. */
+static void test_needs_operator(void **state)
+{
+	idem_error err = { 0 };
+
+	(void)state;
+	assert_int_equal(IDEM_EXIT_CONFIG, 78);
+	assert_true(needs_operator("28000"));  /* invalid authorization */
+	assert_true(needs_operator("28P01"));  /* invalid password */
+	assert_true(needs_operator("3D000"));  /* invalid catalog name: no such database */
+	assert_true(needs_operator("42501"));  /* insufficient privilege */
+	assert_true(needs_operator("42P01"));  /* undefined table */
+	assert_true(needs_operator("42883"));  /* undefined function */
+	assert_true(needs_operator("42601"));  /* syntax error */
+	assert_false(needs_operator(""));      /* no answer: the connection failed */
+	assert_false(needs_operator("08006")); /* connection failure */
+	assert_false(needs_operator("53300")); /* too many connections */
+	assert_false(needs_operator("57P03")); /* cannot connect now (starting up) */
+	assert_false(needs_operator("58030")); /* io error */
+	assert_false(needs_operator("54000")); /* program limit */
+	assert_false(needs_operator("22P02")); /* one message's bad value */
+	assert_false(needs_operator("3F000")); /* invalid schema name: not in the set */
+	assert_false(needs_operator("XX000")); /* internal error */
+	/* A configuration error needs one too, whatever its SQLSTATE; other errors never. */
+	err.code = IDEM_ERR_CONFIG;
+	assert_true(idem_pg_needs_operator(&err));
+	err.code = IDEM_ERR_IO;
+	snprintf(err.sqlstate, sizeof(err.sqlstate), "%s", "42P01");
+	assert_false(idem_pg_needs_operator(&err));
+}
+
+/* A scratch directory for secret files, and the path of @name in it. */
+struct secret_dir {
+	char dir[64];
+	char path[128];
+};
+
+static const char *secret_put(struct secret_dir *sd, const char *name, const char *text,
+                              mode_t mode)
+{
+	int fd;
+
+	snprintf(sd->path, sizeof(sd->path), "%s/%s", sd->dir, name);
+	unlink(sd->path);
+	fd = open(sd->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	/* fchmod/chmod beyond the umask: the modes under test are what the file says. */
+	assert_int_equal(chmod(sd->path, mode), 0);
+	return sd->path;
+}
+
+static void secret_dir_open(struct secret_dir *sd)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(sd->dir, sizeof(sd->dir), "%s/idem-secret-XXXXXX",
+	         tmp != NULL && strlen(tmp) < 40 ? tmp : "/tmp");
+	assert_non_null(mkdtemp(sd->dir));
+}
+
+static void secret_dir_close(struct secret_dir *sd, const char *const *names)
+{
+	for (; *names != NULL; names++) {
+		snprintf(sd->path, sizeof(sd->path), "%s/%s", sd->dir, *names);
+		unlink(sd->path);
+	}
+	assert_int_equal(rmdir(sd->dir), 0);
+}
+
+/* A password file open to group or others is refused, with the fix; 0600 and 0400 are read. */
+static void test_secret_file_mode(void **state)
+{
+	static const char *const names[] = { "pw", NULL };
+	struct secret_dir sd;
+	idem_error err = { 0 };
+	char buf[64];
+	bool set = false;
+
+	(void)state;
+	secret_dir_open(&sd);
+	for (int i = 0; i < 3; i++) {
+		static const mode_t bad[] = { 0644, 0640, 0604 };
+		const char *path = secret_put(&sd, "pw", "s3cret\n", bad[i]);
+
+		memcpy(buf, "untouched", 10);
+		assert_int_equal(
+		        idem_secret_read("postgres", NULL, path, buf, sizeof(buf), &set, &err),
+		        IDEM_ERR_CONFIG);
+		assert_non_null(strstr(err.msg, "postgres.password_file: '"));
+		assert_non_null(strstr(err.msg, "open to group or others"));
+		assert_non_null(strstr(err.msg, "chmod 600"));
+		assert_non_null(strstr(err.msg, "LoadCredential="));
+		assert_null(strstr(err.msg, "s3cret"));
+		assert_null(strstr(buf, "s3cret"));
+	}
+	for (int i = 0; i < 2; i++) {
+		const char *path =
+		        secret_put(&sd, "pw", "s3cret\r\nsecond line\n", i ? 0400 : 0600);
+
+		set = false;
+		assert_int_equal(
+		        idem_secret_read("postgres", NULL, path, buf, sizeof(buf), &set, &err),
+		        IDEM_OK);
+		assert_true(set);
+		assert_string_equal(buf, "s3cret");
+	}
+	idem_secret_wipe(buf, sizeof(buf));
+	for (size_t i = 0; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], 0);
+	secret_dir_close(&sd, names);
+}
+
+/* An empty file, or one whose first line is empty, is no password. */
+static void test_secret_file_empty(void **state)
+{
+	static const char *const names[] = { "pw", NULL };
+	static const char *const texts[] = { "", "\n", "\r\n", "\nlater\n" };
+	struct secret_dir sd;
+	idem_error err = { 0 };
+	char buf[64];
+	bool set;
+
+	(void)state;
+	secret_dir_open(&sd);
+	for (size_t i = 0; i < IDEM_ARRAY_SIZE(texts); i++) {
+		const char *path = secret_put(&sd, "pw", texts[i], 0600);
+
+		assert_int_equal(idem_secret_read("schema_registry", NULL, path, buf, sizeof(buf),
+		                                  &set, &err),
+		                 IDEM_ERR_CONFIG);
+		assert_non_null(strstr(err.msg, "schema_registry.password_file: '"));
+		assert_true(strstr(err.msg, "is empty") != NULL ||
+		            strstr(err.msg, "starts with an empty line") != NULL);
+	}
+	secret_dir_close(&sd, names);
+}
+
+/* A password that does not fit is refused, never cut short; one that just fits is read. */
+static void test_secret_file_overlong(void **state)
+{
+	static const char *const names[] = { "pw", NULL };
+	struct secret_dir sd;
+	idem_error err = { 0 };
+	char buf[8]; /* 7 bytes and the NUL */
+	bool set;
+
+	(void)state;
+	secret_dir_open(&sd);
+	assert_int_equal(idem_secret_read("postgres", NULL, secret_put(&sd, "pw", "12345678", 0600),
+	                                  buf, sizeof(buf), &set, &err),
+	                 IDEM_ERR_CONFIG);
+	assert_non_null(strstr(err.msg, "longer than 7 bytes"));
+	assert_null(strstr(err.msg, "1234"));
+	assert_int_equal(idem_secret_read("postgres", NULL,
+	                                  secret_put(&sd, "pw", "12345678\n", 0600), buf,
+	                                  sizeof(buf), &set, &err),
+	                 IDEM_ERR_CONFIG);
+	assert_int_equal(idem_secret_read("postgres", NULL,
+	                                  secret_put(&sd, "pw", "1234567\n", 0600), buf,
+	                                  sizeof(buf), &set, &err),
+	                 IDEM_OK);
+	assert_string_equal(buf, "1234567");
+	assert_int_equal(idem_secret_read("postgres", NULL, secret_put(&sd, "pw", "1234567", 0600),
+	                                  buf, sizeof(buf), &set, &err),
+	                 IDEM_OK);
+	assert_string_equal(buf, "1234567");
+	/* The same bound for a variable. */
+	setenv("IDEM_TEST_LONG_PW", "12345678", 1);
+	assert_int_equal(idem_secret_read("postgres", "IDEM_TEST_LONG_PW", NULL, buf, sizeof(buf),
+	                                  &set, &err),
+	                 IDEM_ERR_CONFIG);
+	assert_non_null(strstr(err.msg, "longer than 7 bytes"));
+	unsetenv("IDEM_TEST_LONG_PW");
+	secret_dir_close(&sd, names);
+}
+
+/*
+ * With $CREDENTIALS_DIRECTORY (systemd's LoadCredential=), a relative name is a credential;
+ * without it, a relative name that is not there says where it was looked for.
+ */
+static void test_secret_credentials_dir(void **state)
+{
+	static const char *const names[] = { "pg-password", NULL };
+	struct secret_dir sd;
+	idem_error err = { 0 };
+	char buf[64];
+	bool set = false;
+
+	(void)state;
+	secret_dir_open(&sd);
+	secret_put(&sd, "pg-password", "from-credential\n", 0400);
+	setenv("CREDENTIALS_DIRECTORY", sd.dir, 1);
+	assert_int_equal(
+	        idem_secret_read("postgres", NULL, "pg-password", buf, sizeof(buf), &set, &err),
+	        IDEM_OK);
+	assert_true(set);
+	assert_string_equal(buf, "from-credential");
+	assert_int_equal(idem_secret_get("kafka.properties.sasl.password_file", NULL, "pg-password",
+	                                 buf, sizeof(buf), &set, &err),
+	                 IDEM_OK);
+	assert_string_equal(buf, "from-credential");
+	assert_int_equal(
+	        idem_secret_read("postgres", NULL, "missing", buf, sizeof(buf), &set, &err),
+	        IDEM_ERR_CONFIG);
+	assert_non_null(strstr(err.msg, sd.dir));
+	unsetenv("CREDENTIALS_DIRECTORY");
+	assert_int_equal(idem_secret_read("postgres", NULL, "idem-no-such-credential", buf,
+	                                  sizeof(buf), &set, &err),
+	                 IDEM_ERR_CONFIG);
+	assert_non_null(strstr(err.msg, "$CREDENTIALS_DIRECTORY"));
+	secret_dir_close(&sd, names);
+}
+
+/*
+ * A variable leaves the environment once read (children and /proc/PID/environ never see it),
+ * and later reads (a Postgres connection opened again) still get it.
+ */
+static void test_secret_env_taken(void **state)
+{
+	idem_error err = { 0 };
+	char buf[64];
+	bool set = false;
+
+	(void)state;
+	setenv("IDEM_TEST_PW", "hunter2", 1);
+	assert_int_equal(
+	        idem_secret_read("postgres", "IDEM_TEST_PW", NULL, buf, sizeof(buf), &set, &err),
+	        IDEM_OK);
+	assert_true(set);
+	assert_string_equal(buf, "hunter2");
+	assert_null(getenv("IDEM_TEST_PW"));
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(
+	        idem_secret_read("postgres", "IDEM_TEST_PW", NULL, buf, sizeof(buf), &set, &err),
+	        IDEM_OK);
+	assert_string_equal(buf, "hunter2");
+
+	assert_int_equal(idem_secret_read("postgres", "IDEM_TEST_UNSET_PW", NULL, buf, sizeof(buf),
+	                                  &set, &err),
+	                 IDEM_ERR_CONFIG);
+	assert_string_equal(
+	        err.msg,
+	        "postgres.password_env: environment variable 'IDEM_TEST_UNSET_PW' is not set");
+	setenv("IDEM_TEST_EMPTY_PW", "", 1);
+	assert_int_equal(idem_secret_read("postgres", "IDEM_TEST_EMPTY_PW", NULL, buf, sizeof(buf),
+	                                  &set, &err),
+	                 IDEM_ERR_CONFIG);
+	assert_string_equal(
+	        err.msg,
+	        "postgres.password_env: environment variable 'IDEM_TEST_EMPTY_PW' is empty");
+	unsetenv("IDEM_TEST_EMPTY_PW");
+	/* Neither setting: no password, and nothing wrong. */
+	set = true;
+	assert_int_equal(idem_secret_read("postgres", NULL, NULL, buf, sizeof(buf), &set, &err),
+	                 IDEM_OK);
+	assert_false(set);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_buf),           cmocka_unit_test(test_utf8),
-		cmocka_unit_test(test_error_set),     cmocka_unit_test(test_pgarray),
-		cmocka_unit_test(test_duration),      cmocka_unit_test(test_int_parse),
-		cmocka_unit_test(test_cond_deadline), cmocka_unit_test(test_classify),
+		cmocka_unit_test(test_buf),
+		cmocka_unit_test(test_utf8),
+		cmocka_unit_test(test_error_set),
+		cmocka_unit_test(test_pgarray),
+		cmocka_unit_test(test_duration),
+		cmocka_unit_test(test_int_parse),
+		cmocka_unit_test(test_cond_deadline),
+		cmocka_unit_test(test_classify),
+		cmocka_unit_test(test_classify_54),
+		cmocka_unit_test(test_classify_58),
+		cmocka_unit_test(test_needs_operator),
+		cmocka_unit_test(test_secret_file_mode),
+		cmocka_unit_test(test_secret_file_empty),
+		cmocka_unit_test(test_secret_file_overlong),
+		cmocka_unit_test(test_secret_credentials_dir),
+		cmocka_unit_test(test_secret_env_taken),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "idem_cfg.h"
 #include "idem_consumer.h"
@@ -218,12 +220,81 @@ static void test_policy_table_checked(void **state)
 	}
 }
 
+static void add_warning(const char *msg, void *arg)
+{
+	char *out = arg;
+
+	strncat(out, msg, 1023 - strlen(out));
+	strncat(out, "\n", 1023 - strlen(out));
+}
+
+/*
+ * kafka.properties' sasl.password_file and ssl.key.password_env give librdkafka the file's first
+ * line and the variable's value as sasl.password and ssl.key.password; a file open to others
+ * stops it, naming the setting; a secret written in the file draws a warning without its value.
+ */
+static void test_conf_secret_forms(void **state)
+{
+	char path[64], text[1024], warnings[1024] = "";
+	struct idem_cfg *cfg;
+	rd_kafka_conf_t *conf = NULL;
+	idem_error err = { 0 };
+	FILE *f;
+	int fd;
+
+	(void)state;
+	snprintf(path, sizeof(path), "/tmp/idem-sasl-XXXXXX");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	assert_non_null(f);
+	fputs("kafka-s3cret\nignored\n", f);
+	fclose(f);
+	assert_int_equal(chmod(path, 0600), 0);
+	setenv("IDEM_TEST_KEY_PW", "key-s3cret", 1);
+	snprintf(text, sizeof(text),
+	         "kafka: {brokers: b, group_id: g,\n"
+	         "        properties: {security.protocol: SASL_PLAINTEXT, sasl.mechanisms: PLAIN,\n"
+	         "                     sasl.username: idemd, sasl.password_file: \"%s\",\n"
+	         "                     ssl.key.password_env: IDEM_TEST_KEY_PW}}\n" BASE,
+	         path);
+	cfg = parse(text);
+	assert_int_equal(idem_cfg_secret_warnings(cfg, NULL, NULL), 0);
+	assert_int_equal(idem_cfg_secrets_check(cfg, &err), IDEM_OK);
+	assert_null(getenv("IDEM_TEST_KEY_PW"));
+	assert_int_equal(idem_consumer_conf(cfg, 1, &conf, &err), IDEM_OK);
+	assert_prop(conf, "sasl.username", "idemd");
+	assert_prop(conf, "sasl.password", "kafka-s3cret");
+	assert_prop(conf, "ssl.key.password", "key-s3cret");
+	rd_kafka_conf_destroy(conf);
+
+	assert_int_equal(chmod(path, 0644), 0);
+	assert_int_equal(idem_consumer_conf(cfg, 1, &conf, &err), IDEM_ERR_CONFIG);
+	assert_non_null(strstr(err.msg, "kafka.properties.sasl.password_file: '"));
+	assert_non_null(strstr(err.msg, "open to group or others"));
+	assert_null(strstr(err.msg, "kafka-s3cret"));
+	assert_int_equal(idem_cfg_secrets_check(cfg, &err), IDEM_ERR_CONFIG);
+	idem_cfg_free(cfg);
+	unlink(path);
+
+	cfg = parse(
+	        "kafka: {brokers: b, group_id: g,\n"
+	        "        properties: {sasl.password: literal-s3cret, ssl.key.pem: pem-s3cret}}\n" BASE);
+	assert_int_equal(idem_cfg_secret_warnings(cfg, add_warning, warnings), 2);
+	assert_string_equal(
+	        warnings,
+	        "kafka property 'sasl.password' is a secret written in the configuration file; use 'sasl.password_file' or 'sasl.password_env' instead\n"
+	        "kafka property 'ssl.key.pem' is a secret written in the configuration file; use 'ssl.key.location' (a file of mode 0600) instead\n");
+	idem_cfg_free(cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_prefetch_divided),
 		cmocka_unit_test(test_conf_prefetch),
 		cmocka_unit_test(test_conf_user_wins),
+		cmocka_unit_test(test_conf_secret_forms),
 		cmocka_unit_test(test_policy_table_applied),
 		cmocka_unit_test(test_policy_table_checked),
 	};
