@@ -16,7 +16,7 @@ clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "${field[@]}" \
 	$(pkg-config --cflags --libs json-c avro-c) -lm -o "$out/fuzz_key"
 cfg=("$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_cfg_ops.c"
 	"$src/lib/idem_cfg_registry.c" "$src/lib/idem_cfg_routes.c" "$src/lib/idem_cfg_secrets.c"
-	"$src/lib/idem_lex.c" "$src/lib/idem_log.c")
+	"$src/lib/idem_lex.c" "$src/lib/idem_log.c" "$src/lib/idem_esc.c" "$src/lib/idem_url.c")
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "${cfg[@]}" "${field[@]}" \
 	$(pkg-config --cflags --libs yaml-0.1 json-c avro-c rdkafka libpq) -lm -o "$out/fuzz_cfg"
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_decode.c" "$src/lib/idem_batch.c" "$src/lib/idem_bind.c" \

@@ -65,10 +65,13 @@ idem_wait_until 30 "idemd_outbox_published_total reaches $IDEM_UNIQUE" published
 pending_zero() { [ "$(metric idemd_outbox_pending)" = 0 ]; }
 idem_wait_until 30 "idemd_outbox_pending back to 0" pending_zero
 idem_assert_eq "idemd_outbox_errors_total" 0 "$(metric idemd_outbox_errors_total)"
-if command -v promtool >/dev/null; then
-	curl -fsS "http://127.0.0.1:$port/metrics" | promtool check metrics ||
-		idem_fail "promtool refuses /metrics"
-fi
+# promtool comes with the prometheus package (tests/install-deps.sh installs it): without it the
+# exposition format would go unchecked, so its absence is a failure, not a skip.
+command -v promtool >/dev/null ||
+	idem_fail "promtool not found: install the prometheus package (tests/install-deps.sh)"
+curl -fsS "http://127.0.0.1:$port/metrics" >"$IDEM_TMP/outbox.prom"
+promtool check metrics <"$IDEM_TMP/outbox.prom" ||
+	idem_fail "promtool refuses /metrics: $(promtool check metrics <"$IDEM_TMP/outbox.prom" 2>&1 | head -5)"
 
 idem_assert_eq "ledger rows" "$IDEM_UNIQUE" "$(idem_psql -c 'SELECT count(*) FROM ledger')"
 idem_assert_eq "blocked payment quarantined" 1 \

@@ -51,12 +51,14 @@ idem_assert_eq "schema version after migrate" "$latest" "$(idem_psql -c 'SELECT 
 idem_assert_eq "second migrate is a no-op" "schema is up to date (version $latest)" \
 	"$(/usr/bin/idemctl -c "$IDEM_TMP/idemd.yaml" migrate)"
 
-if command -v systemd-analyze >/dev/null; then
-	out=$(systemd-analyze verify /usr/lib/systemd/system/idemd.service 2>&1 || true)
-	[ -z "$out" ] || idem_fail "systemd-analyze verify idemd.service: $out"
-	grep -q '^ExecStart=/usr/bin/idemd ' /usr/lib/systemd/system/idemd.service ||
-		idem_fail "the installed unit does not run /usr/bin/idemd"
-fi
+# systemd-analyze comes with the systemd package (tests/install-deps.sh installs it): without it
+# the unit would go unchecked, so its absence is a failure, not a skip.
+command -v systemd-analyze >/dev/null ||
+	idem_fail "systemd-analyze not found: install the systemd package (tests/install-deps.sh)"
+out=$(systemd-analyze verify /usr/lib/systemd/system/idemd.service 2>&1 || true)
+[ -z "$out" ] || idem_fail "systemd-analyze verify idemd.service: $out"
+grep -q '^ExecStart=/usr/bin/idemd ' /usr/lib/systemd/system/idemd.service ||
+	idem_fail "the installed unit does not run /usr/bin/idemd"
 
 "${asroot[@]}" dpkg --purge idemd >/dev/null
 [ ! -e /usr/bin/idemd ] || idem_fail "dpkg --purge left /usr/bin/idemd behind"

@@ -6,14 +6,17 @@
 #  - reply.duplicates: true: the first application and every re-send get a reply, all with the
 #    result stored with the first (the retrying producer gets the original answer), the re-sends'
 #    marked idem-repeat=true; redeliveries and replays get none;
-#  - the same in set mode, the results being the (business key, result) rows of the statement.
+#  - the same in set mode, the results being the (business key, result) rows of the statement;
+#  - a real redelivery: idemd (reply.duplicates: true) applies everything, is SIGKILLed before
+#    any offset reached Kafka, and the next instance is handed every message again; no message
+#    gets a second reply: the reply topic holds what it held before, each message answered once.
 # Counted on the reply topics with idem-kafkatool; each reply's value is its claim's result.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
-idem_fixture --topics "payments:4 replies-once:2 replies-all:2 replies-set:2"
+idem_fixture --topics "payments:4 replies-once:2 replies-all:2 replies-set:2 replies-red:2"
 cfg=$IDEM_TMP/idemd.yaml
 write_cfg() { # GROUP CONSUMER REPLY
 	idem_write_config "$cfg" "$1" "$2" --max 50 --mode row \
@@ -139,4 +142,49 @@ idem_wait_until 120 "replay read" replayed
 idem_wait_done g-all 120
 idemd_stop c
 idem_assert_eq "replies of the replay" "$before" "$(idem_psql -c 'SELECT count(*) FROM idem.outbox')"
-echo "ok: replies: payments=$IDEM_PRODUCED unique=$IDEM_UNIQUE re-sends=$upstream; duplicates:false $IDEM_UNIQUE replies, duplicates:true $IDEM_UNIQUE + $upstream, same result per payment"
+
+# A redelivery: Kafka delivers again messages whose transactions committed. No offset reaches
+# Kafka before the SIGKILL (the first automatic commit would be in 10 min).
+idem_psql -c 'TRUNCATE ledger, accounts' >/dev/null
+idem_write_config "$cfg" g-red c-red --max 50 --mode row --sql "$IDEM_PAYMENTS_SQL" \
+	--route 'reply={topic: replies-red, duplicates: true}' \
+	--outbox enabled=true --outbox poll_interval_ms=20 --kafka-prop auto.commit.interval.ms=600000
+consumed_is() { [ "$(idem_psql -c "SELECT coalesce(sum(consumed), 0) FROM idem.partition_progress WHERE consumer = 'c-red'")" = "$1" ]; }
+idemd_start r1 "$cfg"
+idem_wait_until 120 "first delivery committed" consumed_is "$IDEM_PRODUCED"
+idem_wait_until 60 "outbox drained" drained
+idemd_kill9 r1
+committed=$("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group g-red \
+	--topic payments | sed -n 's/^total committed=\([0-9-]*\).*/\1/p')
+[ -n "$committed" ] && [ "$committed" -le 0 ] ||
+	idem_fail "Kafka has offsets committed for g-red ($committed) before the SIGKILL: nothing would be redelivered"
+load_topic red1 replies-red
+check_replies red1 c-red
+replies1=$(idem_psql -c 'SELECT count(*) FROM red1')
+outbox1=$(idem_psql -c "SELECT count(*) FROM idem.outbox WHERE topic = 'replies-red'")
+up1=$(idem_psql -c "SELECT sum(dup_upstream) FROM idem.partition_progress WHERE consumer = 'c-red'")
+idem_assert_eq "red: replies of the first delivery (first + repeats)" "$((IDEM_UNIQUE + up1))" "$replies1"
+# idemd resumes from the database's position, so a SIGKILL alone re-reads only what was in
+# flight; Kafka delivers committed messages again when that position cannot be used (Postgres
+# unreachable at the assignment: idemd starts from Kafka's committed offset, here none) or when
+# another instance still holds the partition. Put the position back as such a start finds it.
+idem_psql -c "UPDATE idem.partition_progress SET next_offset = 0 WHERE consumer = 'c-red'" >/dev/null
+idemd_start r2 "$cfg"
+# (Kafka's commit stays behind for 10 min: the database's counters tell when it is done.)
+idem_wait_until 120 "redelivery committed" consumed_is $((2 * IDEM_PRODUCED))
+idem_wait_until 60 "outbox drained" drained
+idemd_stop r2
+idem_check_accounting c-red
+idem_assert_eq "red: redelivery duplicates (each claimed message delivered again)" "$IDEM_UNIQUE" \
+	"$(idem_psql -c "SELECT sum(dup_redelivery) FROM idem.partition_progress WHERE consumer = 'c-red'")"
+idem_assert_eq "red: ledger rows after the redelivery" "$IDEM_UNIQUE" "$(idem_psql -c 'SELECT count(*) FROM ledger')"
+load_topic red2 replies-red
+check_replies red2 c-red
+idem_assert_eq "red: outbox rows after the redelivery" "$outbox1" \
+	"$(idem_psql -c "SELECT count(*) FROM idem.outbox WHERE topic = 'replies-red'")"
+idem_assert_eq "red: replies in the topic after the redelivery" "$replies1" "$(idem_psql -c 'SELECT count(*) FROM red2')"
+idem_assert_eq "red: messages answered twice" 0 \
+	"$(idem_psql -c 'SELECT count(*) FROM (SELECT src FROM red2 GROUP BY 1 HAVING count(*) > 1) d')"
+idem_assert_eq "red: replies not already there before the redelivery" 0 \
+	"$(idem_psql -c 'SELECT count(*) FROM red2 r WHERE NOT EXISTS (SELECT 1 FROM red1 o WHERE o.outbox_id = r.outbox_id AND o.part = r.part AND o.off = r.off)')"
+echo "ok: replies: payments=$IDEM_PRODUCED unique=$IDEM_UNIQUE re-sends=$upstream; duplicates:false $IDEM_UNIQUE replies, duplicates:true $IDEM_UNIQUE + $upstream, same result per payment; after a redelivery of all $IDEM_PRODUCED messages still $replies1 replies"
