@@ -47,33 +47,12 @@ static void unref_schema(void *obj)
 	idem_avro_schema_unref(obj);
 }
 
-static enum idem_schema_answer get_schema(void *ctx, int32_t id, idem_avro_schema **ret_schema,
-                                          char *why, size_t whylen, int *ret_retry_ms)
+/* The registry's @answer as struct idem_jsondoc's, with the schema (@obj) on OK. */
+static enum idem_schema_answer schema_answer(const struct idem_schemas *s,
+                                             enum idem_registry_answer answer, void *obj,
+                                             idem_avro_schema **ret_schema, int *ret_retry_ms)
 {
-	struct idem_schemas *s = ctx;
-	void *obj = NULL;
-
-	switch (idem_registry_get(s->reg, id, &obj, why, whylen, ret_retry_ms)) {
-	case IDEM_REGISTRY_OK:
-		*ret_schema = obj;
-		return IDEM_SCHEMA_OK;
-	case IDEM_REGISTRY_UNKNOWN:
-		return IDEM_SCHEMA_UNKNOWN;
-	case IDEM_REGISTRY_UNAVAILABLE:
-	case IDEM_REGISTRY_PENDING:
-		break;
-	}
-	return IDEM_SCHEMA_UNAVAILABLE;
-}
-
-/* As get_schema(), never waiting: an id not in the cache is fetched in the background. */
-static enum idem_schema_answer peek_schema(void *ctx, int32_t id, idem_avro_schema **ret_schema,
-                                           char *why, size_t whylen, int *ret_retry_ms)
-{
-	struct idem_schemas *s = ctx;
-	void *obj = NULL;
-
-	switch (idem_registry_peek(s->reg, id, &obj, why, whylen, ret_retry_ms)) {
+	switch (answer) {
 	case IDEM_REGISTRY_OK:
 		*ret_schema = obj;
 		return IDEM_SCHEMA_OK;
@@ -88,6 +67,31 @@ static enum idem_schema_answer peek_schema(void *ctx, int32_t id, idem_avro_sche
 		break;
 	}
 	return IDEM_SCHEMA_UNAVAILABLE;
+}
+
+static enum idem_schema_answer get_schema(void *ctx, int32_t id, idem_avro_schema **ret_schema,
+                                          char *why, size_t whylen, int *ret_retry_ms)
+{
+	struct idem_schemas *s = ctx;
+	void *obj = NULL;
+	enum idem_registry_answer a;
+
+	a = idem_registry_get(s->reg, id, &obj, why, whylen, ret_retry_ms);
+
+	return schema_answer(s, a, obj, ret_schema, ret_retry_ms);
+}
+
+/* As get_schema(), never waiting: an id not in the cache is fetched in the background. */
+static enum idem_schema_answer peek_schema(void *ctx, int32_t id, idem_avro_schema **ret_schema,
+                                           char *why, size_t whylen, int *ret_retry_ms)
+{
+	struct idem_schemas *s = ctx;
+	void *obj = NULL;
+	enum idem_registry_answer a;
+
+	a = idem_registry_peek(s->reg, id, &obj, why, whylen, ret_retry_ms);
+
+	return schema_answer(s, a, obj, ret_schema, ret_retry_ms);
 }
 
 /* A background fetch ended (a fetcher thread): count it and wake the owner. */
