@@ -482,12 +482,42 @@ static struct idem_registry_conn *idem_registry_conn_give(idem_registry *reg,
 	return conn;
 }
 
+/*
+ * Fetch @e (marked fetching, counted) without the lock and store its answer, for get() and the
+ * fetchers alike. Called and returns with reg->mu held; evicted entries go to *@gone (freed by
+ * the caller once unlocked, idem_registry_free_gone()), the connection back to the idle pool.
+ * Returns whether a peek() found the fetch under way (and answered PENDING) before the store.
+ */
+static bool idem_registry_fetch_store(idem_registry *reg, struct idem_registry_entry *e,
+                                      struct idem_registry_entry **gone)
+{
+	struct idem_registry_conn *conn = idem_registry_conn_take(reg);
+	struct idem_registry_result res;
+	int32_t id = e->id;
+	bool peeked;
+
+	pthread_mutex_unlock(&reg->mu);
+	if (conn == NULL)
+		conn = idem__registry_conn_new(reg);
+	idem__registry_fetch(reg, conn, id, &res);
+	pthread_mutex_lock(&reg->mu);
+	conn = idem_registry_conn_give(reg, conn);
+	peeked = e->peeked;
+	idem_registry_store(reg, e, &res, idem_mono_ms());
+	idem_registry_trim(reg, gone);
+	if (conn != NULL) {
+		/* Not kept (the pool is full): freed without the lock. */
+		pthread_mutex_unlock(&reg->mu);
+		idem__registry_conn_free(conn);
+		pthread_mutex_lock(&reg->mu);
+	}
+	return peeked;
+}
+
 enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void **ret_obj,
                                             char *why, size_t whylen, int *ret_retry_ms)
 {
 	struct idem_registry_entry *e, *gone = NULL;
-	struct idem_registry_conn *conn;
-	struct idem_registry_result res;
 	enum idem_registry_answer answer;
 	bool is_new, peeked;
 	int64_t now;
@@ -520,23 +550,10 @@ enum idem_registry_answer idem_registry_get(idem_registry *reg, int32_t id, void
 	}
 	e->fetching = true;
 	reg->stats.fetches++;
-	conn = idem_registry_conn_take(reg);
+	peeked = idem_registry_fetch_store(reg, e, &gone);
+	answer = idem_registry_reply(reg, e, idem_mono_ms(), ret_obj, why, whylen, ret_retry_ms);
 	pthread_mutex_unlock(&reg->mu);
 
-	if (conn == NULL)
-		conn = idem__registry_conn_new(reg);
-	idem__registry_fetch(reg, conn, id, &res);
-
-	pthread_mutex_lock(&reg->mu);
-	now = idem_mono_ms();
-	conn = idem_registry_conn_give(reg, conn);
-	peeked = e->peeked;
-	idem_registry_store(reg, e, &res, now);
-	answer = idem_registry_reply(reg, e, now, ret_obj, why, whylen, ret_retry_ms);
-	idem_registry_trim(reg, &gone);
-	pthread_mutex_unlock(&reg->mu);
-
-	idem__registry_conn_free(conn);
 	idem_registry_free_gone(reg, gone);
 	/* A peek() found this fetch under way and answered PENDING: tell it, as a fetcher would. */
 	if (peeked && reg->notify != NULL)
@@ -552,9 +569,6 @@ static void *idem_registry_fetcher(void *arg)
 	pthread_mutex_lock(&reg->mu);
 	for (;;) {
 		struct idem_registry_entry *e, *gone = NULL;
-		struct idem_registry_conn *conn;
-		struct idem_registry_result res;
-		int32_t id;
 
 		while (!atomic_load(&reg->closing) && reg->queue_head == NULL)
 			pthread_cond_wait(&reg->work_cv, &reg->mu);
@@ -565,22 +579,10 @@ static void *idem_registry_fetcher(void *arg)
 		if (reg->queue_head == NULL)
 			reg->queue_tail = NULL;
 		e->qnext = NULL;
-		id = e->id;
 		reg->stats.fetches++;
-		conn = idem_registry_conn_take(reg);
+		(void)idem_registry_fetch_store(reg, e, &gone);
 		pthread_mutex_unlock(&reg->mu);
 
-		if (conn == NULL)
-			conn = idem__registry_conn_new(reg);
-		idem__registry_fetch(reg, conn, id, &res);
-
-		pthread_mutex_lock(&reg->mu);
-		conn = idem_registry_conn_give(reg, conn);
-		idem_registry_store(reg, e, &res, idem_mono_ms());
-		idem_registry_trim(reg, &gone);
-		pthread_mutex_unlock(&reg->mu);
-
-		idem__registry_conn_free(conn);
 		idem_registry_free_gone(reg, gone);
 		if (reg->notify != NULL && !atomic_load(&reg->closing))
 			reg->notify(reg->notify_ctx);
