@@ -10,8 +10,8 @@ kills=${IDEM_KILLS:-6}
 # Small batches: many transactions, so the kills land between claim, commit and offset store.
 idem_fixture --topics payments:8 --config idemd.yaml g-kill payments --max 20
 # Set mode applies several times faster: a longer stream, so that the kills land while it runs.
-count=60000
-[ "$IDEM_HANDLER_MODE" != set ] || count=200000
+count=200000
+[ "$IDEM_HANDLER_MODE" != set ] || count=300000
 idem_produce --count "$count" --dup-ratio 0.3 --seed 11
 
 landed=0
