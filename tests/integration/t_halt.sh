@@ -2,7 +2,8 @@
 # routes[].on_poison: halt. A message that cannot be applied stops its partition there: what
 # precedes it commits, it and everything after it wait (not quarantined, not skipped, offset not
 # moved past it), idem.partition_progress says where and why, and the partition is retried every
-# retry.max_ms until the cause is fixed. A message that can never go through (invalid JSON) keeps
+# retry.max_ms until the cause is fixed (three retries seen in the database, each halted again,
+# before the checks). A message that can never go through (invalid JSON) keeps
 # the partition halted until the operator switches the route to quarantine.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,6 +26,20 @@ progress() {
 	idem_psql -c "SELECT next_offset || ' ' || coalesce(halted_offset::text, '-') FROM idem.partition_progress"
 }
 halted_at() { [ "$(progress)" = "$1 $1" ]; }
+# Each attempt that halts rewrites the progress row (updated_at: its transaction's start).
+# Polled every 0.2 s, retries retry.max_ms (1 s) apart: each shows as a new value.
+attempt_time() { idem_psql -c "SELECT updated_at FROM idem.partition_progress"; }
+attempts=0 last_attempt=
+retried_halted() { # N: true once N attempts after the first halt were seen, each halted at 10
+	local t
+	t=$(attempt_time)
+	if [ "$t" != "$last_attempt" ]; then
+		idem_assert_eq "progress after attempt $((attempts + 1))" "10 10" "$(progress)"
+		attempts=$((attempts + 1))
+		last_attempt=$t
+	fi
+	[ "$attempts" -ge "$1" ]
+}
 
 for i in $(seq 0 9); do pay "p-$i" acct-1 1; done
 pay p-10 acct-blocked 100 # offset 10
@@ -32,7 +47,8 @@ for i in $(seq 11 20); do pay "p-$i" acct-1 1; done
 
 idemd_start a "$IDEM_TMP/halt.yaml"
 idem_wait_until 60 "partition halted at offset 10" halted_at 10
-sleep 3 # a few retries, all refused
+last_attempt=$(attempt_time)
+idem_wait_until 60 "three retries of the halted partition" retried_halted 3
 idem_assert_eq "still halted at 10" "10 10" "$(progress)"
 idem_assert_eq "halt reason" "handler failed: account acct-blocked is blocked" \
 	"$(idem_psql -c 'SELECT halt_reason FROM idem.partition_progress')"
@@ -76,4 +92,4 @@ idem_assert_eq "quarantined" "21|true" \
 idem_check_accounting payments
 idem_assert_eq "counters" "26 25 0 1" \
 	"$(idem_psql -c "SELECT consumed || ' ' || applied || ' ' || duplicates || ' ' || quarantined FROM idem.partition_progress")"
-echo "ok: halted at 10 until fixed, at 21 until switched to quarantine; $(idem_counts_full payments)"
+echo "ok: halted at 10 until fixed ($attempts retries refused meanwhile), at 21 until switched to quarantine; $(idem_counts_full payments)"

@@ -3,8 +3,13 @@
  * this process): caching, UNKNOWN and UNAVAILABLE classification, backoff, basic
  * authentication, eviction and single flight.
  *
- * The registry's timing (backoff, UNKNOWN keep time) is real time: the tests use short delays
- * (tens of milliseconds) and bound them loosely.
+ * The registry's timing (backoff, UNKNOWN keep time) is real time, and the tests use short delays
+ * (tens of milliseconds). No assertion depends on how fast the machine is: the registry reads
+ * the clock (idem_mono_ms()) inside each call, so a call bracketed by the test's own reads of it
+ * (timed_get()) bounds what the registry saw, and an assertion that an answer came inside a
+ * window is made only where those reads prove it did (else the other outcome is checked for
+ * being possible at all). Where the point is what happens inside a window, the window is
+ * seconds long.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -319,6 +324,25 @@ static void sleep_ms(int ms)
 
 	while (nanosleep(&ts, &ts) != 0)
 		;
+}
+
+/*
+ * idem_registry_get() between two reads of the registry's clock, *@t0 before and *@t1 after:
+ * whatever the registry computed from the clock (a backoff's end, a keep time's end, the wait
+ * left) it read in between. A failure stored at s and replied at r (t0 <= s <= r <= t1) ends
+ * its backoff b at s + b = r + *@retry: so b lies in [*@retry, *@retry + (t1 - t0)], and the
+ * window ends no sooner than t0 + *@retry (unless the wait left was clamped to 1 ms, which needs
+ * b <= t1 - t0).
+ */
+static enum idem_registry_answer timed_get(idem_registry *reg, int32_t id, void **obj, char *why,
+                                           size_t whylen, int *retry, int64_t *t0, int64_t *t1)
+{
+	enum idem_registry_answer a;
+
+	*t0 = idem_mono_ms();
+	a = idem_registry_get(reg, id, obj, why, whylen, retry);
+	*t1 = idem_mono_ms();
+	return a;
 }
 
 static idem_registry *reg_new(const char *url, const char *user, const char *pass, int timeout_ms,
@@ -661,31 +685,44 @@ static void test_not_the_registry(void **state)
 	idem_registry_free(reg);
 }
 
+/* An UNKNOWN is kept 100 ms (stored at s >= t0, kept until s + 100), then asked again. */
 static void test_unknown_kept_then_asked_again(void **state)
 {
 	struct fake *f = *state;
+	enum idem_registry_answer a;
 	idem_registry *reg;
 	void *obj = NULL;
 	char why[256];
+	int64_t t0, t1, t2, t3;
 
 	idem__registry_unknown_keep_ms = 100;
 	reg = reg_fake(f);
 	fake_script(f, 404, NOT_FOUND);
-	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), NULL),
+	assert_int_equal(timed_get(reg, 3, &obj, why, sizeof(why), NULL, &t0, &t1),
 	                 IDEM_REGISTRY_UNKNOWN);
 	fake_script(f, 200, SCHEMA_OK);
-	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), NULL),
-	                 IDEM_REGISTRY_UNKNOWN);
-	assert_int_equal(fake_requests(f), 1);
-	sleep_ms(130);
-	assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), NULL), IDEM_REGISTRY_OK);
+	a = timed_get(reg, 3, &obj, why, sizeof(why), NULL, &t2, &t3);
+	if (t3 < t0 + 100)
+		assert_int_equal(fake_requests(f), 1); /* inside the keep time for sure */
+	if (fake_requests(f) == 1) {
+		/* Kept: the same answer, no request; past the keep time, asked again. */
+		assert_int_equal(a, IDEM_REGISTRY_UNKNOWN);
+		sleep_ms(130);
+		assert_int_equal(idem_registry_get(reg, 3, &obj, why, sizeof(why), NULL),
+		                 IDEM_REGISTRY_OK);
+	} else {
+		/* Asked again at once: only if the keep time may have ended (a stalled machine). */
+		assert_true(t3 >= t0 + 100);
+		assert_int_equal(a, IDEM_REGISTRY_OK);
+	}
 	assert_int_equal(fake_requests(f), 2);
 	obj_unref(obj);
 	idem_registry_free(reg);
 }
 
 /* 500s with backoff capped at 20, 40, 80, 80 ms (idem_backoff_ms(): [cap/2, cap]), then the
- * registry recovers. */
+ * registry recovers. Each backoff b is bounded through timed_get(); each window is waited out
+ * (it ends at most retry ms after the get returned) and the next get asks again. */
 static void test_unavailable_backoff(void **state)
 {
 	static const int cap[] = { 20, 40, 80, 80 };
@@ -693,49 +730,41 @@ static void test_unavailable_backoff(void **state)
 	struct idem_registry_stats st;
 	idem_registry *reg = reg_fake(f);
 	char why[256], again[256];
-	int retry = 0, retry2 = 0, prev = 0;
+	int retry = 0, prev = 0;
+	int64_t t0, t1;
 	void *obj = NULL;
 
 	fake_script(f, 500, "{\"error_code\":50001,\"message\":\"Error in the backend\"}");
 	for (int k = 0; k < (int)IDEM_ARRAY_SIZE(cap); k++) {
-		assert_int_equal(idem_registry_get(reg, 5, &obj, why, sizeof(why), &retry),
+		int64_t most;
+
+		assert_int_equal(timed_get(reg, 5, &obj, why, sizeof(why), &retry, &t0, &t1),
 		                 IDEM_REGISTRY_UNAVAILABLE);
 		assert_int_equal(fake_requests(f), k + 1);
 		assert_contains(why, "schema id 5: registry http://127.0.0.1:");
 		assert_contains(
 		        why,
 		        "answered 500 Internal Server Error (error_code 50001: Error in the backend)");
-		assert_in_range(retry, cap[k] / 2, cap[k]);
+		/* b in [cap/2, cap], b in [retry, retry + (t1 - t0)]. */
+		most = retry + (t1 - t0);
+		assert_in_range(retry, 1, cap[k]);
+		assert_true(most >= cap[k] / 2);
 		/* Growing: from the third failure on, at least the whole first cap. */
 		if (k >= 2)
-			assert_true(retry >= cap[0] && retry >= prev / 2);
+			assert_true(most >= cap[0] && most >= prev / 2);
 		prev = retry;
-
-		/* Inside the window: the same answer at once, no request. */
-		assert_int_equal(idem_registry_get(reg, 5, &obj, again, sizeof(again), &retry2),
-		                 IDEM_REGISTRY_UNAVAILABLE);
-		assert_string_equal(again, why);
-		assert_in_range(retry2, 1, retry);
-		assert_int_equal(fake_requests(f), k + 1);
-		sleep_ms(retry2 + 5);
+		sleep_ms(retry + 5);
 	}
-
-	/* Inside a window again, retry_now() (SIGHUP) makes the next get ask at once. */
-	assert_int_equal(idem_registry_get(reg, 5, &obj, why, sizeof(why), &retry),
-	                 IDEM_REGISTRY_UNAVAILABLE);
-	assert_int_equal(fake_requests(f), 5);
-	assert_int_equal(idem_registry_retry_now(reg), 1);
-	assert_int_equal(idem_registry_retry_now(reg), 0);
 
 	/* Recovery. */
 	fake_script(f, 200, SCHEMA_OK);
 	assert_int_equal(idem_registry_get(reg, 5, &obj, why, sizeof(why), &retry),
 	                 IDEM_REGISTRY_OK);
-	assert_int_equal(fake_requests(f), 6);
+	assert_int_equal(fake_requests(f), 5);
 	obj_unref(obj);
 	idem_registry_stats(reg, &st);
-	assert_int_equal(st.fetches, 6);
-	assert_int_equal(st.failures, 5);
+	assert_int_equal(st.fetches, 5);
+	assert_int_equal(st.failures, 4);
 	assert_int_equal(st.cached, 1);
 
 	/* The other statuses that mean "not now". */
@@ -749,6 +778,63 @@ static void test_unavailable_backoff(void **state)
 		assert_contains(why, again);
 		assert_true(retry > 0);
 	}
+	idem_registry_free(reg);
+}
+
+/*
+ * Inside its backoff an UNAVAILABLE id is answered at once with the same reason and the wait
+ * left, without a request; retry_now() (SIGHUP) ends the wait and the next get asks. The
+ * backoff is 5 to 10 s, and timed_get() proves the second get came inside it; a machine stalled
+ * that long proves nothing, and another id is tried (at most three).
+ */
+static void test_unavailable_window(void **state)
+{
+	struct fake *f = *state;
+	struct idem_registry_stats st;
+	char url[64], why[256], again[256];
+	idem_registry *reg;
+	void *obj = NULL;
+	int retry = 0, retry2 = 0, tries = 0;
+	int64_t t0, t1, t2, t3;
+	int32_t id;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", f->port);
+	reg = reg_new(url, NULL, NULL, 2000, 10000, 10000);
+	fake_script(f, 500, "{\"error_code\":50001,\"message\":\"Error in the backend\"}");
+	for (id = 5;; id++) {
+		enum idem_registry_answer a;
+		int n = fake_requests(f);
+
+		assert_true(tries++ < 3);
+		assert_int_equal(timed_get(reg, id, &obj, why, sizeof(why), &retry, &t0, &t1),
+		                 IDEM_REGISTRY_UNAVAILABLE);
+		assert_int_equal(fake_requests(f), n + 1);
+		assert_in_range(retry, 1, 10000);
+		assert_true(retry + (t1 - t0) >= 5000);
+		a = timed_get(reg, id, &obj, again, sizeof(again), &retry2, &t2, &t3);
+		if (t3 >= t0 + retry)
+			continue; /* the window may have ended: nothing proved */
+		assert_int_equal(a, IDEM_REGISTRY_UNAVAILABLE);
+		assert_string_equal(again, why);
+		assert_in_range(retry2, 1, retry);
+		assert_int_equal(fake_requests(f), n + 1);
+		break;
+	}
+
+	/* retry_now() ends the wait of every id waiting, once. */
+	assert_int_equal(idem_registry_retry_now(reg), tries);
+	assert_int_equal(idem_registry_retry_now(reg), 0);
+	fake_script(f, 200, SCHEMA_OK);
+	{
+		int n = fake_requests(f);
+
+		assert_int_equal(idem_registry_get(reg, id, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_OK);
+		assert_int_equal(fake_requests(f), n + 1);
+	}
+	obj_unref(obj);
+	idem_registry_stats(reg, &st);
+	assert_int_equal(st.cached, 1);
 	idem_registry_free(reg);
 }
 
@@ -778,27 +864,38 @@ static void test_refused_then_back(void **state)
 {
 	struct fake *f = *state;
 	char url[64], why[256], want[128];
+	enum idem_registry_answer a;
 	idem_registry *reg;
 	void *obj = NULL;
-	int port = free_port(), retry = 0;
+	int port = free_port(), retry = 0, retry2 = 0;
+	int64_t t0, t1, t2, t3;
 
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
 	reg = reg_new(url, NULL, NULL, 1000, 50, 100);
-	assert_int_equal(idem_registry_get(reg, 6, &obj, why, sizeof(why), &retry),
+	assert_int_equal(timed_get(reg, 6, &obj, why, sizeof(why), &retry, &t0, &t1),
 	                 IDEM_REGISTRY_UNAVAILABLE);
 	snprintf(want, sizeof(want), "schema id 6: cannot reach http://127.0.0.1:%d: ", port);
 	assert_contains(why, want);
-	assert_in_range(retry, 25, 50); /* idem_backoff_ms(50, ...) of attempt 1 */
+	/* idem_backoff_ms(50, ...) of attempt 1, in [25, 50] (see timed_get()) */
+	assert_in_range(retry, 1, 50);
+	assert_true(retry + (t1 - t0) >= 25);
 
-	/* The registry comes back on that port. */
+	/* The registry comes back on that port: not asked while the window lasts, then asked. */
 	fake_stop(f);
 	fake_start(f, port);
-	assert_int_equal(idem_registry_get(reg, 6, &obj, why, sizeof(why), &retry),
-	                 IDEM_REGISTRY_UNAVAILABLE);
-	assert_int_equal(fake_requests(f), 0); /* still inside the window */
-	sleep_ms(retry + 5);
-	assert_int_equal(idem_registry_get(reg, 6, &obj, why, sizeof(why), &retry),
-	                 IDEM_REGISTRY_OK);
+	a = timed_get(reg, 6, &obj, why, sizeof(why), &retry2, &t2, &t3);
+	if (t3 < t0 + retry)
+		assert_int_equal(fake_requests(f), 0); /* inside the window for sure */
+	if (fake_requests(f) == 0) {
+		assert_int_equal(a, IDEM_REGISTRY_UNAVAILABLE);
+		sleep_ms(retry2 + 5);
+		assert_int_equal(idem_registry_get(reg, 6, &obj, why, sizeof(why), &retry),
+		                 IDEM_REGISTRY_OK);
+	} else {
+		/* Asked at once: only if the restart may have outlasted the window. */
+		assert_true(t3 >= t0 + retry);
+		assert_int_equal(a, IDEM_REGISTRY_OK);
+	}
 	assert_int_equal(fake_requests(f), 1);
 	obj_unref(obj);
 	idem_registry_free(reg);
@@ -1088,8 +1185,13 @@ static void test_single_flight(void **state)
 	struct fake *f = *state;
 	struct flight fl[FLIGHT_THREADS];
 	struct idem_registry_stats st;
-	idem_registry *reg = reg_fake(f);
+	char url[64];
+	idem_registry *reg;
 
+	/* A thread that comes after the fetch gets the stored answer: the failure's backoff (5 to
+	 * 10 s) outlasts any thread's lateness, so none asks again. */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", f->port);
+	reg = reg_new(url, NULL, NULL, 2000, 10000, 10000);
 	f->delay_ms = 200;
 	run_flight(reg, 42, fl);
 	assert_int_equal(fake_requests(f), 1);
@@ -1225,7 +1327,9 @@ static void test_peek(void **state)
 	int64_t t0;
 
 	notified_init(&nt);
-	reg = reg_notify(f, &nt, 5000, 20);
+	/* Backoff 5 to 10 s: the failure below is still in its window when peeked after the
+	 * notification, however late this thread wakes. */
+	reg = reg_notify(f, &nt, 5000, 10000);
 	fake_delay(f, 2000);
 	t0 = idem_mono_ms();
 	assert_int_equal(idem_registry_peek(reg, 7, &obj, why, sizeof(why), &retry),
@@ -1271,7 +1375,7 @@ static void test_peek(void **state)
 	assert_int_equal(idem_registry_peek(reg, 8, &obj, why, sizeof(why), &retry),
 	                 IDEM_REGISTRY_UNAVAILABLE);
 	assert_contains(why, "answered 503 Service Unavailable");
-	assert_in_range(retry, 1, 20);
+	assert_in_range(retry, 1, 10000);
 	idem_registry_free(reg);
 	assert_int_equal(notified_count(&nt), 2);
 	notified_done(&nt);
@@ -1382,6 +1486,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unknown_kept_then_asked_again, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_unavailable_backoff, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unavailable_window, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_then_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_answers, setup, teardown),
