@@ -102,7 +102,7 @@ struct idem_batch {
 	                 kept by idem_batch_truncate(), zeroed by idem_batch_reset() */
 
 	/* scratch, reused */
-	struct idem_jsondoc doc; /* doc.schema_fn: set by the owner for routes that read Avro */
+	struct idem_jsondoc doc; /* doc.framed from the route; doc.schema_fn set by the owner */
 	char wait_reason[1024];  /* why idem_batch_add() last said IDEM_ERR_UNAVAILABLE */
 	struct idem_buf scratch;
 	struct evp_md_ctx_st *md_ctx; /* SHA-256 of the values, created on first use */

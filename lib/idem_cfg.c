@@ -198,6 +198,7 @@ _Static_assert(sizeof(enum idem_cfg_poison) == sizeof(int) &&
                        sizeof(enum idem_cfg_mismatch) == sizeof(int) &&
                        sizeof(enum idem_cfg_mode) == sizeof(int) &&
                        sizeof(enum idem_cfg_reply_key) == sizeof(int) &&
+                       sizeof(enum idem_cfg_value_format) == sizeof(int) &&
                        sizeof(enum idem_log_level) == sizeof(int),
                "CFG_ENUM targets must be int-sized");
 static const char *const cfg_poison_names[] = { "quarantine", "halt", NULL };
@@ -224,12 +225,14 @@ static const struct cfg_key reply_keys[] = {
 };
 static const struct cfg_section reply_section = { reply_keys, REPLY_N, NULL };
 static const char *const cfg_mismatch_names[] = { "ignore", "log", "quarantine", NULL };
+static const char *const cfg_value_format_names[] = { "json", "json-schema", NULL };
 
 enum {
 	ROUTE_NAME,
 	ROUTE_TOPICS,
 	ROUTE_CONSUMER,
 	ROUTE_KEY,
+	ROUTE_VALUE_FORMAT,
 	ROUTE_HANDLER,
 	ROUTE_ON_POISON,
 	ROUTE_ON_PAYLOAD_MISMATCH,
@@ -259,6 +262,11 @@ static const struct cfg_key route_keys[] = {
 	                .required = true,
 	                .off = offsetof(struct idem_route, key),
 	                .conv = &cfg_template_conv },
+	[ROUTE_VALUE_FORMAT] = { .name = "value_format",
+	                         .type = CFG_ENUM,
+	                         .def = IDEM_CFG_VALUE_JSON,
+	                         .off = offsetof(struct idem_route, value_format),
+	                         .names = cfg_value_format_names },
 	[ROUTE_HANDLER] = { .name = "handler",
 	                    .type = CFG_SECTION,
 	                    .required = true,

@@ -31,6 +31,17 @@ enum idem_cfg_mismatch {
 	IDEM_CFG_MISMATCH_QUARANTINE, /* count it and quarantine the message */
 };
 
+/*
+ * routes[].value_format: what json: fields find in a message's value (README "JSON Schema
+ * values"). Never guessed from the bytes: a route says it.
+ */
+enum idem_cfg_value_format {
+	IDEM_CFG_VALUE_JSON = 0,    /* the value is the JSON document */
+	IDEM_CFG_VALUE_JSON_SCHEMA, /* Confluent-framed JSON Schema: byte 0 = 0, bytes 1-4 the
+	                               schema id (a JSON schema of schema_registry), then the
+	                               document */
+};
+
 /* routes[].handler.mode: how often the handler statement runs. */
 enum idem_cfg_mode {
 	IDEM_CFG_MODE_ROW = 0, /* once per newly claimed message, with that message's fields */
@@ -78,6 +89,8 @@ struct idem_route {
 	char *dead_letter_topic;           /* routes[].dead_letter_topic: NULL, quarantine only */
 	bool needs_json;                   /* computed: key or a param uses json: */
 	bool needs_avro;                   /* computed: key or a param uses avro: or avro-key: */
+	/* routes[].value_format, default json: what json: fields find in the value */
+	enum idem_cfg_value_format value_format;
 };
 
 struct idem_kv {

@@ -1,8 +1,8 @@
 /*
  * idem_cfg_routes.c - the checks across the routes of a configuration: each topic read by one
  * route and subscribed, consumer names, replies and dead letters with the outbox, avro: fields
- * with a schema registry. Beside idem_cfg.c, which holds the settings tables and calls
- * idem__cfg_check_routes() once the sections are read.
+ * and JSON Schema values with a schema registry. Beside idem_cfg.c, which holds the settings
+ * tables and calls idem__cfg_check_routes() once the sections are read.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +211,41 @@ static void cfg_check_route_avro(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml
 	}
 }
 
+/*
+ * A route whose values are Confluent-framed JSON Schema (routes[].value_format: json-schema)
+ * asks the schema registry for the schema of each id, so it needs one; and its values are JSON,
+ * so avro: fields (which read the value as Avro) could read none of them.
+ */
+static void cfg_check_route_value_format(struct cfg_ctx *ctx, struct idem_cfg *cfg,
+                                         yaml_node_t *routes, bool has_registry)
+{
+	char label[32];
+
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		const struct idem_route *route = &cfg->routes[i];
+		yaml_node_t *node =
+		        idem__cfg_map_get(ctx, idem__cfg_seq_get(ctx, routes, i), "value_format");
+		bool avro = false;
+
+		if (route->value_format != IDEM_CFG_VALUE_JSON_SCHEMA)
+			continue;
+		if (!has_registry)
+			idem__cfg_error(
+			        ctx, node,
+			        "route '%s' has value_format 'json-schema' but there is no 'schema_registry' section to ask for the schemas of its values",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
+		for (size_t j = 0; j < route->key.n_parts; j++)
+			avro |= route->key.parts[j].kind == IDEM_FIELD_AVRO;
+		for (size_t j = 0; j < route->n_params; j++)
+			avro |= route->params[j].kind == IDEM_FIELD_AVRO;
+		if (avro)
+			idem__cfg_error(
+			        ctx, node,
+			        "route '%s' has value_format 'json-schema' but reads avro: fields, which read the value as Avro",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
+	}
+}
+
 void idem__cfg_check_routes(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes,
                             yaml_node_t *kafka_topics, bool has_registry)
 {
@@ -218,4 +253,5 @@ void idem__cfg_check_routes(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node
 	cfg_check_route_consumers(ctx, cfg, routes);
 	cfg_check_route_outbox(ctx, cfg, routes);
 	cfg_check_route_avro(ctx, cfg, routes, has_registry);
+	cfg_check_route_value_format(ctx, cfg, routes, has_registry);
 }

@@ -2,7 +2,8 @@
  * idem_field.h - named message fields, business-key templates and their extraction.
  *
  * A field names one piece of a Kafka message: value, key, business_key, topic, partition,
- * offset, timestamp, header:NAME, json:/pointer (RFC 6901, into the value parsed as JSON),
+ * offset, timestamp, header:NAME, json:/pointer (RFC 6901, into the value parsed as JSON, or
+ * into the document of a Confluent-framed JSON Schema value: struct idem_jsondoc's framed),
  * avro:/pointer (into the value decoded as Confluent-framed Avro, idem_avro.h) or
  * avro-key:/pointer (the same, into the Kafka key).
  * A template is a sequence of literal text and fields: "${header:tenant}/${json:/order_no}".
@@ -83,19 +84,27 @@ struct idem_msgview {
 };
 
 /*
- * How avro: fields find the schema of a schema id: the schema registry in idemd
- * (idem_registry_get()), a table in tests. On IDEM_SCHEMA_OK *ret_schema is a new reference;
- * otherwise @why says what happened, and for IDEM_SCHEMA_UNAVAILABLE (transient: the message
- * waits) *ret_retry_ms when to ask again.
+ * How avro: fields, and json: fields of a framed value, find the schema of a schema id: the
+ * schema registry in idemd (idem_registry_get()), a table in tests. @type is what the field
+ * reads: an id whose schema is of another type is IDEM_SCHEMA_UNKNOWN ("schema id 7 is AVRO,
+ * not JSON"). On IDEM_SCHEMA_OK for IDEM_SCHEMA_TYPE_AVRO *ret_schema is a new reference (a
+ * JSON schema hands nothing back: values are not validated against it, and @ret_schema may be
+ * NULL); otherwise @why says what happened, and for IDEM_SCHEMA_UNAVAILABLE (transient: the
+ * message waits) *ret_retry_ms when to ask again.
  */
 enum idem_schema_answer {
 	IDEM_SCHEMA_OK = 0,
-	IDEM_SCHEMA_UNKNOWN,     /* the id has no Avro schema: the message cannot be read */
+	IDEM_SCHEMA_UNKNOWN,     /* the id has no schema of @type: the message cannot be read */
 	IDEM_SCHEMA_UNAVAILABLE, /* cannot tell now */
 	IDEM_SCHEMA_PENDING,     /* being fetched (off the caller's thread): ask again when told */
 };
-typedef enum idem_schema_answer idem_schema_fn(void *ctx, int32_t id, idem_avro_schema **ret_schema,
-                                               char *why, size_t whylen, int *ret_retry_ms);
+enum idem_schema_type {
+	IDEM_SCHEMA_TYPE_AVRO = 0, /* the registry's schemaType AVRO (or none) */
+	IDEM_SCHEMA_TYPE_JSON,     /* schemaType JSON: JSON Schema */
+};
+typedef enum idem_schema_answer idem_schema_fn(void *ctx, int32_t id, enum idem_schema_type type,
+                                               idem_avro_schema **ret_schema, char *why,
+                                               size_t whylen, int *ret_retry_ms);
 
 /* The key or the value decoded as Avro, at most once per message (struct idem_jsondoc). */
 struct idem_avrodoc {
@@ -108,8 +117,8 @@ struct idem_avrodoc {
 /*
  * What is decoded of one message, at most once per message, for all its fields: the value
  * parsed as JSON by json-c (on the first json: field that idem_json_scalar() does not answer),
- * and the value and the key decoded as Avro. Hides json-c and avro-c.
- * idem_jsondoc_reset() between messages; idem_jsondoc_done() at the end.
+ * the header of a framed JSON Schema value, and the value and the key decoded as Avro. Hides
+ * json-c and avro-c. idem_jsondoc_reset() between messages; idem_jsondoc_done() at the end.
  */
 struct idem_jsondoc {
 	void *root;       /* json_object *, owned */
@@ -119,8 +128,20 @@ struct idem_jsondoc {
 	bool invalid;
 	char errmsg[160];
 
+	/*
+	 * Set by the owner (routes[].value_format: json-schema): the value is Confluent-framed
+	 * JSON Schema, byte 0 = 0, bytes 1-4 the schema id, then the document json: fields read.
+	 * Its header is read and its schema's type checked once per message (frame_read); a
+	 * value that is not JSON Schema of a known id sets frame_invalid and frame_errmsg.
+	 */
+	bool framed;
+	bool frame_read;
+	bool frame_invalid;
+	char frame_errmsg[1024];
+
 	struct idem_avrodoc avro[2]; /* [0] the value, [1] the key */
-	idem_schema_fn *schema_fn;   /* set by the owner when a route reads avro: fields */
+	idem_schema_fn *schema_fn;   /* set by the owner: how avro: and framed json: fields find
+	                                schemas */
 	void *schema_ctx;
 	int retry_ms; /* after IDEM_ERR_UNAVAILABLE: when to try the message again */
 	bool pending; /* ... and the schema is being fetched: not a failure (yet) */
@@ -136,11 +157,13 @@ void idem_jsondoc_done(struct idem_jsondoc *doc);
  * Keys are stored as text. A key that is not valid UTF-8, contains a NUL byte, or starts with
  * "\x" is stored hex-encoded as "\x" followed by lowercase hex of its bytes, which keeps the
  * mapping one-to-one. Errors (IDEM_ERR_KEY, message in @err) name the field and the problem:
- * missing header, missing or non-scalar JSON value, value not JSON, empty key, key longer than
- * @max_len bytes (after encoding). JSON strings yield their content, numbers and booleans their
- * JSON text; null counts as missing. Avro values have the text idem_avro.h gives them; a value
- * or key that is not Avro of a schema the registry has is IDEM_ERR_KEY too. IDEM_ERR_UNAVAILABLE
- * when the schema of an Avro value cannot be had now (doc->retry_ms: when to try again).
+ * missing header, missing or non-scalar JSON value, value not JSON (for doc->framed, not
+ * Confluent-framed JSON Schema of an id the registry has as a JSON schema), empty key, key longer
+ * than @max_len bytes (after encoding). JSON strings yield their content, numbers and booleans
+ * their JSON text; null counts as missing. Avro values have the text idem_avro.h gives them; a
+ * value or key that is not Avro of a schema the registry has is IDEM_ERR_KEY too.
+ * IDEM_ERR_UNAVAILABLE when the schema of an Avro or framed JSON value cannot be had now
+ * (doc->retry_ms: when to try again).
  */
 IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
                                           const struct idem_msgview *m, struct idem_jsondoc *doc,
@@ -153,7 +176,8 @@ IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
  * found or JSON null, no timestamp) - the parameter is then SQL NULL, not an error.
  * JSON strings yield their content; other JSON values their JSON text. timestamp is rendered as
  * "YYYY-MM-DD HH:MM:SS.mmm+00". business_key is @bkey. Errors: IDEM_ERR_KEY when a json: field
- * is asked of a value that is not JSON, or an avro: field of one that is not Avro;
+ * is asked of a value that is not JSON (or not framed JSON Schema, for doc->framed), or an
+ * avro: field of one that is not Avro;
  * IDEM_ERR_UNAVAILABLE as for idem_key_build(); IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview *m,

@@ -512,6 +512,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 	rd_kafka_resp_err_t e;
 
 	idem_jsondoc_init(&scratch.doc);
+	scratch.doc.framed = route->value_format == IDEM_CFG_VALUE_JSON_SCHEMA;
 	if ((r = idem_schemas_open(cfg, NULL, NULL, &schemas, err)) != IDEM_OK)
 		goto out;
 	idem_schemas_attach(schemas, &scratch.doc);

@@ -13,7 +13,7 @@
  * nothing after the value but whitespace. For anything else (not in that form, not found,
  * null, an object or an array, "-0", a name on the pointer's path given twice in one object)
  * it answers "not known" and the caller asks json-c, which stays the authority on what is
- * valid JSON and on every error message (idem_field.c; unit.json and fuzz_json check that both
+ * valid JSON and on every error message (idem_field_json.c; unit.json and fuzz_json check that both
  * readers give the same result).
  */
 #ifndef IDEM_JSON_H

@@ -155,6 +155,7 @@ idem_status idem_registry_new(const struct idem_registry_opts *opts, idem_regist
 	reg->retry_max_ms = opts->retry_max_ms > opts->retry_initial_ms ? opts->retry_max_ms
 	                                                                : opts->retry_initial_ms;
 	reg->parse = opts->parse;
+	reg->parse_json = opts->parse_json;
 	reg->ref = opts->ref;
 	reg->unref = opts->unref;
 	reg->max_schemas = idem__registry_max_schemas > 0 ? idem__registry_max_schemas : 1;

@@ -22,7 +22,8 @@
  *   IDEM_REGISTRY_UNKNOWN      the registry says it does not know the id (404 with its JSON
  *                              error body and an error_code 404xx: 40401 subject, 40402
  *                              version, 40403 schema not found), or the schema is not an Avro
- *                              schema that parses: permanent for this message (quarantine).
+ *                              schema (nor a JSON one, with opts.parse_json) that parses:
+ *                              permanent for this message (quarantine).
  *                              Kept IDEM_REGISTRY_UNKNOWN_KEEP_MS, then asked again.
  *   IDEM_REGISTRY_UNAVAILABLE  cannot tell now: connection refused or reset, timeout, 5xx, 429,
  *                              401/403, any other 404 (an HTML page from a proxy, a wrong base
@@ -76,6 +77,13 @@ struct idem_registry_opts {
 	idem_registry_parse_fn parse;
 	idem_registry_ref_fn ref;
 	idem_registry_unref_fn unref;
+	/*
+	 * Optional: the parse function of a schema whose schemaType is JSON (JSON Schema), as
+	 * parse is AVRO's; its objects share ref and unref with Avro's, and schema references are
+	 * no reason to refuse one (Avro's are). NULL: such an id is UNKNOWN, like PROTOBUF ("schema
+	 * id 9 is JSON, not AVRO").
+	 */
+	idem_registry_parse_fn parse_json;
 	/*
 	 * Optional: called without the registry's lock each time a fetch that peek() answered
 	 * IDEM_REGISTRY_PENDING for ends, whatever its answer (peek() then answers without

@@ -255,12 +255,16 @@ IDEM_TESTABLE void idem__registry_quote(const char *data, size_t len, char *out,
 	snprintf(out + n, outlen - n, "'%s", len > take ? "..." : "");
 }
 
-/* A 200 answer: the registry's JSON, an Avro schema without references, that parses. */
+/*
+ * A 200 answer: the registry's JSON, an Avro schema without references that parses, or (with
+ * parse_json) a JSON schema that parses.
+ */
 static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_conn *conn,
                                      int32_t id, struct idem_registry_result *res)
 {
 	json_object *doc = idem_registry_json(&conn->body), *schema = NULL, *type = NULL,
 	            *refs = NULL;
+	bool json = false;
 	char why[256] = "";
 	idem_status st;
 	void *obj = NULL;
@@ -289,7 +293,9 @@ static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_co
 			goto out_put_doc;
 		}
 		t = json_object_get_string(type);
-		if (strcmp(t, "AVRO") != 0) {
+		if (strcmp(t, "JSON") == 0 && reg->parse_json != NULL) {
+			json = true;
+		} else if (strcmp(t, "AVRO") != 0) {
 			char shown[32];
 
 			snprintf(shown, sizeof(shown), "%s", t);
@@ -298,11 +304,14 @@ static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_co
 					*p = '?';
 			}
 			idem__registry_result_set(res, IDEM_REGISTRY_UNKNOWN,
-			                          "schema id %d is %s, not AVRO", (int)id, shown);
+			                          "schema id %d is %s, not AVRO%s", (int)id, shown,
+			                          reg->parse_json != NULL ? " or JSON" : "");
 			goto out_put_doc;
 		}
 	}
-	if (json_object_object_get_ex(doc, "references", &refs) &&
+	/* A JSON schema is not used to decode (values are not validated): its references are
+	 * no reason to refuse it. */
+	if (!json && json_object_object_get_ex(doc, "references", &refs) &&
 	    !json_object_is_type(refs, json_type_null)) {
 		if (!json_object_is_type(refs, json_type_array)) {
 			idem__registry_result_set(
@@ -319,8 +328,9 @@ static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_co
 			goto out_put_doc;
 		}
 	}
-	st = reg->parse(json_object_get_string(schema), (size_t)json_object_get_string_len(schema),
-	                &obj, why, sizeof(why));
+	st = (json ? reg->parse_json : reg->parse)(json_object_get_string(schema),
+	                                           (size_t)json_object_get_string_len(schema), &obj,
+	                                           why, sizeof(why));
 	if (st == IDEM_OK) {
 		res->answer = IDEM_REGISTRY_OK;
 		res->obj = obj;

@@ -9,9 +9,11 @@
  * no value (a tombstone). The value is the rest of the input and may itself contain 0x1e.
  * The template text is parsed as a template and as a field name; parse failures are fine.
  * Invariants of a built key (non-empty, within the limit, valid UTF-8 or well-formed hex) are
- * checked and abort when broken.
+ * checked and abort when broken. One input in four reads its value as Confluent-framed JSON
+ * Schema (routes[].value_format: json-schema), with schemas from fuzz_schema().
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,24 @@
 #define FUZZ_PARTS 5
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Schema ids for framed values: a JSON schema, unknown, an Avro schema or not available now. */
+static enum idem_schema_answer fuzz_schema(void *ctx, int32_t id, enum idem_schema_type type,
+                                           idem_avro_schema **ret_schema, char *why, size_t whylen,
+                                           int *ret_retry_ms)
+{
+	(void)ctx;
+	(void)ret_schema;
+	if (id % 4 == 0 && type == IDEM_SCHEMA_TYPE_JSON)
+		return IDEM_SCHEMA_OK;
+	if (id % 4 == 3) {
+		*ret_retry_ms = 100;
+		snprintf(why, whylen, "schema id %d: cannot reach the registry", (int)id);
+		return IDEM_SCHEMA_UNAVAILABLE;
+	}
+	snprintf(why, whylen, "schema id %d is not a JSON schema", (int)id);
+	return IDEM_SCHEMA_UNKNOWN;
+}
 
 static void check_key(const struct idem_buf *out, size_t max_len)
 {
@@ -115,6 +135,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 
 	idem_jsondoc_init(&doc);
+	doc.framed = size % 4 == 1;
+	doc.schema_fn = fuzz_schema;
 	if (idem_template_parse(tpl_text, &tpl, errbuf, sizeof(errbuf)) == IDEM_OK) {
 		if (idem_key_build(&tpl, &m, &doc, max_len, &out, &err) == IDEM_OK)
 			check_key(&out, max_len);

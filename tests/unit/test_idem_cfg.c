@@ -217,6 +217,23 @@ static void test_avro(void **state)
 	idem_cfg_free(cfg);
 }
 
+/* routes[].value_format: json by default, json-schema framed (with a schema registry). */
+static void test_value_format(void **state)
+{
+	struct idem_cfg *cfg = load_ok("ok_json_schema.yaml");
+
+	(void)state;
+	assert_int_equal(cfg->n_routes, 3);
+	assert_int_equal(cfg->routes[0].value_format, IDEM_CFG_VALUE_JSON);
+	assert_int_equal(cfg->routes[1].value_format, IDEM_CFG_VALUE_JSON_SCHEMA);
+	assert_true(cfg->routes[1].needs_json);
+	assert_int_equal(cfg->routes[2].value_format, IDEM_CFG_VALUE_JSON);
+	idem_cfg_free(cfg);
+	cfg = load_ok("minimal.yaml");
+	assert_int_equal(cfg->routes[0].value_format, IDEM_CFG_VALUE_JSON);
+	idem_cfg_free(cfg);
+}
+
 static void test_replies(void **state)
 {
 	struct idem_cfg *cfg = load_ok("ok_replies.yaml");
@@ -978,6 +995,7 @@ int main(void)
 		cmocka_unit_test(test_minimal_defaults),
 		cmocka_unit_test(test_outbox),
 		cmocka_unit_test(test_avro),
+		cmocka_unit_test(test_value_format),
 		cmocka_unit_test(test_replies),
 		cmocka_unit_test(test_default_topics_in_route_order),
 		cmocka_unit_test(test_route_for),

@@ -947,17 +947,27 @@ static const char avro_payment_schema[] =
         "{\"type\":\"record\",\"name\":\"payment\",\"fields\":["
         "{\"name\":\"payment_id\",\"type\":\"string\"},{\"name\":\"amount\",\"type\":\"long\"},"
         "{\"name\":\"note\",\"type\":[\"null\",\"string\"]}]}";
-static int avro_asked[4];
+static int avro_asked[6];
 
-static enum idem_schema_answer avro_table(void *ctx, int32_t id, idem_avro_schema **ret_schema,
-                                          char *why, size_t whylen, int *ret_retry_ms)
+/* Id 1 is the Avro payment schema, id 5 a JSON schema, id 3 cannot be had now, others unknown. */
+static enum idem_schema_answer avro_table(void *ctx, int32_t id, enum idem_schema_type type,
+                                          idem_avro_schema **ret_schema, char *why, size_t whylen,
+                                          int *ret_retry_ms)
 {
 	idem_error err = { 0 };
 
 	(void)ctx;
-	if (id >= 0 && id < 4)
+	if (id >= 0 && id < 6)
 		avro_asked[id]++;
+	if ((id == 1 || id == 5) &&
+	    type != (id == 5 ? IDEM_SCHEMA_TYPE_JSON : IDEM_SCHEMA_TYPE_AVRO)) {
+		snprintf(why, whylen, "schema id %d is %s, not %s", (int)id,
+		         id == 5 ? "JSON" : "AVRO", id == 5 ? "AVRO" : "JSON");
+		return IDEM_SCHEMA_UNKNOWN;
+	}
 	switch (id) {
+	case 5:
+		return IDEM_SCHEMA_OK;
 	case 1:
 		assert_int_equal(idem_avro_schema_new(avro_payment_schema,
 		                                      sizeof(avro_payment_schema) - 1, ret_schema,
@@ -1069,6 +1079,162 @@ static void test_avro_fields(void **state)
 	idem_buf_done(&out);
 }
 
+/* A Confluent-framed JSON Schema value of schema id @id: @doc after the 5-byte header. */
+static struct idem_msgview msg_framed(char *buf, size_t cap, uint32_t id, const char *doc,
+                                      size_t doc_len)
+{
+	struct idem_msgview m = msg_json(NULL);
+
+	assert_true(5 + doc_len <= cap);
+	buf[0] = 0;
+	buf[1] = (char)(id >> 24);
+	buf[2] = (char)(id >> 16);
+	buf[3] = (char)(id >> 8);
+	buf[4] = (char)id;
+	memcpy(buf + 5, doc, doc_len);
+	m.value = buf;
+	m.value_len = 5 + doc_len;
+	return m;
+}
+
+/* The error of reading json:/payment_id as a business key from @m (doc reset first). */
+static const char *framed_key_error(struct idem_jsondoc *doc, const struct idem_msgview *m,
+                                    idem_status want, idem_error *err)
+{
+	struct idem_template tpl;
+	struct idem_buf out = { 0 };
+	char errbuf[256];
+
+	idem_jsondoc_reset(doc);
+	assert_int_equal(idem_template_parse("json:/payment_id", &tpl, errbuf, sizeof(errbuf)),
+	                 IDEM_OK);
+	assert_int_equal(idem_key_build(&tpl, m, doc, KEY_MAX, &out, err), want);
+	idem_template_done(&tpl);
+	idem_buf_done(&out);
+	return err->msg;
+}
+
+/*
+ * JSON Schema values (doc.framed, routes[].value_format: json-schema): json: fields read the
+ * document after the Confluent header, once its id is known to be a JSON schema; the header,
+ * the id and its schema's type are checked once per message, whatever the fields.
+ */
+static void test_json_schema_fields(void **state)
+{
+	static const char doc1[] =
+	        "{\"payment_id\":\"p-1\",\"amount\":42,\"note\":null,\"s\":\"a\\u00e9\"}";
+	char buf[256];
+	struct idem_msgview m = msg_framed(buf, sizeof(buf), 5, doc1, sizeof(doc1) - 1);
+	struct idem_template tpl;
+	struct idem_field f;
+	struct idem_jsondoc doc;
+	struct idem_buf out = { 0 };
+	idem_error err = { 0 };
+	char errbuf[256];
+	bool null = false;
+
+	(void)state;
+	memset(avro_asked, 0, sizeof(avro_asked));
+	idem_jsondoc_init(&doc);
+	doc.framed = true;
+	doc.schema_fn = avro_table;
+	assert_int_equal(idem_template_parse("${json:/payment_id}", &tpl, errbuf, sizeof(errbuf)),
+	                 IDEM_OK);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_OK);
+	assert_string_equal(out.data, "p-1");
+	assert_int_equal(idem_field_parse("json:/amount", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_false(null);
+	assert_string_equal(out.data, "42");
+	idem_field_done(&f);
+	assert_int_equal(idem_field_parse("json:/note", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_true(null);
+	idem_field_done(&f);
+	/* An escaped string: json-c's tree, of the document past the header. */
+	assert_int_equal(idem_field_parse("json:/s", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_string_equal(out.data, "a\xc3\xa9");
+	idem_field_done(&f);
+	assert_int_equal(idem_field_parse("json:", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_string_equal(
+	        out.data,
+	        "{\"payment_id\":\"p-1\",\"amount\":42,\"note\":null,\"s\":\"a\xc3\xa9\"}");
+	idem_field_done(&f);
+	/* The value field is the value as received, header included. */
+	assert_int_equal(idem_field_parse("value", &f, errbuf, sizeof(errbuf)), IDEM_OK);
+	assert_int_equal(idem_field_get(&f, &m, &doc, NULL, &out, &null, &err), IDEM_OK);
+	assert_int_equal(out.len, 5 + sizeof(doc1) - 1);
+	assert_memory_equal(out.data, buf, out.len);
+	idem_field_done(&f);
+	/* One look at the header and the schema per message. */
+	assert_int_equal(avro_asked[5], 1);
+	idem_jsondoc_reset(&doc);
+	assert_int_equal(idem_key_build(&tpl, &m, &doc, KEY_MAX, &out, &err), IDEM_OK);
+	assert_int_equal(avro_asked[5], 2);
+	idem_template_done(&tpl);
+
+	/* Values that are not JSON Schema this route can read, each with its reason. */
+	m = msg_framed(buf, sizeof(buf), 5, "", 0);
+	m.value_len = 3;
+	assert_string_equal(
+	        framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	        "json:/payment_id: value is not JSON Schema this route can read: value is 3 bytes, shorter than the 5-byte Confluent header");
+	m = msg_json("{\"payment_id\":\"p-1\"}");
+	assert_string_equal(
+	        framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	        "json:/payment_id: value is not JSON Schema this route can read: value starts with byte 123, not the Confluent magic byte 0");
+	m = msg_framed(buf, sizeof(buf), 0x80000000u, "{}", 2);
+	assert_string_equal(
+	        framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	        "json:/payment_id: value is not JSON Schema this route can read: schema id 2147483648 is beyond 2^31-1");
+	m = msg_framed(buf, sizeof(buf), 2, "{\"payment_id\":\"p-1\"}", 20);
+	assert_string_equal(
+	        framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	        "json:/payment_id: value is not JSON Schema this route can read: schema id 2: registry answered 404");
+	m = msg_framed(buf, sizeof(buf), 1, "{\"payment_id\":\"p-1\"}", 20);
+	assert_string_equal(
+	        framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	        "json:/payment_id: value is not JSON Schema this route can read: schema id 1 is AVRO, not JSON");
+	/* The document must be JSON; positions count the header. */
+	m = msg_framed(buf, sizeof(buf), 5, "{\"payment_id\":", 14);
+	assert_string_equal(
+	        framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	        "json:/payment_id: value is not valid JSON: unexpected end of data at byte 19");
+	m = msg_framed(buf, sizeof(buf), 5, "{\"a\":\"\0\"}", 9);
+	assert_string_equal(framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	                    "json:/payment_id: value is not valid JSON: NUL byte at byte 11");
+	m = msg_framed(buf, sizeof(buf), 5, "", 0);
+	assert_string_equal(
+	        framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	        "json:/payment_id: value is not valid JSON: unexpected end of data at byte 5");
+	/* No value: the field is absent, as for plain JSON. */
+	m = msg_json(NULL);
+	assert_string_equal(framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	                    "json:/payment_id: message has no value");
+
+	/* A registry that cannot answer now: the message waits, nothing is decided. */
+	m = msg_framed(buf, sizeof(buf), 3, "{\"payment_id\":\"p-1\"}", 20);
+	framed_key_error(&doc, &m, IDEM_ERR_UNAVAILABLE, &err);
+	assert_int_equal(doc.retry_ms, 250);
+	assert_non_null(strstr(err.msg, "cannot reach the registry"));
+	assert_false(doc.frame_invalid);
+
+	/* No registry at all (a caller's mistake): an error, not a crash. */
+	doc.schema_fn = NULL;
+	m = msg_framed(buf, sizeof(buf), 5, "{\"payment_id\":\"p-1\"}", 20);
+	framed_key_error(&doc, &m, IDEM_ERR_INVALID, &err);
+
+	/* Never guessed: a route of plain JSON does not read a framed value. */
+	doc.framed = false;
+	assert_non_null(strstr(framed_key_error(&doc, &m, IDEM_ERR_KEY, &err),
+	                       "json:/payment_id: value is not valid JSON"));
+
+	idem_jsondoc_done(&doc);
+	idem_buf_done(&out);
+}
+
 static void test_fast_reader(void **state)
 {
 	struct idem_template tpl;
@@ -1132,6 +1298,7 @@ int main(void)
 		cmocka_unit_test(test_jsondoc_reuse),
 		cmocka_unit_test(test_fast_reader),
 		cmocka_unit_test(test_avro_fields),
+		cmocka_unit_test(test_json_schema_fields),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,30 @@
+/*
+ * idem_field_int.h - what the two files of idem_field share (internal to them).
+ *
+ * idem_field is split in two: idem_field.c, the field names, business-key templates, struct
+ * idem_jsondoc's life, the one reader of a field (field_read()) with every kind but json:, and
+ * the business key; idem_field_json.c, json: fields (the value as a plain JSON document or as
+ * Confluent-framed JSON Schema, pointers, text). Included by those files only: not part of
+ * libidem's contract (idem_field.h is).
+ */
+#ifndef IDEM_FIELD_INT_H
+#define IDEM_FIELD_INT_H
+
+#include "idem_common.h"
+#include "idem_field.h"
+
+/*
+ * The json: field @f of @m, for field_read(): appends its text to @out, or sets *ret_absent
+ * (the message has no value, the pointer finds nothing, JSON null). Errors: IDEM_ERR_KEY (the
+ * value is not JSON, or not JSON Schema a framed route can read; with @scalar, an object, an
+ * array or a number json-c cannot keep exactly), IDEM_ERR_UNAVAILABLE (a framed value's schema
+ * cannot be had now: doc->retry_ms), IDEM_ERR_INVALID (a framed route without a registry),
+ * IDEM_ERR_NOMEM.
+ */
+IDEM_NODISCARD idem_status idem__field_json_read(const struct idem_field *f,
+                                                 const struct idem_msgview *m,
+                                                 struct idem_jsondoc *doc, bool scalar,
+                                                 struct idem_buf *out, const char **ret_absent,
+                                                 idem_error *err);
+
+#endif

@@ -1,0 +1,128 @@
+/*
+ * test_idem_schemas.c - the schemas of a configuration as fields ask for them: a JSON schema
+ * (schemaType JSON) is checked to be JSON and kept as its type only, and an id whose schema is
+ * of another type than the field reads (an AVRO id for a json-schema route's json: fields, a
+ * JSON id for avro: fields) cannot be read, saying so. The registry itself (HTTP, cache, single
+ * flight) is test_idem_registry.c's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "idem_avro.h"
+#include "idem_schemas.h"
+/* cmocka.h needs the headers above. */
+#include <cmocka.h>
+
+/* lib/idem_schemas.c, IDEM_TESTABLE */
+idem_status idem__schemas_parse_json(const char *text, size_t len, void **ret_obj, char *why,
+                                     size_t whylen);
+enum idem_schema_answer idem__schemas_answer(int timeout_ms, enum idem_registry_answer answer,
+                                             void *obj, int32_t id, enum idem_schema_type type,
+                                             idem_avro_schema **ret_schema, char *why,
+                                             size_t whylen, int *ret_retry_ms);
+
+static idem_status parse_json(const char *text, void **ret_obj, char *why, size_t whylen)
+{
+	return idem__schemas_parse_json(text, strlen(text), ret_obj, why, whylen);
+}
+
+static void test_parse_json(void **state)
+{
+	void *a = NULL, *b = NULL, *c = NULL;
+	char why[128] = "";
+
+	(void)state;
+	assert_int_equal(parse_json("{\"type\":\"object\",\"properties\":{\"payment_id\":"
+	                            "{\"type\":\"string\"}}}",
+	                            &a, why, sizeof(why)),
+	                 IDEM_OK);
+	assert_non_null(a);
+	assert_int_equal(parse_json("true", &b, why, sizeof(why)), IDEM_OK);
+	assert_int_equal(parse_json(" {} ", &c, why, sizeof(why)), IDEM_OK);
+	/* Nothing of a JSON schema is kept: one object stands for them all. */
+	assert_ptr_equal(a, b);
+	assert_ptr_equal(a, c);
+
+	c = NULL;
+	assert_int_equal(parse_json("{\"type\":", &c, why, sizeof(why)), IDEM_ERR_INVALID);
+	assert_null(c);
+	assert_non_null(strstr(why, "JSON schema is not JSON: "));
+	assert_int_equal(parse_json("[1, 2]", &c, why, sizeof(why)), IDEM_ERR_INVALID);
+	assert_string_equal(why, "JSON schema is neither an object nor a boolean");
+	assert_int_equal(parse_json("\"string\"", &c, why, sizeof(why)), IDEM_ERR_INVALID);
+	assert_null(c);
+}
+
+static void test_answer_types(void **state)
+{
+	static const char avro_text[] = "{\"type\":\"record\",\"name\":\"p\",\"fields\":"
+	                                "[{\"name\":\"id\",\"type\":\"string\"}]}";
+	idem_avro_schema *avro = NULL, *got = NULL;
+	void *json = NULL;
+	idem_error err = { 0 };
+	char why[128] = "";
+	int retry_ms = 0;
+
+	(void)state;
+	assert_int_equal(parse_json("{}", &json, why, sizeof(why)), IDEM_OK);
+	assert_int_equal(idem_avro_schema_new(avro_text, sizeof(avro_text) - 1, &avro, &err),
+	                 IDEM_OK);
+
+	/* Each type read by its own fields. */
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, json, 7,
+	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_OK);
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, idem_avro_schema_ref(avro), 3,
+	                                      IDEM_SCHEMA_TYPE_AVRO, &got, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_OK);
+	assert_ptr_equal(got, avro);
+	idem_avro_schema_unref(got);
+
+	/* The other type: the message cannot be read, and the reference is let go. */
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, idem_avro_schema_ref(avro), 3,
+	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_UNKNOWN);
+	assert_string_equal(why, "schema id 3 is AVRO, not JSON");
+	got = NULL;
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, json, 7,
+	                                      IDEM_SCHEMA_TYPE_AVRO, &got, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_UNKNOWN);
+	assert_string_equal(why, "schema id 7 is JSON, not AVRO");
+	assert_null(got);
+
+	/* The registry's other answers, whatever the type. */
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_UNKNOWN, NULL, 9,
+	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_UNKNOWN);
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_UNAVAILABLE, NULL, 9,
+	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_UNAVAILABLE);
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_PENDING, NULL, 9,
+	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_PENDING);
+	assert_int_equal(retry_ms, 2000);
+
+	/* The last reference: nothing leaks (ASan). */
+	idem_avro_schema_unref(avro);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_json),
+		cmocka_unit_test(test_answer_types),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
