@@ -26,13 +26,14 @@
  * queue, which idemd reads only as far as the partition's batch has room:
  * idem_consumer_queue_open()). librdkafka 2.0.2 stops fetching a partition whose queue holds
  * queued.min.messages or queued.max.messages.kbytes, and looks again only when its broker
- * thread wakes up, up to a second later: the prefetch must hold about a second of what idemd
- * applies, or it waits. These are that second on a small machine (50,000 messages of about
- * 100 bytes a second), divided among the partitions (at least 1,000 messages and 256 KiB
- * each), so memory stays bounded whatever the backlog and the partition count
- * (README, "Memory"; tests/bench).
+ * thread wakes up, up to a second later: the prefetch must hold more than a second of what idemd
+ * applies, or it waits (48,000 messages held the bench's backlog rate to about 55,000 msg/s
+ * on 2 CPUs, 160,000 let it reach 107,000: tests/bench/README.md, "Prefetch"). Divided among
+ * the partitions (at least 1,000 messages and 256 KiB each), so memory stays bounded whatever
+ * the backlog and the partition count: the bytes bound the payloads, the count bounds
+ * librdkafka's overhead of about 400 bytes a message (README, "Memory").
  */
-#define IDEM_CONSUMER_PREFETCH_MESSAGES 48000
+#define IDEM_CONSUMER_PREFETCH_MESSAGES 160000
 #define IDEM_CONSUMER_PREFETCH_KBYTES   32768
 
 /*

@@ -4,26 +4,29 @@
  *
  *   bench_peer --conninfo C --brokers B --topic T --group G [--consumer NAME] [--batch N]
  *              [--connections K] [--postmaster PID] [--no-pipeline] [--prepared-handler]
- *              [--kafka-prop NAME=VALUE]... [--timeout S]
+ *              [--idemd-claim] [--kafka-prop NAME=VALUE]... [--timeout S]
  *
  * What a good engineer would write by hand to consume a topic exactly once into Postgres,
  * without idemd: a librdkafka consumer in group G (eager assignment), K connections to Postgres,
  * each on its own thread with every K-th partition of the assignment. A thread reads its
  * partitions from their own fetch queues (rd_kafka_queue_get_partition(), not forwarded to the
  * consumer queue), in turn, and per transaction takes up to N messages of one partition (what
- * its queue holds, without waiting for more) and, in libpq pipeline mode:
- *   1. BEGIN; the claim of the messages' keys with idemd's claim statement (IDEM_SQL_CLAIM of
- *      lib/idem_sql.h: INSERT ... SELECT FROM unnest() ON CONFLICT DO NOTHING RETURNING
- *      business_key), keys sorted, duplicates within the transaction collapsed (the lowest
- *      offset wins);
- *   2. the set handler of sql/examples/payments_set.sql once over the newly claimed messages
- *      (text[] parameters, sent with its text so that it is planned for these arrays, as idemd
- *      sends it; --prepared-handler: prepared once), COMMIT;
- * then commits the partition's offset to Kafka (asynchronously: the claims make a redelivery
- * harmless), after the database commit. No progress table, no quarantine, no retries beyond
- * running again a transaction that deadlocked with another connection (a cross-partition
- * duplicate touching another partition's account). --no-pipeline sends BEGIN, claim, handler
- * and COMMIT one after the other (four round trips instead of two).
+ * its queue holds, without waiting for more), collapses duplicates within the batch (the lowest
+ * offset wins) and applies the batch in ONE statement (peer_sql_batch: one round trip, one
+ * implicit transaction): a data-modifying CTE that unnests the batch's arrays, claims the keys
+ * in key order in its own narrow table peer_claims (consumer, business_key, processed_at; the
+ * primary key and an index on processed_at, which retention needs) with INSERT ... ON CONFLICT
+ * DO NOTHING RETURNING, and does sql/examples/payments_set.sql's work (ledger rows, per-account
+ * sums) for the returned keys only; sent with its text (--prepared-handler: prepared once).
+ * Then it commits the partition's offset to Kafka (asynchronously: the claims make a
+ * redelivery harmless), after the database commit. No progress table, no quarantine, no
+ * payload hash, no retries beyond running again a batch that deadlocked with another
+ * connection (a cross-partition duplicate touching another partition's account).
+ *
+ * --idemd-claim: the earlier peer, in libpq pipeline mode: BEGIN and the claim with idemd's own
+ * statement and table (IDEM_SQL_CLAIM of lib/idem_sql.h), then the set handler of
+ * sql/examples/payments_set.sql over the newly claimed messages and COMMIT (two round trips;
+ * --no-pipeline: four).
  *
  * It stops once every partition is consumed up to the high watermark it had at the start (the
  * benchmark's topic is produced before: a backlog). Messages are decoded as the benchmark's
@@ -36,8 +39,8 @@
  * rest (no property measured faster: tests/bench/README.md, "The peer"), then --kafka-prop (a
  * later one replaces an earlier one).
  *
- * Defaults (the tuning that won on the 2-core bench machine): N = 5000, K = 4, pipeline mode,
- * the handler sent with its text.
+ * Defaults (the tuning that won on the 2-core bench machine): N = 5000, K = 4, one statement
+ * per batch sent with its text.
  *
  * Prints one line: peer messages=M batches=T applied=U duplicates=D seconds=S rate=R
  * cpu_self=X pg_cpu=Y connections=K retries=Z hwm_kib=H. seconds: from the first BEGIN to the
@@ -65,6 +68,34 @@
 #define PEER_MAX_PROPS   32
 #define PEER_MAX_THREADS 64
 
+/*
+ * The peer's own claim table: what a hand-written consumer keeps, the key and when it was
+ * applied (retention purges by age, hence the index), nothing else.
+ */
+static const char peer_sql_table[] =
+        "CREATE TABLE IF NOT EXISTS peer_claims (consumer text NOT NULL, business_key text NOT "
+        "NULL, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, "
+        "business_key)); CREATE INDEX IF NOT EXISTS peer_claims_processed_at ON peer_claims "
+        "(processed_at)";
+
+/*
+ * A batch in one statement, so one round trip and one implicit transaction: the batch's
+ * unique keys (in offset order) claimed in key order, and sql/examples/payments_set.sql's
+ * work over the newly claimed ones. Returns how many were applied.
+ */
+static const char peer_sql_batch[] =
+        "WITH u AS (SELECT id, account, amount::bigint AS amount, n FROM unnest($2::text[], "
+        "$3::text[], $4::text[]) WITH ORDINALITY AS u(id, account, amount, n)), "
+        "c AS (INSERT INTO peer_claims (consumer, business_key) SELECT $1, id FROM u ORDER BY "
+        "id ON CONFLICT DO NOTHING RETURNING business_key), "
+        "p AS (SELECT u.* FROM u JOIN c ON c.business_key = u.id), "
+        "l AS (INSERT INTO ledger (payment_id, account, amount) SELECT id, account, amount "
+        "FROM p ORDER BY n), "
+        "a AS (INSERT INTO accounts (id, balance) SELECT account, sum(amount) FROM p GROUP BY "
+        "account ORDER BY account ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + "
+        "excluded.balance) "
+        "SELECT count(*) FROM p";
+
 struct peer_opts {
 	const char *conninfo;
 	const char *brokers;
@@ -76,6 +107,7 @@ struct peer_opts {
 	pid_t postmaster;
 	bool pipeline;
 	bool prepared_handler;
+	bool idemd_claim; /* claim with idemd's statement and table, then the handler */
 	double timeout;
 	char *props[PEER_MAX_PROPS];
 	int n_props;
@@ -199,6 +231,8 @@ static void decode(struct peer_thread *t, const rd_kafka_message_t *rkm, struct 
 			          rkm->offset, why);
 		return;
 	}
+	if (!t->o->idemd_claim)
+		return; /* the peer's own claim keeps no payload hash */
 	if (EVP_DigestInit_ex(t->md_ctx, sha256, NULL) != 1 ||
 	    EVP_DigestUpdate(t->md_ctx, rkm->payload, rkm->len) != 1 ||
 	    EVP_DigestFinal_ex(t->md_ctx, md, &mdlen) != 1 || mdlen != 32)
@@ -300,6 +334,46 @@ static bool run_tx_plain(struct peer_thread *t, struct bench_batch *b, struct be
 	return true;
 }
 
+/* One statement, one round trip, one implicit transaction. false: deadlocked. */
+static bool run_tx_one(struct peer_thread *t, struct bench_batch *b, struct bench_bufs *bf)
+{
+	const char *v[4];
+	PGresult *res;
+
+	bench_check(idem_pgarray_open(&bf->ids));
+	bench_check(idem_pgarray_open(&bf->accounts));
+	bench_check(idem_pgarray_open(&bf->amounts));
+	for (size_t i = 0; i < b->n; i++) {
+		const struct bench_msg *m = &b->msgs[i];
+
+		if (b->state[i] == BENCH_DUP_IN_BATCH)
+			continue;
+		bench_check(bench_arr_add(&bf->ids, m->pay.payment_id));
+		bench_check(bench_arr_add(&bf->accounts, m->pay.account));
+		bench_check(bench_arr_add(&bf->amounts, m->pay.amount));
+	}
+	bench_check(idem_pgarray_close(&bf->ids));
+	bench_check(idem_pgarray_close(&bf->accounts));
+	bench_check(idem_pgarray_close(&bf->amounts));
+	v[0] = t->o->consumer;
+	v[1] = bf->ids.data;
+	v[2] = bf->accounts.data;
+	v[3] = bf->amounts.data;
+	res = t->o->prepared_handler
+	              ? PQexecPrepared(t->conn, "peer_batch", 4, v, NULL, NULL, 0)
+	              : PQexecParams(t->conn, peer_sql_batch, 4, NULL, v, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		if (bench_retryable(res)) {
+			PQclear(res);
+			return false;
+		}
+		bench_die("batch statement failed: %s", PQresultErrorMessage(res));
+	}
+	b->n_applied = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	return true;
+}
+
 /* After the database commit: the partition's next offset to Kafka, asynchronously. */
 static void commit_offset(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t next)
 {
@@ -371,8 +445,9 @@ static void *peer_thread_main(void *arg)
 
 				if (t->first_begin == 0)
 					t->first_begin = now;
-				if (o->pipeline ? run_tx_pipeline(t, &b, &bf)
-				                : run_tx_plain(t, &b, &bf))
+				if (!o->idemd_claim ? run_tx_one(t, &b, &bf)
+				    : o->pipeline   ? run_tx_pipeline(t, &b, &bf)
+				                    : run_tx_plain(t, &b, &bf))
 					break;
 				t->retries++;
 				bench_batch_collapse(&b);
@@ -439,7 +514,8 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: bench_peer --conninfo C --brokers B --topic T --group G [--consumer NAME]\n"
 	        "         [--batch N] [--connections K] [--postmaster PID] [--no-pipeline]\n"
-	        "         [--prepared-handler] [--kafka-prop NAME=VALUE]... [--timeout S]\n");
+	        "         [--prepared-handler] [--idemd-claim] [--kafka-prop NAME=VALUE]...\n"
+	        "         [--timeout S]\n");
 }
 
 int main(int argc, char **argv)
@@ -455,6 +531,7 @@ int main(int argc, char **argv)
 		{ "postmaster", required_argument, NULL, 'p' },
 		{ "no-pipeline", no_argument, NULL, 'P' },
 		{ "prepared-handler", no_argument, NULL, 'H' },
+		{ "idemd-claim", no_argument, NULL, 'I' },
 		{ "kafka-prop", required_argument, NULL, 'X' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
@@ -509,6 +586,9 @@ int main(int argc, char **argv)
 		case 'H':
 			o.prepared_handler = true;
 			break;
+		case 'I':
+			o.idemd_claim = true;
+			break;
 		case 'X':
 			if (o.n_props == PEER_MAX_PROPS || strchr(optarg, '=') == NULL)
 				bench_die("--kafka-prop: NAME=VALUE, at most %d of them",
@@ -540,6 +620,16 @@ int main(int argc, char **argv)
 		bench_die("out of memory");
 	for (int i = 0; i < o.connections; i++) {
 		th[i].conn = bench_pg_connect(o.conninfo);
+		if (!o.idemd_claim) {
+			PGresult *res = i == 0 ? PQexec(th[i].conn, peer_sql_table) : NULL;
+
+			if (res != NULL && PQresultStatus(res) != PGRES_COMMAND_OK)
+				bench_die("peer_claims: %s", PQresultErrorMessage(res));
+			PQclear(res);
+			if (o.prepared_handler)
+				bench_pg_prepare(th[i].conn, "peer_batch", peer_sql_batch);
+			continue;
+		}
 		if (idem_sql_prepare(th[i].conn, IDEM_SQL_CLAIM, &err) != IDEM_OK)
 			bench_die("%s", err.msg);
 		if (o.prepared_handler)
@@ -586,8 +676,11 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr,
 	        "bench_peer: %" PRId64 " messages in %d partitions, %d connection(s), up to %d"
-	        " messages per transaction, pipeline %s, handler %s\n",
-	        total, g_nparts, o.connections, o.batch, o.pipeline ? "on" : "off",
+	        " messages per transaction, %s, handler %s\n",
+	        total, g_nparts, o.connections, o.batch,
+	        !o.idemd_claim ? "one statement per batch (claims in peer_claims)"
+	        : o.pipeline   ? "idemd's claim, pipeline on"
+	                       : "idemd's claim, pipeline off",
 	        o.prepared_handler ? "prepared" : "sent with its text");
 	topics = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_topic_partition_list_add(topics, o.topic, RD_KAFKA_PARTITION_UA);

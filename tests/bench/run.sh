@@ -44,10 +44,12 @@
 #   B  bench_naive: one transaction and one synchronous offset commit per message (a subset);
 #   C  idemd consuming all N messages (a backlog of N messages before it starts), handler.mode
 #      row, then the exactly-once check on the database;
-#   Ps bench_peer (P_set): the honest peer, a hand-written consumer of the same backlog with the
-#      set handler, tuned (--peer-batch messages per transaction, default 5000, on
-#      --peer-connections connections, default 4; --peer-arg passes more to bench_peer), then
-#      the ledger and balances checked;
+#   Ps bench_peer (P_set): the honest peer, a hand-written consumer of the same backlog that
+#      applies each batch in one statement (claim in its own narrow table + the set handler's
+#      work, one round trip, one implicit transaction), tuned (--peer-batch messages per
+#      transaction, default 5000, on --peer-connections connections, default 4; --peer-arg
+#      passes more to bench_peer, e.g. --idemd-claim for the earlier peer that claims with
+#      idemd's statement and table), then the ledger, balances and claims checked;
 #   Cs idemd the same as C with handler.mode set (C_set), and its exactly-once check; then the
 #      bytes per claim (the claims table and its indexes over its rows, vacuumed);
 #   Vs with --avro: C_set over payments_avro, idemd reading avro: fields through the registry
@@ -385,6 +387,7 @@ statements_dump() {
 	{
 		echo "statements of $1: calls plan_ms/call exec_ms/call plan_ms_total exec_ms_total statement"
 		idem_psql -F ' ' -c "SELECT calls, round((total_plan_time / calls)::numeric, 3), round((total_exec_time / calls)::numeric, 3), round(total_plan_time::numeric), round(total_exec_time::numeric), left(regexp_replace(query, '\\s+', ' ', 'g'), 60) FROM pg_stat_statements WHERE calls >= 10 AND query NOT LIKE '%pg_stat_statements%' ORDER BY total_plan_time + total_exec_time DESC LIMIT 10"
+		idem_psql -F ' ' -c "SELECT 'all statements: calls', sum(calls), 'plan_ms', round(sum(total_plan_time)::numeric), 'exec_ms', round(sum(total_exec_time)::numeric) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'"
 	} >"$out_dir/statements-$1.txt"
 }
 
@@ -393,6 +396,7 @@ statements_dump() {
 # that never collide) and fresh statistics, as in a deployment that has been running.
 reset_db() {
 	idem_psql -c "TRUNCATE idem.processed_messages, idem.partition_progress, idem.quarantine, ledger, accounts, bench_latency RESTART IDENTITY"
+	idem_psql -c "SET client_min_messages = warning; DROP TABLE IF EXISTS peer_claims" # bench_peer creates its own
 	if [ "$history" -gt 0 ]; then
 		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash, result) SELECT c, 'hist-' || g, 'history', 0, g, sha256(g::text::bytea), '0' FROM generate_series(1, $history) g, (VALUES ('payments'), ('lat')) v(c)"
 		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
@@ -403,6 +407,12 @@ reset_db() {
 # drop_history: remove the seeded claims before the exactly-once check counts claims.
 drop_history() {
 	idem_psql -c "DELETE FROM idem.processed_messages WHERE topic = 'history'"
+}
+
+# wal_lsn: the cluster's WAL position in bytes; the difference over a phase is the WAL it wrote
+# (every process's, exact at once, unlike pg_stat_wal, which backends flush when they go idle).
+wal_lsn() {
+	idem_psql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
 }
 
 # ---- the messages ------------------------------------------------------------------------------
@@ -539,20 +549,31 @@ phase_b() {
 # phase_p RUN: Ps (P_set), the hand-written peer over the same backlog, in a group of its own;
 # then the database it left: every unique payment applied once, claimed once.
 phase_p() {
-	local r=$1 line
+	local r=$1 line claims wal0
 	reset_db
+	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
+	wal0=$(wal_lsn)
 	idem_log "run $r: Ps hand-written peer (bench_peer, up to $peer_batch messages per transaction, $peer_connections connection(s)${peer_args[*]:+, ${peer_args[*]}})"
 	line=$("$BENCH_BIN/bench_peer" --conninfo "$IDEM_CONNINFO" --brokers "$IDEM_BROKERS" \
 		--topic payments --group "bench-peer-$r" --consumer payments --batch "$peer_batch" \
 		--connections "$peer_connections" --postmaster "$PM" "${peer_args[@]}" \
 		2>>"$out_dir/peer.log") || idem_fail "bench_peer failed: $(tail -3 "$out_dir/peer.log")"
+	rec "$r.Ps.wal" "$(($(wal_lsn) - wal0))"
+	if [[ " ${peer_args[*]} " != *" --idemd-claim "* ]]; then
+		idem_psql -c "VACUUM peer_claims"
+		rec "$r.Ps.bpc" "$(idem_psql -c "SELECT round(pg_total_relation_size('peer_claims')::numeric / greatest(count(*), 1), 1) FROM peer_claims")"
+	fi
+	statements_dump "peer_$r"
 	echo "run $r Ps: $line" >>"$results"
 	[ "$(kv "$line" messages)" = "$messages" ] ||
 		idem_fail "bench_peer consumed $(kv "$line" messages) messages, expected $messages"
 	[ "$(kv "$line" applied)" = "$IDEM_UNIQUE" ] ||
 		idem_fail "bench_peer applied $(kv "$line" applied) payments, expected $IDEM_UNIQUE"
 	check_balances Ps
-	[ "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments' AND topic = 'payments'")" = "$IDEM_UNIQUE" ] ||
+	claims="SELECT count(*) FROM peer_claims WHERE consumer = 'payments'"
+	[[ " ${peer_args[*]} " != *" --idemd-claim "* ]] ||
+		claims="SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments' AND topic = 'payments'"
+	[ "$(idem_psql -c "$claims")" = "$IDEM_UNIQUE" ] ||
 		idem_fail "Ps: claims differ from the unique payments"
 	rec "$r.Ps.msgs" "$(kv "$line" messages)"
 	rec "$r.Ps.secs" "$(kv "$line" seconds)"
@@ -570,7 +591,7 @@ phase_p() {
 # which idemd's retention purges while it applies the backlog (it starts at once,
 # retention.batch rows per transaction, and has work the whole run if PURGE is large enough).
 phase_c() {
-	local r=$1 mode=$2 payload=$3 purge=${4:-0} ph=C name line pg0 pid left
+	local r=$1 mode=$2 payload=$3 purge=${4:-0} ph=C name line pg0 pid left wal0
 	local topic=payments params='[business_key, "json:/account", "json:/amount"]' opts=()
 	[ "$mode" = row ] || ph=Cs
 	[ "$purge" = 0 ] || ph=Hs
@@ -594,12 +615,14 @@ phase_c() {
 	cp "$IDEM_TMP/$name.yaml" "$out_dir/"
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
 	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
+	wal0=$(wal_lsn)
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"
 	pid=$(idemd_pid "$name")
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer payments \
 		--topic "$topic" --target "$messages" --pid "$pid" --postmaster "$PM") ||
 		idem_fail "idemd did not process topic $topic"
 	idemd_stop "$name"
+	rec "$r.$ph.wal" "$(($(wal_lsn) - wal0))"
 	statements_dump "$name"
 	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
 	echo "run $r $ph: $line" >>"$results"
@@ -1011,6 +1034,7 @@ per_run() {
 cpu1k() { per1k "${V[$1.$2.cpu]}" "${V[$1.$2.msgs]}"; }
 pg1k() { per1k "${V[$1.$2.pg]}" "${V[$1.$2.msgs]}"; }
 per_tx() { calc "${V[$1.$2.msgs]} / ${V[$1.$2.tx]}"; }
+wal_pm() { if [ -n "${V[$1.$2.wal]:-}" ]; then calc "${V[$1.$2.wal]} / ${V[$1.$2.msgs]}"; fi; }
 lat_msgs() { echo $((${V[$1.$2.rate]} * latency_seconds)); }
 # p99 minus the Kafka-alone p99 of latency phase L... (its floor K...).
 over_kafka() { calc "${V[$1.$2.p99]} - ${V[$1.K${2#L}.p99]}"; }
@@ -1056,25 +1080,32 @@ report() {
 	fi
 	echo "cpu/1k = CPU seconds per 1,000 messages: 'consumer' = the consuming process, 'postgres' = whole cluster."
 	echo
-	printf '%-7s %-6s %9s %8s %10s %13s %13s %9s %10s\n' run phase messages seconds msg/s \
-		cpu/1k_cons cpu/1k_pg msgs/tx rss_MiB
+	printf '%-7s %-6s %9s %8s %10s %13s %13s %9s %10s %10s\n' run phase messages seconds msg/s \
+		cpu/1k_cons cpu/1k_pg msgs/tx wal_B/msg rss_MiB
 	for ((r = 1; r <= runs; r++)); do
 		for ph in "${phases[@]}"; do
-			printf '%-7s %-6s %9s %8s %10.0f %13.4f %13.4f %9.1f %10s\n' "$r" "$(phase_name "$ph")" \
+			printf '%-7s %-6s %9s %8s %10.0f %13.4f %13.4f %9.1f %10s %10s\n' "$r" "$(phase_name "$ph")" \
 				"${V[$r.$ph.msgs]}" "${V[$r.$ph.secs]}" "${V[$r.$ph.rate]}" \
 				"$(cpu1k "$r" "$ph")" "$(pg1k "$r" "$ph")" "$(per_tx "$r" "$ph")" \
-				"$(fmt %.0f "${V[$r.$ph.rss]:-}")"
+				"$(fmt %.0f "$(wal_pm "$r" "$ph")")" "$(fmt %.0f "${V[$r.$ph.rss]:-}")"
 		done
 	done
 	for ph in "${phases[@]}"; do
-		printf '%-7s %-6s %9s %8s %10.0f %13.4f %13.4f %9.1f %10s\n' median "$(phase_name "$ph")" - - \
+		printf '%-7s %-6s %9s %8s %10.0f %13.4f %13.4f %9.1f %10s %10s\n' median "$(phase_name "$ph")" - - \
 			"$(medof "$ph.rate")" "$(per_run cpu1k "$ph" | median)" \
 			"$(per_run pg1k "$ph" | median)" "$(per_run per_tx "$ph" | median)" \
+			"$(if [ -n "${V[1.$ph.wal]:-}" ]; then fmt %.0f "$(per_run wal_pm "$ph" | median)"; else echo -; fi)" \
 			"$(if [ -n "${V[1.$ph.rss]:-}" ]; then fmt %.0f "$(medof "$ph.rss")"; else echo -; fi)"
 	done
 	echo
 	echo "(msgs/tx: messages per transaction; for C and C_set, transactions are counted as distinct xmin of the"
-	echo " claims. rss: peak RSS (VmHWM) of idemd or of bench_peer.)"
+	echo " claims. wal_B/msg: WAL the whole cluster wrote during the phase (pg_current_wal_lsn() before and"
+	echo " after), per message. rss: peak RSS (VmHWM) of idemd or of bench_peer.)"
+	if [ "$statements" = 1 ]; then
+		for k in "peer_$runs" "cs$runs"; do
+			[ ! -f "$out_dir/statements-$k.txt" ] || { echo && cat "$out_dir/statements-$k.txt"; }
+		done
+	fi
 	echo
 	printf '%-7s %12s %12s %8s %8s %8s %8s\n' run C_set/P_set C_set/A_set C/A C_set/C C/B C_set/B
 	for ((r = 1; r <= runs; r++)); do
@@ -1098,12 +1129,14 @@ report() {
 	echo
 	for ph in C Cs Vs; do
 		[ -n "${V[1.$ph.rss]:-}" ] || continue
-		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (target <= 64 MiB for 1,000,000)"
+		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (the prefetch holds up to 160,000 messages: README, \"Memory\")"
 	done
 	for ph in C Cs Vs; do
 		[ -n "${V[1.$ph.bpc]:-}" ] || continue
 		echo "bytes per claim after $(phase_name "$ph") (idem.processed_messages with its indexes over its rows, vacuumed): median $(medof "$ph.bpc")"
 	done
+	[ -z "${V[1.Ps.bpc]:-}" ] ||
+		echo "bytes per claim of the peer (peer_claims: consumer, business_key, processed_at, with its two indexes, vacuumed): median $(medof Ps.bpc)"
 	if [ "$history_purge" -gt 0 ] && [ -n "${V[1.Hs.rate]:-}" ]; then
 		echo
 		echo "Claims history with retention purging: H_set = C_set over a claims table holding $history_purge claims older"
