@@ -37,10 +37,12 @@ static void usage(FILE *f)
 	idemctl_replay_usage(f);
 	idemctl_purge_usage(f);
 	idemctl_quarantine_usage(f);
+	idemctl_try_usage(f);
 	fprintf(f,
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
-	        "applied; 4 verify: database behind (idemd re-applies the gap); 78 configuration\n"
-	        "error.\n");
+	        "applied; 4 verify: database behind (idemd re-applies the gap); 10 try: a key is\n"
+	        "claimed already; 11 try: would be quarantined; 12 try: the handler failed; 78\n"
+	        "configuration error.\n");
 }
 
 static const struct {
@@ -50,7 +52,7 @@ static const struct {
 	{ "migrate", idemctl_migrate },       { "status", idemctl_status },
 	{ "verify", idemctl_verify },         { "lookup", idemctl_lookup },
 	{ "replay", idemctl_replay },         { "purge", idemctl_purge },
-	{ "quarantine", idemctl_quarantine },
+	{ "quarantine", idemctl_quarantine }, { "try", idemctl_try },
 };
 
 static int cmp_names(const void *a, const void *b)

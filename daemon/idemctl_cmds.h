@@ -36,4 +36,8 @@ void idemctl_purge_usage(FILE *f);
 int idemctl_quarantine(const struct idem_cfg *cfg, int argc, char **argv);
 void idemctl_quarantine_usage(FILE *f);
 
+/* daemon/idemctl_try.c: try */
+int idemctl_try(const struct idem_cfg *cfg, int argc, char **argv);
+void idemctl_try_usage(FILE *f);
+
 #endif

@@ -40,6 +40,11 @@ enum idem_exit {
 	                              cluster, a topic created again, a renamed consumer, offsets
 	                              past the log's end); idemd decides them anew by itself */
 	IDEM_EXIT_CONFIG = 78,     /* configuration, schema or login: restarting will not help */
+
+	/* idemctl try: what would happen to the messages (the worst of them) */
+	IDEM_EXIT_TRY_DUPLICATE = 10,  /* a key is claimed already (a duplicate) */
+	IDEM_EXIT_TRY_QUARANTINE = 11, /* a message would be quarantined */
+	IDEM_EXIT_TRY_HANDLER = 12,    /* the handler failed */
 };
 
 typedef enum idem_status {

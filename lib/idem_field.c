@@ -564,6 +564,11 @@ static const char *field_kind_name(enum idem_field_kind kind)
 	}
 }
 
+const char *idem_field_kind_str(enum idem_field_kind kind)
+{
+	return field_kind_name(kind);
+}
+
 static idem_status key_append_part(const struct idem_field *f, const struct idem_msgview *m,
                                    struct idem_jsondoc *doc, struct idem_buf *out, idem_error *err)
 {

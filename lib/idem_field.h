@@ -55,6 +55,12 @@ IDEM_NODISCARD idem_status idem_field_parse(const char *s, struct idem_field *re
 IDEM_NODISCARD idem_status idem_template_parse(const char *s, struct idem_template *ret_tpl,
                                                char *errbuf, size_t errlen);
 
+/*
+ * @brief The name of a field kind as configurations write it ("value", "header", "json",
+ * "avro-key"...): a field with an argument is written NAME:ARG ("header:tenant", "json:/id").
+ */
+const char *idem_field_kind_str(enum idem_field_kind kind);
+
 void idem_field_done(struct idem_field *f);
 void idem_template_done(struct idem_template *t);
 /* @brief true if any part needs the value parsed as JSON. */

@@ -367,6 +367,24 @@ static const char sql_outbox_stats[] =
         "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)"
         " FROM idem.outbox WHERE published_at IS NULL";
 
+static const char sql_try_outbox_last[] = "SELECT coalesce(max(id), 0) FROM idem.outbox";
+
+/*
+ * The rows of idem.outbox this transaction added (its subtransactions' too, whose xids are not
+ * the top one's): a row visible here whose inserting transaction is still in progress can only
+ * be this one's. xmin is 32 bits; it is widened to the xid8 pg_xact_status() takes by its
+ * distance to the current xid, which is less than 2^31 either way.
+ */
+static const char sql_try_events[] =
+        "SELECT o.id, o.event_id, o.topic, encode(o.key, 'hex'), encode(o.value, 'hex'),"
+        " h.name, encode(h.value, 'hex')"
+        " FROM idem.outbox o CROSS JOIN (SELECT pg_current_xact_id()::text::bigint AS cur) c"
+        " LEFT JOIN LATERAL unnest(o.header_names, o.header_values) WITH ORDINALITY"
+        " AS h(name, value, n) ON true"
+        " WHERE o.id > $1::bigint AND pg_xact_status((c.cur + (o.xmin::text::bigint"
+        " - (c.cur & 4294967295) + 6442450944) % 4294967296 - 2147483648)::text::xid8)"
+        " = 'in progress' ORDER BY o.id, h.n";
+
 static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIM] = { "idem_claim", 6, sql_claim },
 	[IDEM_SQL_CLAIM_MANY] = { "idem_claim_many", 6, sql_claim_many },
@@ -408,6 +426,8 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_OUTBOX_MARK] = { "idem_outbox_mark", 1, sql_outbox_mark },
 	[IDEM_SQL_OUTBOX_PURGE] = { "idem_outbox_purge", 2, sql_outbox_purge },
 	[IDEM_SQL_OUTBOX_STATS] = { "idem_outbox_stats", 0, sql_outbox_stats },
+	[IDEM_SQL_TRY_OUTBOX_LAST] = { "idem_try_outbox_last", 0, sql_try_outbox_last },
+	[IDEM_SQL_TRY_EVENTS] = { "idem_try_events", 1, sql_try_events },
 };
 
 const struct idem_sql_stmt *idem_sql(enum idem_sql_id id)

@@ -83,6 +83,12 @@ enum idem_sql_id {
 	IDEM_SQL_OUTBOX_MARK,    /* mark rows published: ids[] */
 	IDEM_SQL_OUTBOX_PURGE,   /* delete published rows: keep seconds, limit */
 	IDEM_SQL_OUTBOX_STATS,   /* pending rows and the age of the oldest in seconds */
+
+	/* idemctl try (idem_try.c), inside its rolled-back transaction. */
+	IDEM_SQL_TRY_OUTBOX_LAST, /* the highest id of idem.outbox (0: none) */
+	IDEM_SQL_TRY_EVENTS,      /* the rows this transaction added to idem.outbox above id $1:
+	                             id, event_id, topic, key hex, value hex, header name, header
+	                             value hex (one row per header, NULLs without) */
 	IDEM_SQL_N,
 };
 
