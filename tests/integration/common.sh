@@ -264,6 +264,63 @@ idem_fixture() {
 	idem_setup_db "$IDEM_CFG"
 }
 
+# idem_claims_inserted: rows inserted into idem.processed_messages so far, as the statistics
+# count them (pg_stat_user_tables.n_tup_ins).
+idem_claims_inserted() {
+	idem_psql -c "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relid = 'idem.processed_messages'::regclass"
+}
+
+# idem_stats_settled COUNTER INSERTED_BEFORE: for idem_wait_until after idemd stopped: true once
+# the statistics of idemd's sessions are all in. A backend adds what it counted as it exits,
+# before it leaves pg_stat_activity (idemd's sessions are named idemd, idemd-retention,
+# idemd-relay), so: none of them is left, the claims of topic payments are all counted as
+# inserted (idem_claims_inserted() less INSERTED_BEFORE, counted by the same sessions), and two
+# reads of COUNTER (a command printing a number) agree; the last read is in IDEM_STATS_SETTLED.
+IDEM_STATS_SETTLED=
+idem_stats_settled() {
+	local cur
+	[ "$(idem_psql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'idemd%'")" = 0 ] ||
+		return 1
+	[ $(($(idem_claims_inserted) - $2)) -ge "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic = 'payments'")" ] ||
+		return 1
+	cur=$("$1")
+	[ "$cur" = "$IDEM_STATS_SETTLED" ] && return 0
+	IDEM_STATS_SETTLED=$cur
+	return 1
+}
+
+# idem_dups_looked_up: the duplicates of topic payments (consumer payments) whose claims idemd
+# certainly looked up, into a new table looked (p, o, k, x: partition, offset, key,
+# transaction). Every message's key comes from Kafka; a message with no claim at its offset is
+# a duplicate (nothing is quarantined), and its transaction is certain when the claims before
+# and after it in its partition have the same xmin (a batch is a run of consecutive offsets of
+# one partition, one batch per partition in a transaction). Unless its key's claim is in the
+# same transaction and partition (a repeat within its batch, settled in memory), its claim was
+# there before it: the claim INSERT ... ON CONFLICT read that claim's primary key entry, and
+# idem.claims_of() looked the key up.
+idem_dups_looked_up() {
+	"$IDEM_BIN/idem-kafkatool" consume --brokers "$IDEM_BROKERS" --topic payments |
+		cut -f1-3 >"$IDEM_TMP/messages.tsv" || idem_fail "cannot read the messages back from Kafka"
+	idem_psql -c "CREATE TABLE messages (p int, o bigint, k text)"
+	idem_psql -c "\\copy messages FROM '$IDEM_TMP/messages.tsv'"
+	idem_psql >/dev/null <<'SQL'
+CREATE TABLE claims AS SELECT partition p, "offset" o, business_key k, xmin::text x
+	FROM idem.processed_messages WHERE consumer = 'payments' AND topic = 'payments';
+CREATE TABLE looked AS
+WITH m AS (
+	SELECT m.p, m.o, m.k, c.x,
+		max(c.o) OVER (PARTITION BY m.p ORDER BY m.o) prev_o,
+		min(c.o) OVER (PARTITION BY m.p ORDER BY m.o DESC) next_o
+	FROM messages m LEFT JOIN claims c ON c.p = m.p AND c.o = m.o),
+d AS (
+	SELECT m.p, m.o, m.k, a.x FROM m
+	JOIN claims a ON a.p = m.p AND a.o = m.prev_o
+	JOIN claims b ON b.p = m.p AND b.o = m.next_o
+	WHERE m.x IS NULL AND a.x = b.x)
+SELECT d.* FROM d JOIN claims c ON c.k = d.k WHERE NOT (c.x = d.x AND c.p = d.p);
+SQL
+}
+
 # idem_pkey_reads: primary key entries of idem.processed_messages read so far by index scans
 # (pg_stat_user_indexes.idx_tup_read; the calling session's own counts flushed first).
 idem_pkey_reads() {
