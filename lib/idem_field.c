@@ -355,6 +355,43 @@ void idem_jsondoc_done(struct idem_jsondoc *doc)
  * be had now is: IDEM_ERR_UNAVAILABLE, with doc->retry_ms (and doc->pending when it is being
  * fetched: the owner is told when that fetch ends, idem_schemas).
  */
+idem_status idem__field_frame_schema(struct idem_jsondoc *doc, const void *p, size_t n,
+                                     enum idem_schema_type type, const char *what,
+                                     idem_avro_schema **ret_schema, const void **ret_body,
+                                     size_t *ret_len, int32_t *ret_id, bool *ret_invalid, char *why,
+                                     size_t whylen, idem_error *err)
+{
+	int retry_ms = 0;
+	enum idem_schema_answer answer;
+	idem_error e = { 0 };
+	idem_status r;
+
+	*ret_invalid = false;
+	if (idem_avro_frame(p, n, ret_id, ret_body, ret_len, &e) != IDEM_OK) {
+		snprintf(why, whylen, "%s", e.msg);
+		*ret_invalid = true;
+		return IDEM_OK;
+	}
+	if (doc->schema_fn == NULL)
+		return idem_error_set(err, IDEM_ERR_INVALID, "no schema registry to read %s", what);
+	answer = doc->schema_fn(doc->schema_ctx, *ret_id, type, ret_schema, why, whylen, &retry_ms);
+	switch (answer) {
+	case IDEM_SCHEMA_OK:
+		break;
+	case IDEM_SCHEMA_UNKNOWN:
+		*ret_invalid = true;
+		break;
+	case IDEM_SCHEMA_UNAVAILABLE:
+	case IDEM_SCHEMA_PENDING:
+		doc->retry_ms = retry_ms > 0 ? retry_ms : 1;
+		doc->pending = answer == IDEM_SCHEMA_PENDING;
+		r = idem_error_set(err, IDEM_ERR_UNAVAILABLE, "%s", why);
+		why[0] = '\0';
+		return r;
+	}
+	return IDEM_OK;
+}
+
 static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p, size_t n,
                              idem_error *err)
 {
@@ -363,36 +400,19 @@ static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p,
 	const void *body;
 	size_t len;
 	int32_t id;
-	int retry_ms = 0;
-	enum idem_schema_answer answer;
+	bool invalid;
 	idem_error e = { 0 };
 	idem_status r;
 
 	if (a->decoded || a->invalid)
 		return IDEM_OK;
-	if (idem_avro_frame(p, n, &id, &body, &len, &e) != IDEM_OK) {
-		snprintf(a->errmsg, sizeof(a->errmsg), "%s", e.msg);
-		a->invalid = true;
-		return IDEM_OK;
-	}
-	if (doc->schema_fn == NULL)
-		return idem_error_set(err, IDEM_ERR_INVALID,
-		                      "no schema registry to read avro fields");
-	answer = doc->schema_fn(doc->schema_ctx, id, IDEM_SCHEMA_TYPE_AVRO, &schema, a->errmsg,
-	                        sizeof(a->errmsg), &retry_ms);
-	switch (answer) {
-	case IDEM_SCHEMA_OK:
-		break;
-	case IDEM_SCHEMA_UNKNOWN:
-		a->invalid = true;
-		return IDEM_OK;
-	case IDEM_SCHEMA_UNAVAILABLE:
-	case IDEM_SCHEMA_PENDING:
-		doc->retry_ms = retry_ms > 0 ? retry_ms : 1;
-		doc->pending = answer == IDEM_SCHEMA_PENDING;
-		r = idem_error_set(err, IDEM_ERR_UNAVAILABLE, "%s", a->errmsg);
-		a->errmsg[0] = '\0';
+	if ((r = idem__field_frame_schema(doc, p, n, IDEM_SCHEMA_TYPE_AVRO, "avro fields", &schema,
+	                                  &body, &len, &id, &invalid, a->errmsg, sizeof(a->errmsg),
+	                                  err)) != IDEM_OK)
 		return r;
+	if (invalid) {
+		a->invalid = true;
+		return IDEM_OK;
 	}
 	if (a->dec == NULL && (a->dec = idem_avro_dec_new()) == NULL) {
 		idem_avro_schema_unref(schema);

@@ -27,4 +27,20 @@ IDEM_NODISCARD idem_status idem__field_json_read(const struct idem_field *f,
                                                  struct idem_buf *out, const char **ret_absent,
                                                  idem_error *err);
 
+/*
+ * The Confluent header of @p/@n (magic byte, schema id) and the schema of that id, of @type,
+ * through doc->schema_fn: what avro: fields and framed json: fields both start with. IDEM_OK:
+ * *ret_body and *ret_len: the bytes past the header and *ret_schema (Avro only, may be NULL for
+ * JSON) a new reference; or *ret_invalid with @why filled when the bytes are not a frame or the
+ * id has no schema of @type (the message cannot be read). IDEM_ERR_UNAVAILABLE when the schema
+ * cannot be had now (doc->retry_ms, doc->pending; @why emptied); IDEM_ERR_INVALID without a
+ * registry (@what names what needed one).
+ */
+IDEM_NODISCARD idem_status idem__field_frame_schema(struct idem_jsondoc *doc, const void *p,
+                                                    size_t n, enum idem_schema_type type,
+                                                    const char *what, idem_avro_schema **ret_schema,
+                                                    const void **ret_body, size_t *ret_len,
+                                                    int32_t *ret_id, bool *ret_invalid, char *why,
+                                                    size_t whylen, idem_error *err);
+
 #endif

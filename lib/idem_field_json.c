@@ -287,38 +287,15 @@ static idem_status json_frame(struct idem_jsondoc *doc, const struct idem_msgvie
 	const void *body;
 	size_t len;
 	int32_t id;
-	int retry_ms = 0;
-	enum idem_schema_answer answer;
-	idem_error e = { 0 };
 	idem_status r;
 
 	if (doc->frame_read)
 		return IDEM_OK;
-	if (idem_avro_frame(m->value, m->value_len, &id, &body, &len, &e) != IDEM_OK) {
-		snprintf(doc->frame_errmsg, sizeof(doc->frame_errmsg), "%s", e.msg);
-		doc->frame_invalid = true;
-		doc->frame_read = true;
-		return IDEM_OK;
-	}
-	if (doc->schema_fn == NULL)
-		return idem_error_set(err, IDEM_ERR_INVALID,
-		                      "no schema registry to read json-schema values");
-	answer = doc->schema_fn(doc->schema_ctx, id, IDEM_SCHEMA_TYPE_JSON, NULL, doc->frame_errmsg,
-	                        sizeof(doc->frame_errmsg), &retry_ms);
-	switch (answer) {
-	case IDEM_SCHEMA_OK:
-		break;
-	case IDEM_SCHEMA_UNKNOWN:
-		doc->frame_invalid = true;
-		break;
-	case IDEM_SCHEMA_UNAVAILABLE:
-	case IDEM_SCHEMA_PENDING:
-		doc->retry_ms = retry_ms > 0 ? retry_ms : 1;
-		doc->pending = answer == IDEM_SCHEMA_PENDING;
-		r = idem_error_set(err, IDEM_ERR_UNAVAILABLE, "%s", doc->frame_errmsg);
-		doc->frame_errmsg[0] = '\0';
+	if ((r = idem__field_frame_schema(doc, m->value, m->value_len, IDEM_SCHEMA_TYPE_JSON,
+	                                  "json-schema values", NULL, &body, &len, &id,
+	                                  &doc->frame_invalid, doc->frame_errmsg,
+	                                  sizeof(doc->frame_errmsg), err)) != IDEM_OK)
 		return r;
-	}
 	doc->frame_read = true;
 	return IDEM_OK;
 }
