@@ -37,7 +37,9 @@ both_own() {
 }
 
 # ---- 1. the second instance joining while the first consumes ----------------------------------
-idem_produce_bg --count 20000 --dup-ratio 0.3 --seed 3 --rate 2000
+# 20 s of stream: the first join takes about 3 s and the second rebalance session.timeout.ms - 1 s
+# on the embedded Kafka, more under ASan (10 s of stream ran out once in CI).
+idem_produce_bg --count 40000 --dup-ratio 0.3 --seed 3 --rate 2000
 idemd_start a "$IDEM_TMP/a.yaml"
 idem_wait_until 60 "first instance applies something" idem_claims_above 0
 idemd_start b "$IDEM_TMP/b.yaml"
