@@ -143,7 +143,7 @@ static int ref_cmp(const void *p, const void *q)
 	return c;
 }
 
-static idem_status claim_many_add(struct idem_bind *bd, const struct idem_bind_ref *x)
+static idem_status claim_many_add(struct idem_bind *bd, const struct idem_bind_ref *x, bool one)
 {
 	const struct idem_batch *b = x->b;
 	const struct idem_batch_msg *m = &b->msgs[x->i];
@@ -151,9 +151,10 @@ static idem_status claim_many_add(struct idem_bind *bd, const struct idem_bind_r
 	int olen = snprintf(off, sizeof(off), "%" PRId64, m->offset);
 	int plen = snprintf(part, sizeof(part), "%" PRId32, b->partition);
 
-	if (idem_pgarray_add(&bd->cons, b->route->consumer, strlen(b->route->consumer), false) ||
+	if ((!one &&
+	     idem_pgarray_add(&bd->cons, b->route->consumer, strlen(b->route->consumer), false)) ||
 	    idem_pgarray_add(&bd->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-	    idem_pgarray_add(&bd->topics, b->topic, strlen(b->topic), false) ||
+	    (!one && idem_pgarray_add(&bd->topics, b->topic, strlen(b->topic), false)) ||
 	    idem_pgarray_add(&bd->parts, part, (size_t)plen, false) ||
 	    idem_pgarray_add(&bd->offs, off, (size_t)olen, false) ||
 	    idem_pgarray_add(&bd->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
@@ -162,12 +163,16 @@ static idem_status claim_many_add(struct idem_bind *bd, const struct idem_bind_r
 }
 
 idem_status idem_bind_claim_many(struct idem_bind *bd, const struct idem_batch *const *b, size_t n,
-                                 size_t n_keys, const char **ret_vals)
+                                 size_t n_keys, const char **ret_vals, bool *ret_one)
 {
 	size_t n_refs = 0;
+	bool one = true;
 
 	if (need_refs(bd, n_keys) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
+	for (size_t k = 1; k < n && one; k++)
+		one = strcmp(b[k]->route->consumer, b[0]->route->consumer) == 0 &&
+		      strcmp(b[k]->topic, b[0]->topic) == 0;
 	for (size_t k = 0; k < n; k++) {
 		for (size_t j = 0; j < b[k]->n_order && n_refs < n_keys; j++)
 			bd->refs[n_refs++] = (struct idem_bind_ref){ b[k], k, b[k]->order[j] };
@@ -178,19 +183,20 @@ idem_status idem_bind_claim_many(struct idem_bind *bd, const struct idem_batch *
 	    idem_pgarray_open(&bd->offs) || idem_pgarray_open(&bd->hashes))
 		return IDEM_ERR_NOMEM;
 	for (size_t k = 0; k < n_refs; k++) {
-		if (claim_many_add(bd, &bd->refs[k]) != IDEM_OK)
+		if (claim_many_add(bd, &bd->refs[k], one) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
 	}
 	if (idem_pgarray_close(&bd->cons) || idem_pgarray_close(&bd->keys) ||
 	    idem_pgarray_close(&bd->topics) || idem_pgarray_close(&bd->parts) ||
 	    idem_pgarray_close(&bd->offs) || idem_pgarray_close(&bd->hashes))
 		return IDEM_ERR_NOMEM;
-	ret_vals[0] = bd->cons.data;
+	ret_vals[0] = one ? b[0]->route->consumer : bd->cons.data;
 	ret_vals[1] = bd->keys.data;
-	ret_vals[2] = bd->topics.data;
+	ret_vals[2] = one ? b[0]->topic : bd->topics.data;
 	ret_vals[3] = bd->parts.data;
 	ret_vals[4] = bd->offs.data;
 	ret_vals[5] = bd->hashes.data;
+	*ret_one = one;
 	return IDEM_OK;
 }
 

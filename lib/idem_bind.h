@@ -65,11 +65,13 @@ IDEM_NODISCARD idem_status idem_bind_claim(struct idem_bind *bd, const struct id
  * bytes like a single batch's (idem_batch_collapse()), so that it never crosses the order of
  * another transaction's claims and both cannot deadlock; then by consumer, as a key is locked
  * per consumer; then by batch, the first one winning a key that two batches of one consumer
- * carry, as if it had been flushed first on its own.
+ * carry, as if it had been flushed first on its own. *ret_one: the batches share one consumer
+ * and one topic, given once in ret_vals[0] and ret_vals[2] for IDEM_SQL_CLAIM_PARTS.
  */
 IDEM_NODISCARD idem_status idem_bind_claim_many(struct idem_bind *bd,
                                                 const struct idem_batch *const *b, size_t n,
-                                                size_t n_keys, const char **ret_vals);
+                                                size_t n_keys, const char **ret_vals,
+                                                bool *ret_one);
 
 /*
  * @brief IDEM_SQL_PROGRESS_GET of the partitions of the batches b[0..n) into ret_vals[0..3): the

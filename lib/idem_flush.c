@@ -74,13 +74,14 @@ static enum fast_outcome fast_send_fail(idem_flush *pg, idem_status r, idem_erro
 /*
  * Round trip 1, sent: BEGIN, each batch's partition progress, and one claim of all their keys
  * (*ret_claim: whether there were keys to claim): IDEM_SQL_CLAIM for a single batch,
- * IDEM_SQL_CLAIM_MANY for several.
+ * IDEM_SQL_CLAIM_PARTS for several of one consumer and topic, IDEM_SQL_CLAIM_MANY else.
  */
 static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
                               bool *ret_claim)
 {
 	const char *v[6];
 	size_t n_keys = 0;
+	bool one;
 
 	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
 		return IDEM_ERR_PG;
@@ -100,10 +101,13 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 		return idem_sql_send(pg->conn, IDEM_SQL_CLAIM, v, NULL, NULL) ? IDEM_OK
 		                                                              : IDEM_ERR_PG;
 	}
-	if (idem_bind_claim_many(&pg->bind, idem__flush_batch_list(pg, ctx, n), n, n_keys, v) !=
-	    IDEM_OK)
+	if (idem_bind_claim_many(&pg->bind, idem__flush_batch_list(pg, ctx, n), n, n_keys, v,
+	                         &one) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
-	return idem_sql_send(pg->conn, IDEM_SQL_CLAIM_MANY, v, NULL, NULL) ? IDEM_OK : IDEM_ERR_PG;
+	return idem_sql_send(pg->conn, one ? IDEM_SQL_CLAIM_PARTS : IDEM_SQL_CLAIM_MANY, v, NULL,
+	                     NULL)
+	               ? IDEM_OK
+	               : IDEM_ERR_PG;
 }
 
 /*

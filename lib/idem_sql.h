@@ -21,6 +21,8 @@ enum idem_sql_id {
 	                            offsets[], hashes[] -> the keys newly claimed */
 	IDEM_SQL_CLAIM_MANY,     /* claim several partitions' keys: consumers[], keys[], topics[],
 	                            partitions[], offsets[], hashes[] -> key, topic, partition */
+	IDEM_SQL_CLAIM_PARTS,    /* the same for one consumer and topic: consumer, keys[], topic,
+	                            partitions[], offsets[], hashes[] */
 	IDEM_SQL_RESULTS,        /* store handler results: consumer, keys[], results[] */
 	IDEM_SQL_PROGRESS_GET,   /* partitions' next_offset, replay_to, reapply_to: consumers[],
 	                            topics[], partitions[] (also read by idem_resume) */

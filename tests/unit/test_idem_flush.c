@@ -255,6 +255,7 @@ static void test_claim_many_arrays(void **state)
 	struct fixture *fx = *state;
 	const struct idem_batch *const *list;
 	const char *v[6];
+	bool one = true;
 
 	add(fx, 0, 5, "k", "v");
 	add(fx, 0, 6, "n", "v");
@@ -266,13 +267,23 @@ static void test_claim_many_arrays(void **state)
 	list = idem__flush_batch_list(fx->pg, fx->pg->many, 3);
 	assert_ptr_equal(list, fx->pg->many_b);
 	assert_ptr_equal(list[1], &fx->b[1]);
-	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 3, 5, v), IDEM_OK);
+	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 3, 5, v, &one), IDEM_OK);
+	assert_false(one);
 	assert_string_equal(v[0], "{\"c1\",\"c1\",\"c2\",\"c1\",\"c1\"}");
 	assert_string_equal(v[1], "{\"k\",\"k\",\"k\",\"m\",\"n\"}");
 	assert_string_equal(v[2],
 	                    "{\"payments\",\"payments\",\"orders\",\"payments\",\"payments\"}");
 	assert_string_equal(v[3], "{\"0\",\"1\",\"0\",\"1\",\"0\"}");
 	assert_string_equal(v[4], "{\"5\",\"7\",\"1\",\"8\",\"6\"}");
+	/* The first two batches share consumer c1 and topic payments: IDEM_SQL_CLAIM_PARTS takes
+	 * both once, the rest per key as before. */
+	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 2, 4, v, &one), IDEM_OK);
+	assert_true(one);
+	assert_string_equal(v[0], "c1");
+	assert_string_equal(v[1], "{\"k\",\"k\",\"m\",\"n\"}");
+	assert_string_equal(v[2], "payments");
+	assert_string_equal(v[3], "{\"0\",\"1\",\"1\",\"0\"}");
+	assert_string_equal(v[4], "{\"5\",\"7\",\"8\",\"6\"}");
 	/* One batch alone uses pg->one's list. */
 	fx->pg->one.b = &fx->b[3];
 	list = idem__flush_batch_list(fx->pg, &fx->pg->one, 1);
