@@ -316,10 +316,29 @@ static idem_status decode(struct idem_batch *b, size_t i, const struct idem_msgv
 	return put_hash(b, msg, m->value, m->value_len);
 }
 
+/* The message's trace context, kept for its events, reply and dead letter (ARCHITECTURE.md
+ * "Trace context"). */
+static idem_status put_trace(struct idem_batch *b, struct idem_batch_msg *msg,
+                             const struct idem_msgview *m)
+{
+	struct idem_msgtrace t;
+	idem_status r;
+
+	idem_field_trace(m, &t);
+	if (!t.has)
+		return IDEM_OK;
+	if ((r = arena_put(b, t.traceparent, strlen(t.traceparent), &msg->traceparent)) != IDEM_OK)
+		return r;
+	if (t.tracestate[0] == '\0')
+		return IDEM_OK;
+	return arena_put(b, t.tracestate, strlen(t.tracestate), &msg->tracestate);
+}
+
 idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
                            const struct idem_cfg *cfg, int64_t now_ms)
 {
 	struct idem_batch_msg *msg;
+	struct idem_msgview mv;
 	size_t i, before = b->arena.len;
 	idem_status r;
 
@@ -335,6 +354,7 @@ idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
 	msg->timestamp_ms = m->timestamp_ms;
 	msg->state = IDEM_MSG_PENDING;
 	msg->bkey.null = msg->hash.null = msg->reason.null = msg->result.null = true;
+	msg->traceparent.null = msg->tracestate.null = true;
 	if ((r = arena_put(b, m->key, m->key_len, &msg->key)) != IDEM_OK ||
 	    (r = arena_put(b, m->value, m->value_len, &msg->value)) != IDEM_OK)
 		return r;
@@ -351,7 +371,11 @@ idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
 	}
 	b->n_hdrs += m->n_headers;
 	b->n_msgs++;
-	r = decode(b, i, m, cfg);
+	mv = *m;
+	mv.consumer = b->route->consumer;
+	if ((r = put_trace(b, msg, &mv)) != IDEM_OK)
+		return r;
+	r = decode(b, i, &mv, cfg);
 	/* The parsed value is needed no more, and may be as large as the message. */
 	idem_jsondoc_reset(&b->doc);
 	if (r == IDEM_ERR_UNAVAILABLE) {

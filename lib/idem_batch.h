@@ -59,11 +59,13 @@ struct idem_batch_msg {
 	struct idem_span value;
 	size_t hdr_first; /* index into batch->hdrs */
 	size_t n_hdrs;
-	struct idem_span bkey;   /* the business key (text, NUL-terminated in the arena) */
-	size_t param_first;      /* index into batch->params; route->n_params of them */
-	struct idem_span hash;   /* payload hash of the value, hex, NUL-terminated */
-	struct idem_span reason; /* why it is BAD or failed; NUL-terminated */
-	struct idem_span result; /* the handler's result, if any */
+	struct idem_span bkey;        /* the business key (text, NUL-terminated in the arena) */
+	size_t param_first;           /* index into batch->params; route->n_params of them */
+	struct idem_span hash;        /* payload hash of the value, hex, NUL-terminated */
+	struct idem_span reason;      /* why it is BAD or failed; NUL-terminated */
+	struct idem_span result;      /* the handler's result, if any */
+	struct idem_span traceparent; /* the one idemd passes on (idem_field_trace()), or null */
+	struct idem_span tracestate;  /* passed on with it, or null */
 	char sqlstate[6];
 	int attempts;
 	enum idem_msg_state state;

@@ -28,8 +28,10 @@ void idem_bind_done(struct idem_bind *bd)
 	idem_buf_done(&bd->hnames);
 	idem_buf_done(&bd->hvals);
 	idem_buf_done(&bd->dkeys);
-	for (size_t c = 0; c < 4; c++)
+	for (size_t c = 0; c < IDEM_ARRAY_SIZE(bd->reply); c++)
 		idem_buf_done(&bd->reply[c]);
+	for (size_t c = 0; c < IDEM_ARRAY_SIZE(bd->trace); c++)
+		idem_buf_done(&bd->trace[c]);
 	for (size_t k = 0; k < IDEM_ARRAY_SIZE(bd->prog); k++)
 		idem_buf_done(&bd->prog[k]);
 	for (size_t p = 0; p < bd->cap_set; p++)
@@ -386,7 +388,7 @@ idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *
 {
 	const struct idem_batch_msg *m = &b->msgs[i];
 
-	if (need_vals(bd, 14) != IDEM_OK || idem_pgarray_open(&bd->hnames) ||
+	if (need_vals(bd, 16) != IDEM_OK || idem_pgarray_open(&bd->hnames) ||
 	    idem_pgarray_open(&bd->hvals))
 		return IDEM_ERR_NOMEM;
 	for (size_t h = 0; h < m->n_hdrs; h++) {
@@ -410,8 +412,8 @@ idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *
 	snprintf(bd->off, sizeof(bd->off), "%" PRId64, m->offset);
 	snprintf(bd->ts, sizeof(bd->ts), "%" PRId64, m->timestamp_ms);
 	snprintf(bd->att, sizeof(bd->att), "%d", m->attempts > 0 ? m->attempts : 1);
-	memset(bd->fmts, 0, 14 * sizeof(*bd->fmts));
-	memset(bd->lens, 0, 14 * sizeof(*bd->lens));
+	memset(bd->fmts, 0, 16 * sizeof(*bd->fmts));
+	memset(bd->lens, 0, 16 * sizeof(*bd->lens));
 	bd->vals[0] = b->route->consumer;
 	bd->vals[1] = b->topic;
 	bd->vals[2] = bd->part;
@@ -430,6 +432,8 @@ idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *
 	bd->vals[11] = m->sqlstate;
 	bd->vals[12] = bd->att;
 	bd->vals[13] = b->route->dead_letter_topic;
+	bd->vals[14] = m->traceparent.null ? NULL : idem_batch_ptr(b, m->traceparent);
+	bd->vals[15] = m->tracestate.null ? NULL : idem_batch_ptr(b, m->tracestate);
 	return IDEM_OK;
 }
 
@@ -458,7 +462,7 @@ idem_status idem_bind_replies(struct idem_bind *bd, const struct idem_batch *b, 
 	size_t n = 0;
 
 	*ret_n = 0;
-	for (size_t c = 0; c < 4; c++) {
+	for (size_t c = 0; c < 6; c++) {
 		if (idem_pgarray_open(&a[c]))
 			return IDEM_ERR_NOMEM;
 	}
@@ -474,11 +478,15 @@ idem_status idem_bind_replies(struct idem_bind *bd, const struct idem_batch *b, 
 		if (idem_pgarray_add(&a[0], idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
 		    hex_elem(&a[1], idem_batch_ptr(b, k), k.len, k.null) ||
 		    idem_pgarray_add(&a[2], off, strlen(off), false) ||
-		    idem_pgarray_add(&a[3], repeat ? "t" : "f", 1, false))
+		    idem_pgarray_add(&a[3], repeat ? "t" : "f", 1, false) ||
+		    idem_pgarray_add(&a[4], idem_batch_ptr(b, m->traceparent), m->traceparent.len,
+		                     m->traceparent.null) ||
+		    idem_pgarray_add(&a[5], idem_batch_ptr(b, m->tracestate), m->tracestate.len,
+		                     m->tracestate.null))
 			return IDEM_ERR_NOMEM;
 		n++;
 	}
-	for (size_t c = 0; c < 4; c++) {
+	for (size_t c = 0; c < 6; c++) {
 		if (idem_pgarray_close(&a[c]))
 			return IDEM_ERR_NOMEM;
 	}
@@ -487,9 +495,53 @@ idem_status idem_bind_replies(struct idem_bind *bd, const struct idem_batch *b, 
 	ret_vals[1] = b->route->consumer;
 	ret_vals[2] = b->topic;
 	ret_vals[3] = bd->rpart;
-	for (size_t c = 0; c < 4; c++)
+	for (size_t c = 0; c < 6; c++)
 		ret_vals[4 + c] = a[c].data;
 	*ret_n = n;
+	return IDEM_OK;
+}
+
+idem_status idem_bind_traces_open(struct idem_bind *bd)
+{
+	bd->n_trace = 0;
+	for (size_t c = 0; c < IDEM_ARRAY_SIZE(bd->trace); c++) {
+		if (idem_pgarray_open(&bd->trace[c]))
+			return IDEM_ERR_NOMEM;
+	}
+	return IDEM_OK;
+}
+
+idem_status idem_bind_traces_add(struct idem_bind *bd, const struct idem_batch *b,
+                                 const size_t *idx, size_t n)
+{
+	struct idem_buf *a = bd->trace;
+
+	for (size_t k = 0; k < n; k++) {
+		const struct idem_batch_msg *m = &b->msgs[idx[k]];
+
+		if (m->traceparent.null)
+			continue;
+		if (idem_pgarray_add(&a[0], b->route->consumer, strlen(b->route->consumer),
+		                     false) ||
+		    idem_pgarray_add(&a[1], idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
+		    idem_pgarray_add(&a[2], idem_batch_ptr(b, m->traceparent), m->traceparent.len,
+		                     false) ||
+		    idem_pgarray_add(&a[3], idem_batch_ptr(b, m->tracestate), m->tracestate.len,
+		                     m->tracestate.null))
+			return IDEM_ERR_NOMEM;
+		bd->n_trace++;
+	}
+	return IDEM_OK;
+}
+
+idem_status idem_bind_traces_close(struct idem_bind *bd, const char **ret_vals, size_t *ret_n)
+{
+	for (size_t c = 0; c < IDEM_ARRAY_SIZE(bd->trace); c++) {
+		if (idem_pgarray_close(&bd->trace[c]))
+			return IDEM_ERR_NOMEM;
+		ret_vals[c] = bd->trace[c].data;
+	}
+	*ret_n = bd->n_trace;
 	return IDEM_OK;
 }
 

@@ -36,7 +36,9 @@ struct idem_bind {
 	struct idem_buf rkeys, rvals;        /* the results' */
 	struct idem_buf hnames, hvals;       /* a quarantined message's headers */
 	struct idem_buf dkeys;               /* keys of duplicates, to look up their claims */
-	struct idem_buf reply[4];            /* the replies' arrays */
+	struct idem_buf reply[6];            /* the replies' arrays */
+	struct idem_buf trace[4];            /* IDEM_SQL_TRACES' arrays */
+	size_t n_trace;                      /* and how many messages they hold */
 	char rpart[16];                      /* and their partition */
 	struct idem_buf prog[IDEM_BIND_PROGRESS_PARAMS]; /* the progress rows' columns */
 	struct idem_buf *set; /* set mode: one text[] per handler parameter */
@@ -129,14 +131,27 @@ IDEM_NODISCARD idem_status idem_bind_text_elem(struct idem_buf *a, const char *s
 /*
  * @brief Quarantine message @i of @b (IDEM_SQL_QUARANTINE) into bd->vals, bd->lens and
  * bd->fmts [0..13): key and value as binary bytea, headers as text[] names and bytea[] values;
- * [13] is the route's dead_letter_topic, for IDEM_SQL_QUARANTINE_DLT.
+ * [13] is the route's dead_letter_topic, [14] and [15] the traceparent and tracestate to pass
+ * on (NULL: none), for IDEM_SQL_QUARANTINE_DLT.
  */
 IDEM_NODISCARD idem_status idem_bind_quarantine(struct idem_bind *bd, const struct idem_batch *b,
                                                 size_t i);
 
 /*
+ * @brief IDEM_SQL_TRACES for the messages a transaction applies: idem_bind_traces_add() adds
+ * each message idx[0..n) of @b that has trace context to the arrays idem_bind_traces_open()
+ * opened; idem_bind_traces_close() puts them into ret_vals[0..4), *ret_n how many (0: nothing
+ * to send).
+ */
+IDEM_NODISCARD idem_status idem_bind_traces_open(struct idem_bind *bd);
+IDEM_NODISCARD idem_status idem_bind_traces_add(struct idem_bind *bd, const struct idem_batch *b,
+                                                const size_t *idx, size_t n);
+IDEM_NODISCARD idem_status idem_bind_traces_close(struct idem_bind *bd, const char **ret_vals,
+                                                  size_t *ret_n);
+
+/*
  * @brief The replies (IDEM_SQL_REPLIES) of @b's messages, in offset order, into
- * ret_vals[0..8): every APPLIED message, and with routes[].reply.duplicates every upstream
+ * ret_vals[0..10): every APPLIED message, and with routes[].reply.duplicates every upstream
  * duplicate (marked a repeat); *ret_n counts them (0: nothing to send). Needs route->reply_topic.
  */
 IDEM_NODISCARD idem_status idem_bind_replies(struct idem_bind *bd, const struct idem_batch *b,

@@ -30,6 +30,8 @@ static const struct {
 	{ "partition", IDEM_FIELD_PARTITION },
 	{ "offset", IDEM_FIELD_OFFSET },
 	{ "timestamp", IDEM_FIELD_TIMESTAMP },
+	{ "traceparent", IDEM_FIELD_TRACEPARENT },
+	{ "tracestate", IDEM_FIELD_TRACESTATE },
 };
 
 static idem_status parse_fail(char *errbuf, size_t errlen, idem_status r, const char *fmt, ...)
@@ -101,7 +103,7 @@ idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *
 		if (kind == IDEM_FIELD_LITERAL)
 			return parse_fail(
 			        errbuf, errlen, IDEM_ERR_INVALID,
-			        "unknown field '%s' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)",
+			        "unknown field '%s' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)",
 			        s);
 	}
 	if (arg != NULL) {
@@ -472,6 +474,52 @@ static const struct idem_header *find_header(const struct idem_msgview *m, const
 	return NULL;
 }
 
+void idem_field_trace(const struct idem_msgview *m, struct idem_msgtrace *ret)
+{
+	const struct idem_header *tp = NULL;
+	struct idem_trace t;
+	char span[17];
+	size_t n = 0;
+
+	ret->has = false;
+	ret->traceparent[0] = ret->tracestate[0] = '\0';
+	for (size_t i = 0; i < m->n_headers; i++) {
+		const struct idem_header *h = &m->headers[i];
+
+		if (h->name == NULL || strcmp(h->name, "traceparent") != 0)
+			continue;
+		if (tp != NULL)
+			return; /* two: neither can be trusted */
+		tp = h;
+	}
+	if (tp == NULL || !idem_trace_parse(tp->value, tp->len, &t))
+		return;
+	ret->has = true;
+	idem_trace_span(m->consumer != NULL ? m->consumer : "", m->topic != NULL ? m->topic : "",
+	                m->partition, m->offset, span);
+	idem_trace_child(&t, span, ret->traceparent);
+	for (size_t i = 0; i < m->n_headers; i++) {
+		const struct idem_header *h = &m->headers[i];
+		size_t need;
+
+		if (h->name == NULL || strcmp(h->name, "tracestate") != 0 || h->value == NULL ||
+		    h->len == 0)
+			continue;
+		need = n + (n > 0) + h->len;
+		if (need > IDEM_TRACESTATE_MAX) {
+			n = 0; /* too long to pass on whole: none rather than a cut list */
+			break;
+		}
+		if (n > 0)
+			ret->tracestate[n++] = ',';
+		memcpy(ret->tracestate + n, h->value, h->len);
+		n += h->len;
+	}
+	ret->tracestate[n] = '\0';
+	if (n > 0 && !idem_tracestate_ok(ret->tracestate, n))
+		ret->tracestate[0] = '\0';
+}
+
 /* A Kafka timestamp (ms since the epoch, >= 0) as "YYYY-MM-DD HH:MM:SS.mmm+00". */
 static idem_status append_timestamp(struct idem_buf *out, int64_t ms)
 {
@@ -498,6 +546,7 @@ static idem_status field_read(const struct idem_field *f, const struct idem_msgv
                               struct idem_buf *out, const char **ret_absent, idem_error *err)
 {
 	const struct idem_header *h;
+	struct idem_msgtrace trace;
 	const char *absent = NULL;
 	idem_status r = IDEM_OK;
 
@@ -542,6 +591,18 @@ static idem_status field_read(const struct idem_field *f, const struct idem_msgv
 			absent = "message has no timestamp";
 		else
 			r = append_timestamp(out, m->timestamp_ms);
+		break;
+	case IDEM_FIELD_TRACEPARENT:
+	case IDEM_FIELD_TRACESTATE:
+		idem_field_trace(m, &trace);
+		if (!trace.has)
+			absent = "message has no valid traceparent header";
+		else if (f->kind == IDEM_FIELD_TRACEPARENT)
+			r = idem_buf_append_str(out, trace.traceparent);
+		else if (trace.tracestate[0] == '\0')
+			absent = "message has no tracestate to pass on";
+		else
+			r = idem_buf_append_str(out, trace.tracestate);
 		break;
 	case IDEM_FIELD_HEADER:
 		h = find_header(m, f->arg);

@@ -13,6 +13,7 @@
 
 #include "idem_avro.h"
 #include "idem_common.h"
+#include "idem_trace.h"
 
 enum idem_field_kind {
 	IDEM_FIELD_LITERAL = 0, /* template text; arg is the text */
@@ -23,10 +24,12 @@ enum idem_field_kind {
 	IDEM_FIELD_PARTITION,
 	IDEM_FIELD_OFFSET,
 	IDEM_FIELD_TIMESTAMP,
-	IDEM_FIELD_HEADER,   /* arg is the header name */
-	IDEM_FIELD_JSON,     /* arg is the JSON pointer ("" is the whole document) */
-	IDEM_FIELD_AVRO,     /* arg is the pointer into the Avro value ("" is the whole datum) */
-	IDEM_FIELD_AVRO_KEY, /* the same, into the Avro key */
+	IDEM_FIELD_TRACEPARENT, /* the traceparent idemd passes on (idem_field_trace()) */
+	IDEM_FIELD_TRACESTATE,  /* the tracestate passed on with it */
+	IDEM_FIELD_HEADER,      /* arg is the header name */
+	IDEM_FIELD_JSON,        /* arg is the JSON pointer ("" is the whole document) */
+	IDEM_FIELD_AVRO,        /* arg is the pointer into the Avro value ("" is the whole datum) */
+	IDEM_FIELD_AVRO_KEY,    /* the same, into the Avro key */
 };
 
 struct idem_field {
@@ -77,6 +80,7 @@ struct idem_header {
 
 /* A read-only view of one message; nothing here is owned. */
 struct idem_msgview {
+	const char *consumer; /* the route's consumer (trace context); NULL: not yet known */
 	const char *topic;
 	int32_t partition;
 	int64_t offset;
@@ -88,6 +92,21 @@ struct idem_msgview {
 	const struct idem_header *headers;
 	size_t n_headers;
 };
+
+/* A message's trace context as idemd passes it on (ARCHITECTURE.md "Trace context"). */
+struct idem_msgtrace {
+	bool has;                                   /* false: no valid traceparent */
+	char traceparent[IDEM_TRACEPARENT_LEN + 1]; /* its trace, idemd's span as the parent */
+	char tracestate[IDEM_TRACESTATE_MAX + 1];   /* "" when it has none to pass on */
+};
+
+/*
+ * @brief @m's trace context: its traceparent header (exactly one, valid; else none, and the
+ * message is otherwise unaffected), continued with idemd's span for @m->consumer and @m's
+ * position; its tracestate headers (joined with ',', as HTTP joins repeated fields) if the
+ * result is one that may be passed on (idem_tracestate_ok()).
+ */
+void idem_field_trace(const struct idem_msgview *m, struct idem_msgtrace *ret);
 
 /*
  * How avro: fields, and json: fields of a framed value, find the schema of a schema id: the

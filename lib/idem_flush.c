@@ -111,53 +111,6 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 }
 
 /*
- * The partitions' recorded progress, pending replay and gap being read again
- * (IDEM_SQL_PROGRESS_GET: one row per batch, in order).
- */
-void idem__flush_read_progress(struct flush_ctx *ctx, size_t n, const PGresult *res)
-{
-	for (size_t k = 0; k < n; k++) {
-		ctx[k].progress_next = -1;
-		ctx[k].replay_to = -1;
-		ctx[k].reapply_to = -1;
-		if ((int)k >= PQntuples(res))
-			continue;
-		if (!PQgetisnull(res, (int)k, 0))
-			ctx[k].progress_next = strtoll(PQgetvalue(res, (int)k, 0), NULL, 10);
-		if (PQnfields(res) > 1 && !PQgetisnull(res, (int)k, 1))
-			ctx[k].replay_to = strtoll(PQgetvalue(res, (int)k, 1), NULL, 10);
-		if (PQnfields(res) > 2 && !PQgetisnull(res, (int)k, 2))
-			ctx[k].reapply_to = strtoll(PQgetvalue(res, (int)k, 2), NULL, 10);
-	}
-}
-
-/*
- * Does the database still hold every partition where this process last saw it (b->db_floor)?
- * A position it lacks was lost: a restore, a point-in-time recovery, a failover to a standby
- * that had not received the last commits. Nothing of such a partition may commit on top of the
- * gap (its next_offset would jump over it): IDEM_ERR_BEHIND, and the daemon reads the partition
- * again from b->db_next (ARCHITECTURE.md "When the database goes back").
- */
-idem_status idem__flush_check_floor(struct flush_ctx *ctx, size_t n, idem_error *err)
-{
-	idem_status r = IDEM_OK;
-
-	for (size_t k = 0; k < n; k++) {
-		struct idem_batch *b = ctx[k].b;
-
-		b->db_next = ctx[k].progress_next;
-		if (b->db_floor < 0 || ctx[k].progress_next >= b->db_floor)
-			continue;
-		ctx[k].behind = true;
-		r = idem_error_set(err, IDEM_ERR_BEHIND,
-		                   "the database is behind: topic=%s partition=%" PRId32
-		                   " next_offset=%" PRId64 " where this process saw %" PRId64,
-		                   b->topic, b->partition, ctx[k].progress_next, b->db_floor);
-	}
-	return r;
-}
-
-/*
  * Mark APPLIED the messages whose keys the claim inserted (the combined claim returns each key's
  * topic and partition too, telling its batch). A key that is no message's would be claimed
  * without its handler running: that fails the flush.
@@ -559,17 +512,51 @@ static enum fast_outcome read_sets(idem_flush *pg, struct flush_ctx *ctx, size_t
 }
 
 /*
- * Round trip 2: where the duplicates' keys were claimed (only if there are any: one lookup per
- * consumer), and the handlers: in row mode once per message, batch after batch; in set mode
- * once per route.
+ * Name the trace context of the messages to apply that have one, for idem.emit()
+ * (IDEM_SQL_TRACES), where events are named after their message. *ret_sent: it was sent.
+ */
+static idem_status send_traces(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
+                               bool *ret_sent)
+{
+	const char *v[4];
+	size_t count;
+
+	*ret_sent = false;
+	if (!pg->emit_context)
+		return IDEM_OK;
+	if (idem_bind_traces_open(&pg->bind) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	for (size_t k = 0; k < n; k++) {
+		if (idem_bind_traces_add(&pg->bind, ctx[k].b, ctx[k].applied, ctx[k].n_apply) !=
+		    IDEM_OK)
+			return IDEM_ERR_NOMEM;
+	}
+	if (idem_bind_traces_close(&pg->bind, v, &count) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	if (count == 0)
+		return IDEM_OK;
+	if (!idem_sql_send(pg->conn, IDEM_SQL_TRACES, v, NULL, NULL))
+		return IDEM_ERR_PG;
+	*ret_sent = true;
+	return IDEM_OK;
+}
+
+/*
+ * Round trip 2: the applied messages' trace context (if any has one), where the duplicates' keys
+ * were claimed (only if there are any: one lookup per consumer), and the handlers: in row mode once
+ * per message, batch after batch; in set mode once per route.
  */
 static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_t n,
                                     idem_error *err)
 {
 	enum fast_outcome o;
-	bool any = false;
+	bool any, traced;
+	PGresult *res;
 	idem_status r;
 
+	if ((r = send_traces(pg, ctx, n, &traced)) != IDEM_OK)
+		return fast_send_fail(pg, r, err);
+	any = traced;
 	if ((r = send_dup_lookups(pg, ctx, n)) != IDEM_OK)
 		return fast_send_fail(pg, r, err);
 	for (size_t k = 0; k < n; k++) {
@@ -587,6 +574,11 @@ static enum fast_outcome handler_rt(idem_flush *pg, struct flush_ctx *ctx, size_
 	}
 	if (any && (!PQsendFlushRequest(pg->conn) || PQflush(pg->conn) != 0))
 		return fast_fail(pg, NULL, "batch send", err);
+	if (traced) {
+		if (idem__flush_next_result(pg->conn, &res) != PGRES_TUPLES_OK)
+			return fast_fail(pg, res, "batch", err);
+		PQclear(res);
+	}
 	if ((o = read_dup_lookups(pg, ctx, n, err)) != FAST_DONE)
 		return o;
 	for (size_t k = 0; k < n; k++) {
@@ -644,7 +636,7 @@ static idem_status send_closing(idem_flush *pg, struct flush_ctx *ctx, int *ret_
  */
 static idem_status send_replies(idem_flush *pg, struct flush_ctx *ctx, int *ret_n, idem_error *err)
 {
-	const char *v[8];
+	const char *v[10];
 	size_t n;
 
 	ctx->replies_sent = false;

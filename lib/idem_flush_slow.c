@@ -70,6 +70,19 @@ static idem_status run_handler(idem_flush *pg, struct idem_batch *b, size_t i, c
 		return IDEM_ERR_PG;
 	PQclear(*ret_res);
 	*ret_res = NULL;
+	if (cv != NULL && !b->msgs[i].traceparent.null) {
+		const char *tv[4];
+		size_t n;
+
+		if (idem_bind_traces_open(&pg->bind) != IDEM_OK ||
+		    idem_bind_traces_add(&pg->bind, b, &i, 1) != IDEM_OK ||
+		    idem_bind_traces_close(&pg->bind, tv, &n) != IDEM_OK)
+			return IDEM_ERR_NOMEM;
+		if (exec_stmt(pg, IDEM_SQL_TRACES, tv, NULL, NULL, ret_res) != IDEM_OK)
+			return IDEM_ERR_PG;
+		PQclear(*ret_res);
+		*ret_res = NULL;
+	}
 	if (!idem__flush_set_mode(b)) {
 		if (idem_bind_row(&pg->bind, b, i) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
@@ -327,7 +340,7 @@ idem_status idem_flush_apply_one(idem_flush *pg, struct idem_batch *b, size_t i,
 			PQclear(res);
 		}
 		if (b->route->reply_topic != NULL) {
-			const char *yv[8];
+			const char *yv[10];
 			size_t n;
 			PGresult *res;
 

@@ -6,10 +6,12 @@
  * at start-up or on reconnect, not on the first message); checking, dropping and reopening it;
  * the pipeline plumbing on it (reading one pipelined result, aborting a pipeline).
  * The scratch (struct flush_ctx, one per batch of a flush): its index lists, sized once and
- * reused, and the batch's state between the round trips: reset before a flush, stopped by a
- * halt, counted into the progress row that round trip 3 writes, handed over on commit.
+ * reused, and the batch's state between the round trips: reset before a flush, the partition's
+ * recorded progress read into it and checked against what this process saw, stopped by a halt,
+ * counted into the progress row that round trip 3 writes, handed over on commit.
  * The transaction that uses them is in idem_flush.c (ARCHITECTURE.md "The transaction").
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,12 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	if ((r = idem_pg_exec(pg->conn, set, "set timeouts", err)) != IDEM_OK)
 		return r;
 	if ((r = idem_sql_prepare_batch(pg->conn, err)) != IDEM_OK)
+		return r;
+	/* Where events are named after their message, they carry its trace context too. */
+	if (pg->emit_context &&
+	    ((r = idem_sql_exec(pg->conn, IDEM_SQL_TRACE_TABLE, NULL, "create pg_temp.idem_trace",
+	                        NULL, err)) != IDEM_OK ||
+	     (r = idem_sql_prepare(pg->conn, IDEM_SQL_TRACES, err)) != IDEM_OK))
 		return r;
 	for (size_t i = 0; i < pg->cfg->n_routes; i++) {
 		const struct idem_route *rt = &pg->cfg->routes[i];
@@ -442,4 +450,51 @@ void idem__flush_done(struct flush_ctx *ctx, struct idem_flush_stats *ret_stats)
 			b->msgs[i].state = IDEM_MSG_QUARANTINED;
 	}
 	*ret_stats = ctx->st;
+}
+
+/*
+ * The partitions' recorded progress, pending replay and gap being read again
+ * (IDEM_SQL_PROGRESS_GET: one row per batch, in order).
+ */
+void idem__flush_read_progress(struct flush_ctx *ctx, size_t n, const PGresult *res)
+{
+	for (size_t k = 0; k < n; k++) {
+		ctx[k].progress_next = -1;
+		ctx[k].replay_to = -1;
+		ctx[k].reapply_to = -1;
+		if ((int)k >= PQntuples(res))
+			continue;
+		if (!PQgetisnull(res, (int)k, 0))
+			ctx[k].progress_next = strtoll(PQgetvalue(res, (int)k, 0), NULL, 10);
+		if (PQnfields(res) > 1 && !PQgetisnull(res, (int)k, 1))
+			ctx[k].replay_to = strtoll(PQgetvalue(res, (int)k, 1), NULL, 10);
+		if (PQnfields(res) > 2 && !PQgetisnull(res, (int)k, 2))
+			ctx[k].reapply_to = strtoll(PQgetvalue(res, (int)k, 2), NULL, 10);
+	}
+}
+
+/*
+ * Does the database still hold every partition where this process last saw it (b->db_floor)?
+ * A position it lacks was lost: a restore, a point-in-time recovery, a failover to a standby
+ * that had not received the last commits. Nothing of such a partition may commit on top of the
+ * gap (its next_offset would jump over it): IDEM_ERR_BEHIND, and the daemon reads the partition
+ * again from b->db_next (ARCHITECTURE.md "When the database goes back").
+ */
+idem_status idem__flush_check_floor(struct flush_ctx *ctx, size_t n, idem_error *err)
+{
+	idem_status r = IDEM_OK;
+
+	for (size_t k = 0; k < n; k++) {
+		struct idem_batch *b = ctx[k].b;
+
+		b->db_next = ctx[k].progress_next;
+		if (b->db_floor < 0 || ctx[k].progress_next >= b->db_floor)
+			continue;
+		ctx[k].behind = true;
+		r = idem_error_set(err, IDEM_ERR_BEHIND,
+		                   "the database is behind: topic=%s partition=%" PRId32
+		                   " next_offset=%" PRId64 " where this process saw %" PRId64,
+		                   b->topic, b->partition, ctx[k].progress_next, b->db_floor);
+	}
+	return r;
 }

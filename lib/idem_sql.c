@@ -152,18 +152,26 @@ static const char sql_quarantine_dlt[] =
         " business_key = coalesce(excluded.business_key, idem.quarantine.business_key),"
         " last_failed_at = now(), resolved_at = NULL, resolution = NULL"
         " RETURNING xmax = 0 AS new),"
+        " h AS (SELECT coalesce(array_agg(u.n ORDER BY u.i), '{}') AS names,"
+        " coalesce(array_agg(u.v ORDER BY u.i), '{}') AS vals"
+        " FROM unnest($8::text[], $9::bytea[]) WITH ORDINALITY AS u(n, v, i)"
+        " WHERE $15::text IS NULL OR u.n NOT IN ('traceparent', 'tracestate')),"
         " d AS (INSERT INTO idem.outbox (topic, key, value, header_names, header_values,"
         " event_id)"
         " SELECT $14::text, $6::bytea, $7::bytea,"
-        " array_replace($8::text[], 'idem-outbox-id', 'idem-dlt-outbox-id')"
+        " array_replace(h.names, 'idem-outbox-id', 'idem-dlt-outbox-id')"
         " || ARRAY['idem-dlt-reason', 'idem-dlt-sqlstate', 'idem-dlt-topic',"
-        " 'idem-dlt-partition', 'idem-dlt-offset'],"
-        " $9::bytea[] || ARRAY[convert_to(coalesce($11::text, ''), 'UTF8'),"
+        " 'idem-dlt-partition', 'idem-dlt-offset']"
+        " || CASE WHEN $15::text IS NULL THEN '{}' ELSE ARRAY['traceparent'] END"
+        " || CASE WHEN $16::text IS NULL THEN '{}' ELSE ARRAY['tracestate'] END,"
+        " h.vals || ARRAY[convert_to(coalesce($11::text, ''), 'UTF8'),"
         " convert_to(coalesce($12::text, ''), 'UTF8'), convert_to($2::text, 'UTF8'),"
-        " convert_to($3::int::text, 'UTF8'), convert_to($4::bigint::text, 'UTF8')],"
+        " convert_to($3::int::text, 'UTF8'), convert_to($4::bigint::text, 'UTF8')]"
+        " || CASE WHEN $15::text IS NULL THEN '{}' ELSE ARRAY[convert_to($15, 'UTF8')] END"
+        " || CASE WHEN $16::text IS NULL THEN '{}' ELSE ARRAY[convert_to($16, 'UTF8')] END,"
         " idem.event_id('dead-letter', $1::text, idem.log_of($1, $2, $3::int), $2::text,"
         " $3::int::text, $4::bigint::text)"
-        " FROM q WHERE q.new ON CONFLICT (event_id) DO NOTHING)"
+        " FROM q, h WHERE q.new ON CONFLICT (event_id) DO NOTHING)"
         " SELECT new FROM q";
 
 /*
@@ -179,14 +187,18 @@ static const char sql_replies[] =
         "INSERT INTO idem.outbox (topic, key, value, header_names, header_values, event_id)"
         " SELECT $1, u.k, convert_to(p.result, 'UTF8'),"
         " ARRAY['idem-business-key', 'idem-source-topic', 'idem-source-partition',"
-        " 'idem-source-offset', 'idem-repeat'],"
+        " 'idem-source-offset', 'idem-repeat']"
+        " || CASE WHEN u.tp IS NULL THEN '{}' ELSE ARRAY['traceparent'] END"
+        " || CASE WHEN u.ts IS NULL THEN '{}' ELSE ARRAY['tracestate'] END,"
         " ARRAY[convert_to(u.b, 'UTF8'), convert_to($3::text, 'UTF8'),"
         " convert_to($4::int::text, 'UTF8'), convert_to(u.o::text, 'UTF8'),"
-        " convert_to(u.r::text, 'UTF8')],"
+        " convert_to(u.r::text, 'UTF8')]"
+        " || CASE WHEN u.tp IS NULL THEN '{}' ELSE ARRAY[convert_to(u.tp, 'UTF8')] END"
+        " || CASE WHEN u.ts IS NULL THEN '{}' ELSE ARRAY[convert_to(u.ts, 'UTF8')] END,"
         " idem.event_id('reply', $2::text, idem.log_of($2, $3, $4::int), $3::text,"
         " $4::int::text, u.o::text)"
-        " FROM unnest($5::text[], $6::bytea[], $7::bigint[], $8::bool[]) WITH ORDINALITY"
-        " AS u(b, k, o, r, n)"
+        " FROM unnest($5::text[], $6::bytea[], $7::bigint[], $8::bool[], $9::text[],"
+        " $10::text[]) WITH ORDINALITY AS u(b, k, o, r, tp, ts, n)"
         " JOIN idem.claims_of($2, $5::text[]) p ON p.business_key = u.b"
         " ORDER BY u.n ON CONFLICT (event_id) DO NOTHING";
 
@@ -398,6 +410,25 @@ static const char sql_try_events[] =
         " - (c.cur & 4294967295) + 6442450944) % 4294967296 - 2147483648)::text::xid8)"
         " = 'in progress' ORDER BY o.id, h.n";
 
+/*
+ * Trace context for idem.emit() (sql/0009_trace_context.sql): a table of the connection, emptied
+ * at every commit, naming the trace context of the messages being applied that have one; and
+ * the statement that fills it, which also tells idem.emit_event() that there is something to
+ * read in this transaction (idem.traced).
+ */
+static const char sql_trace_table[] =
+        "CREATE TEMPORARY TABLE IF NOT EXISTS idem_trace (consumer text, business_key text,"
+        " traceparent text NOT NULL, tracestate text, PRIMARY KEY (consumer, business_key))"
+        " ON COMMIT DELETE ROWS";
+
+static const char sql_traces[] =
+        "WITH t AS (INSERT INTO pg_temp.idem_trace (consumer, business_key, traceparent,"
+        " tracestate)"
+        " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
+        " ON CONFLICT (consumer, business_key) DO UPDATE SET traceparent = excluded.traceparent,"
+        " tracestate = excluded.tracestate)"
+        " SELECT set_config('idem.traced', 'on', true)";
+
 static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIM] = { "idem_claim", 6, sql_claim },
 	[IDEM_SQL_CLAIM_MANY] = { "idem_claim_many", 6, sql_claim_many },
@@ -407,8 +438,8 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
 	[IDEM_SQL_PROGRESS] = { "idem_progress", 17, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
-	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 14, sql_quarantine_dlt },
-	[IDEM_SQL_REPLIES] = { "idem_replies", 8, sql_replies, true },
+	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 16, sql_quarantine_dlt },
+	[IDEM_SQL_REPLIES] = { "idem_replies", 10, sql_replies, true },
 	[IDEM_SQL_CONTEXT] = { "idem_context", 2, sql_context },
 	[IDEM_SQL_REPLAY_MARK] = { "idem_replay_mark", 4, sql_replay_mark },
 	[IDEM_SQL_PART_STATUS] = { "idem_part_status", 3, sql_part_status },
@@ -442,6 +473,8 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_OUTBOX_STATS] = { "idem_outbox_stats", 0, sql_outbox_stats },
 	[IDEM_SQL_TRY_OUTBOX_LAST] = { "idem_try_outbox_last", 0, sql_try_outbox_last },
 	[IDEM_SQL_TRY_EVENTS] = { "idem_try_events", 1, sql_try_events },
+	[IDEM_SQL_TRACE_TABLE] = { "idem_trace_table", 0, sql_trace_table },
+	[IDEM_SQL_TRACES] = { "idem_traces", 4, sql_traces },
 };
 
 const struct idem_sql_stmt *idem_sql(enum idem_sql_id id)

@@ -29,8 +29,9 @@ enum idem_sql_id {
 	IDEM_SQL_CLAIMS_GET,     /* where keys were claimed: consumer, keys[] */
 	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (17 arrays) */
 	IDEM_SQL_QUARANTINE,     /* quarantine one message (13 parameters) */
-	IDEM_SQL_QUARANTINE_DLT, /* the same and its dead letter: 13 parameters, DLT topic */
-	IDEM_SQL_REPLIES,        /* replies of one batch's messages (8 parameters) */
+	IDEM_SQL_QUARANTINE_DLT, /* the same and its dead letter: 13 parameters, DLT topic,
+	                            traceparent and tracestate to pass on */
+	IDEM_SQL_REPLIES,        /* replies of one batch's messages (10 parameters) */
 	IDEM_SQL_CONTEXT,        /* name the message being applied, for idem.emit(): consumer,
 	                            business key ('' in set mode) */
 	IDEM_SQL_N_BATCH,        /* the number of the above */
@@ -91,6 +92,12 @@ enum idem_sql_id {
 	IDEM_SQL_TRY_EVENTS,      /* the rows this transaction added to idem.outbox above id $1:
 	                             id, event_id, topic, key hex, value hex, header name, header
 	                             value hex (one row per header, NULLs without) */
+
+	/* Trace context for idem.emit() (sql/0009_trace_context.sql), on connections that
+	 * name messages for it (the outbox enabled): the table first, then the statement. */
+	IDEM_SQL_TRACE_TABLE, /* create this connection's pg_temp.idem_trace if missing */
+	IDEM_SQL_TRACES,      /* name applied messages' trace context: consumers[], keys[],
+	                         traceparents[], tracestates[] */
 	IDEM_SQL_N,
 };
 

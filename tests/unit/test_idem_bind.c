@@ -200,7 +200,7 @@ static void test_replies(void **state)
 	struct fixture *fx = *state;
 	struct idem_batch *b = &fx->b;
 	static char topic[] = "replies";
-	const char *v[8];
+	const char *v[10];
 	size_t n;
 
 	fx->route.reply_topic = topic;
@@ -228,6 +228,9 @@ static void test_replies(void **state)
 	assert_string_equal(v[5], "{\"\\\\x6b31\"}");
 	assert_string_equal(v[6], "{\"10\"}");
 	assert_string_equal(v[7], "{\"f\"}");
+	/* No trace context: NULL traceparent and tracestate. */
+	assert_string_equal(v[8], "{NULL}");
+	assert_string_equal(v[9], "{NULL}");
 
 	fx->route.reply_duplicates = 1;
 	assert_int_equal(idem_bind_replies(&fx->bd, b, &n, v), IDEM_OK);
@@ -245,6 +248,88 @@ static void test_replies(void **state)
 	fx->route.reply_topic = NULL;
 }
 
+static void add_traced(struct fixture *fx, int64_t offset, const char *key, const char *tp,
+                       const char *ts)
+{
+	struct idem_header h[2] = { { "traceparent", tp, strlen(tp) },
+		                    { "tracestate", ts, ts ? strlen(ts) : 0 } };
+	struct idem_msgview m = { 0 };
+
+	m.topic = "payments";
+	m.partition = 3;
+	m.offset = offset;
+	m.timestamp_ms = 1000;
+	m.key = key;
+	m.key_len = strlen(key);
+	m.value = "v";
+	m.value_len = 1;
+	m.headers = h;
+	m.n_headers = ts ? 2 : 1;
+	assert_int_equal(idem_batch_add(&fx->b, &m, &fx->cfg, 0), IDEM_OK);
+}
+
+/*
+ * Trace context: a message's traceparent (idemd's span for consumer c and the message's
+ * position as the parent) and tracestate reach IDEM_SQL_TRACES, its reply and its dead letter;
+ * a message without, or with a malformed one, has NULLs and is not named for idem.emit().
+ */
+static void test_trace(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_batch *b = &fx->b;
+	static char topic[] = "replies", dlt[] = "dlt";
+	static const size_t all[] = { 0, 1, 2 };
+	char span[17], want[IDEM_TRACEPARENT_LEN + 1], arr[128];
+	const char *v[10];
+	size_t n;
+
+	add_traced(fx, 20, "t1", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	           "rojo=1");
+	add(fx, 21, "t2", 2, "v", NULL);
+	add_traced(fx, 22, "t3", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1", NULL);
+	idem_trace_span("c", "payments", 3, 20, span);
+	snprintf(want, sizeof(want), "00-4bf92f3577b34da6a3ce929d0e0e4736-%s-01", span);
+
+	assert_int_equal(idem_bind_traces_open(&fx->bd), IDEM_OK);
+	assert_int_equal(idem_bind_traces_add(&fx->bd, b, all, 3), IDEM_OK);
+	assert_int_equal(idem_bind_traces_close(&fx->bd, v, &n), IDEM_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(v[0], "{\"c\"}");
+	assert_string_equal(v[1], "{\"t1\"}");
+	snprintf(arr, sizeof(arr), "{\"%s\"}", want);
+	assert_string_equal(v[2], arr);
+	assert_string_equal(v[3], "{\"rojo=1\"}");
+	/* None of them traced: nothing to send. */
+	assert_int_equal(idem_bind_traces_open(&fx->bd), IDEM_OK);
+	assert_int_equal(idem_bind_traces_add(&fx->bd, b, all + 1, 2), IDEM_OK);
+	assert_int_equal(idem_bind_traces_close(&fx->bd, v, &n), IDEM_OK);
+	assert_int_equal(n, 0);
+
+	fx->route.reply_topic = topic;
+	for (size_t i = 0; i < 3; i++)
+		b->msgs[i].state = IDEM_MSG_APPLIED;
+	assert_int_equal(idem_bind_replies(&fx->bd, b, &n, v), IDEM_OK);
+	assert_int_equal(n, 3);
+	snprintf(arr, sizeof(arr), "{\"%s\",NULL,NULL}", want);
+	assert_string_equal(v[8], arr);
+	assert_string_equal(v[9], "{\"rojo=1\",NULL,NULL}");
+	fx->route.reply_topic = NULL;
+
+	fx->route.dead_letter_topic = dlt;
+	b->msgs[0].state = IDEM_MSG_BAD;
+	assert_int_equal(idem_batch_set_reason(b, 0, "bad", NULL), IDEM_OK);
+	assert_int_equal(idem_bind_quarantine(&fx->bd, b, 0), IDEM_OK);
+	assert_string_equal(fx->bd.vals[13], "dlt");
+	assert_string_equal(fx->bd.vals[14], want);
+	assert_string_equal(fx->bd.vals[15], "rojo=1");
+	b->msgs[2].state = IDEM_MSG_BAD;
+	assert_int_equal(idem_batch_set_reason(b, 2, "bad", NULL), IDEM_OK);
+	assert_int_equal(idem_bind_quarantine(&fx->bd, b, 2), IDEM_OK);
+	assert_null(fx->bd.vals[14]);
+	assert_null(fx->bd.vals[15]);
+	fx->route.dead_letter_topic = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -255,6 +340,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_row, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replies, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_trace, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

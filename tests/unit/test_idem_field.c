@@ -197,16 +197,16 @@ static void test_field_parse_errors(void **state)
 	assert_field_error(NULL, "empty field name");
 	assert_field_error(
 	        "vaule",
-	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error(
 	        "Key",
-	        "unknown field 'Key' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'Key' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error(
 	        " key",
-	        "unknown field ' key' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field ' key' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error(
 	        "headers:x",
-	        "unknown field 'headers:x' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'headers:x' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_field_error("header:", "empty header name in field 'header:'");
 	assert_field_error(
 	        "json:order_no",
@@ -315,10 +315,10 @@ static void test_template_parse_errors(void **state)
 	                      "business key template cannot reference business_key");
 	assert_template_error(
 	        "order",
-	        "business key template references no field: unknown field 'order' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "business key template references no field: unknown field 'order' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_template_error(
 	        "$$",
-	        "business key template references no field: unknown field '$$' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "business key template references no field: unknown field '$$' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_template_error(
 	        "json:id",
 	        "business key template references no field: invalid JSON pointer in field 'json:id': must be empty or start with '/'");
@@ -326,7 +326,7 @@ static void test_template_parse_errors(void **state)
 	assert_template_error("${}", "empty field name");
 	assert_template_error(
 	        "a-${vaule}",
-	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
 	assert_template_error(
 	        "${json:/a~3}",
 	        "invalid JSON pointer in field 'json:/a~3': '~' must be followed by '0' or '1'");
