@@ -210,14 +210,36 @@ static PGresult *run_one(struct run *rn, size_t i)
 	                    NULL, 0);
 }
 
-/* Name message @i for idem.emit() (IDEM_SQL_CONTEXT), where idemd would. */
-static idem_status context(struct run *rn, const char *bkey)
+/*
+ * Name the message(s) a handler statement applies for idem.emit(), where idemd would: message
+ * @i in row mode, every APPLIED message in set mode (@i SIZE_MAX): IDEM_SQL_CONTEXT, and
+ * IDEM_SQL_TRACES for those with trace context.
+ */
+static idem_status context(struct run *rn, size_t i)
 {
-	const char *v[2] = { rn->rep->b.route->consumer, bkey };
+	const struct idem_batch *b = &rn->rep->b;
+	const char *v[4] = { b->route->consumer,
+		             i == SIZE_MAX ? "" : idem_batch_ptr(b, b->msgs[i].bkey) };
+	size_t n;
+	idem_status r;
 
 	if (!rn->rep->context)
 		return IDEM_OK;
-	return idem_sql_exec(rn->conn, IDEM_SQL_CONTEXT, v, "name the message", NULL, rn->err);
+	if ((r = idem_sql_exec(rn->conn, IDEM_SQL_CONTEXT, v, "name the message", NULL, rn->err)) !=
+	    IDEM_OK)
+		return r;
+	if (idem_bind_traces_open(&rn->bind) != IDEM_OK)
+		return idem_error_nomem(rn->err);
+	for (size_t k = i == SIZE_MAX ? 0 : i; k < (i == SIZE_MAX ? b->n_msgs : i + 1); k++) {
+		if (b->msgs[k].state == IDEM_MSG_APPLIED &&
+		    idem_bind_traces_add(&rn->bind, b, &k, 1) != IDEM_OK)
+			return idem_error_nomem(rn->err);
+	}
+	if (idem_bind_traces_close(&rn->bind, v, &n) != IDEM_OK)
+		return idem_error_nomem(rn->err);
+	if (n == 0)
+		return IDEM_OK;
+	return idem_sql_exec(rn->conn, IDEM_SQL_TRACES, v, "name the trace context", NULL, rn->err);
 }
 
 /* A handler statement's failure under its savepoint, undone. */
@@ -259,8 +281,7 @@ static idem_status one_message(struct run *rn, size_t i)
 	idem_status r;
 
 	if ((r = exec(rn, "SAVEPOINT idem_try", "savepoint")) != IDEM_OK ||
-	    (r = context(rn, set ? "" : idem_batch_ptr(b, b->msgs[i].bkey))) != IDEM_OK ||
-	    (r = mark_take(rn, &mk)) != IDEM_OK)
+	    (r = context(rn, set ? SIZE_MAX : i)) != IDEM_OK || (r = mark_take(rn, &mk)) != IDEM_OK)
 		return r;
 	res = run_one(rn, i);
 	if (res == NULL && PQstatus(rn->conn) == CONNECTION_OK) {
@@ -364,7 +385,7 @@ static idem_status sets(struct run *rn)
 			return idem_error_nomem(rn->err);
 	}
 	if ((r = exec(rn, "SAVEPOINT idem_try", "savepoint")) != IDEM_OK ||
-	    (r = context(rn, "")) != IDEM_OK || (r = mark_take(rn, &mk)) != IDEM_OK)
+	    (r = context(rn, SIZE_MAX)) != IDEM_OK || (r = mark_take(rn, &mk)) != IDEM_OK)
 		return r;
 	res = PQexecParams(rn->conn, rt->handler_sql, (int)rt->n_params, NULL,
 	                   (const char *const *)rep->set_params, NULL, NULL, 0);
@@ -614,7 +635,11 @@ idem_status idem_try_run(const struct idem_cfg *cfg, PGconn *conn, const struct 
 	         o->statement_timeout_ms, o->lock_timeout_ms);
 	if ((r = exec(&rn, "BEGIN", "begin")) != IDEM_OK)
 		goto out_schemas;
+	/* The trace context's table as a worker's session has it, gone with the rollback. */
 	if ((r = exec(&rn, set, "set the timeouts")) != IDEM_OK ||
+	    (ret->context &&
+	     (r = idem_sql_exec(conn, IDEM_SQL_TRACE_TABLE, NULL, "create pg_temp.idem_trace", NULL,
+	                        err)) != IDEM_OK) ||
 	    (r = progress(&rn, &replay_to)) != IDEM_OK || (r = decode(&rn, msgs)) != IDEM_OK ||
 	    (r = claim(&rn)) != IDEM_OK || (r = duplicates(&rn, replay_to)) != IDEM_OK)
 		goto out_rollback;

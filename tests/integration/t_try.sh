@@ -106,6 +106,20 @@ says "result stored with the claim: '7'"
 says "would apply (exit 0); rolled back: nothing was committed"
 ! grep -q 'processed_messages' "$IDEM_TMP/out.txt" || idem_fail "the claim counted as the handler's"
 
+# Trace context: the event carries the traceparent idemd passes on (the message's trace, idemd's
+# span) and the tracestate, as the worker's events would.
+cat >"$IDEM_TMP/traced.msg" <<'EOF'
+topic: payments
+key: acct-9
+header: traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+header: tracestate=rojo=1
+value: {"payment_id": "p-traced", "account": "acct-9", "amount": 7}
+EOF
+try 0 "traced" "$IDEM_TMP/traced.msg"
+says "header 'traceparent' = '00-4bf92f3577b34da6a3ce929d0e0e4736-"
+says "header 'tracestate' = 'rojo=1'"
+! grep -q "00f067aa0ba902b7-01'" "$IDEM_TMP/out.txt" || idem_fail "the event carries the producer's span"
+
 # The same from standard input, topic from --topic; an existing account is updated.
 printf 'value: {"payment_id": "p-new", "account": "acct-1", "amount": 1}\n' >"$IDEM_TMP/stdin.msg"
 rc=0
