@@ -11,7 +11,7 @@ trap 'rm -rf "$out"' EXIT
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 	-D_POSIX_C_SOURCE=200809L -DIDEM_VERSION='"fuzz"' -I"$src/lib")
 
-field=("$src/lib/idem_field.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c")
+field=("$src/lib/idem_field.c" "$src/lib/idem_trace.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c")
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "${field[@]}" \
 	$(pkg-config --cflags --libs json-c avro-c) -lm -o "$out/fuzz_key"
 cfg=("$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_cfg_ops.c"
