@@ -504,17 +504,17 @@ static void wait_schema(idem_daemon *d, struct idem_part *p, int64_t offset)
 
 	if (p->batch.doc.pending)
 		idem_log_debug(
-		        "avro",
+		        "registry",
 		        "partition waits for a schema being fetched topic=%s partition=%" PRId32
 		        " offset=%" PRId64 ": %s",
 		        p->topic, p->partition, offset, p->batch.wait_reason);
 	else if (!p->schema_warned)
-		idem_log_warn("avro",
+		idem_log_warn("registry",
 		              "partition waits for the schema registry topic=%s partition=%" PRId32
 		              " offset=%" PRId64 ": %s; retrying in %dms",
 		              p->topic, p->partition, offset, p->batch.wait_reason, wait);
 	else
-		idem_log_debug("avro",
+		idem_log_debug("registry",
 		               "still waiting for the schema registry topic=%s partition=%" PRId32
 		               " offset=%" PRId64 ": %s; retrying in %dms",
 		               p->topic, p->partition, offset, p->batch.wait_reason, wait);
@@ -563,7 +563,7 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 		                      idem_status_str(r));
 	if (p->schema_warned) {
 		p->schema_warned = false;
-		idem_log_info("avro",
+		idem_log_info("registry",
 		              "schema found, partition goes on topic=%s partition=%" PRId32
 		              " offset=%" PRId64,
 		              p->topic, p->partition, rkm->offset);
