@@ -41,39 +41,6 @@ static idem_status append_i64(struct idem_buf *out, int64_t v)
 	return append_u64(out, v < 0 ? ~(uint64_t)v + 1 : (uint64_t)v, v < 0);
 }
 
-/*
- * The shortest text that reads back to the same float (@is_float) or double: %g with more
- * digits until strtof()/strtod() gives the value back. -0.0 is "-0"; NaN and the infinities
- * are words, quoted in JSON (@json). From 6 (float) or 15 (double) digits: a normal number
- * that a shorter text gives back prints as that text there, its trailing zeros dropped; a
- * subnormal one has fewer digits of its own (1e-45, 5e-324), so the search starts at 1.
- */
-static idem_status append_real(struct idem_buf *out, double d, bool is_float, bool json)
-{
-	char buf[320]; /* what %g can write, as the compiler counts it */
-	int prec = is_float ? 6 : 15;
-	int last = is_float ? 9 : 17;
-	const char *word = NULL;
-
-	if (isnan(d))
-		word = json ? "\"NaN\"" : "NaN";
-	else if (isinf(d))
-		word = d > 0 ? (json ? "\"Infinity\"" : "Infinity")
-		             : (json ? "\"-Infinity\"" : "-Infinity");
-	if (word != NULL)
-		return idem_buf_append_str(out, word);
-	if (is_float ? fpclassify((float)d) == FP_SUBNORMAL : fpclassify(d) == FP_SUBNORMAL)
-		prec = 1;
-	for (; prec < last; prec++) {
-		snprintf(buf, sizeof(buf), "%.*g", prec, d);
-		if (is_float ? strtof(buf, NULL) == (float)d : strtod(buf, NULL) == d)
-			break;
-	}
-	if (prec == last)
-		snprintf(buf, sizeof(buf), "%.*g", prec, d);
-	return idem_buf_append_str(out, buf);
-}
-
 /* Writes @v in decimal with at least @width digits (zero-padded) at @p; @returns the end. */
 static char *put_uint(char *p, uint64_t v, int width)
 {
@@ -144,26 +111,6 @@ static idem_status append_date(struct idem_buf *out, int32_t days)
 	char buf[32];
 
 	return idem_buf_append(out, buf, (size_t)(put_date(buf, days) - buf));
-}
-
-/* Postgres bytea hex: \x0a1b. */
-static idem_status append_hex(struct idem_buf *out, const uint8_t *p, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-	char *d;
-
-	if (n > (SIZE_MAX - 2) / 2 || idem_buf_reserve(out, 2 + 2 * n) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	d = out->data + out->len;
-	*d++ = '\\';
-	*d++ = 'x';
-	for (size_t i = 0; i < n; i++) {
-		*d++ = hex[p[i] >> 4];
-		*d++ = hex[p[i] & 15];
-	}
-	out->len += 2 + 2 * n;
-	out->data[out->len] = '\0';
-	return IDEM_OK;
 }
 
 /*
@@ -403,11 +350,11 @@ static idem_status render_scalar(const struct render *rd, avro_value_t *v,
 	case AVRO_FLOAT:
 		if (avro_value_get_float(v, &flt) != 0)
 			return render_broken(rd);
-		return render_status(rd, append_real(out, flt, true, json));
+		return render_status(rd, idem_buf_append_real(out, flt, true, json));
 	case AVRO_DOUBLE:
 		if (avro_value_get_double(v, &dbl) != 0)
 			return render_broken(rd);
-		return render_status(rd, append_real(out, dbl, false, json));
+		return render_status(rd, idem_buf_append_real(out, dbl, false, json));
 	case AVRO_STRING:
 		if (avro_value_get_string(v, &str, &size) != 0 || size == 0)
 			return render_broken(rd);
@@ -438,9 +385,9 @@ static idem_status render_scalar(const struct render *rd, avro_value_t *v,
 			/* "\x0a" in JSON: the backslash escaped. */
 			r = idem_buf_append(out, "\\", 1);
 			if (r == IDEM_OK)
-				r = append_hex(out, bytes, size);
+				r = idem_buf_append_bytea(out, bytes, size);
 		} else {
-			r = append_hex(out, bytes, size);
+			r = idem_buf_append_bytea(out, bytes, size);
 		}
 		if (r == IDEM_OK && json)
 			r = idem_buf_append(out, "\"", 1);

@@ -88,7 +88,7 @@ struct idem_route {
 	int reply_duplicates;              /* routes[].reply.duplicates, default false */
 	char *dead_letter_topic;           /* routes[].dead_letter_topic: NULL, quarantine only */
 	bool needs_json;                   /* computed: key or a param uses json: */
-	bool needs_avro;                   /* computed: key or a param uses avro: or avro-key: */
+	bool needs_avro;                   /* computed: avro:, protobuf: (-key:) fields used */
 	/* routes[].value_format, default json: what json: fields find in the value */
 	enum idem_cfg_value_format value_format;
 };

@@ -183,38 +183,71 @@ static void cfg_check_route_outbox(struct cfg_ctx *ctx, struct idem_cfg *cfg, ya
 	}
 }
 
-bool idem_route_reads_avro(const struct idem_route *route)
+/*
+ * The schema formats @route's fields read the value ([0]) and the key ([1]) in: bit 1 << type
+ * (enum idem_schema_type) per avro:/protobuf: field.
+ */
+static void route_schema_formats(const struct idem_route *route, unsigned formats[2])
 {
-	if (idem_template_needs_avro(&route->key))
-		return true;
-	for (size_t j = 0; j < route->n_params; j++) {
-		if (route->params[j].kind == IDEM_FIELD_AVRO ||
-		    route->params[j].kind == IDEM_FIELD_AVRO_KEY)
-			return true;
+	enum idem_schema_type type;
+	bool key;
+
+	formats[0] = formats[1] = 0;
+	for (size_t j = 0; j < route->key.n_parts; j++) {
+		if (idem_field_schema(route->key.parts[j].kind, &type, &key))
+			formats[key] |= 1u << type;
 	}
-	return false;
+	for (size_t j = 0; j < route->n_params; j++) {
+		if (idem_field_schema(route->params[j].kind, &type, &key))
+			formats[key] |= 1u << type;
+	}
 }
 
-/* A route that reads avro: fields needs a schema registry. */
+bool idem_route_reads_avro(const struct idem_route *route)
+{
+	unsigned formats[2];
+
+	route_schema_formats(route, formats);
+	return (formats[0] | formats[1]) != 0;
+}
+
+/*
+ * A route that reads avro: or protobuf: fields needs a schema registry; and it reads its value,
+ * and its key, in one format: avro: and protobuf: fields of the same bytes could not both be.
+ */
 static void cfg_check_route_avro(struct cfg_ctx *ctx, struct idem_cfg *cfg, yaml_node_t *routes,
                                  bool has_registry)
 {
+	static const unsigned both = 1u << IDEM_SCHEMA_TYPE_AVRO | 1u << IDEM_SCHEMA_TYPE_PROTOBUF;
 	char label[32];
+	unsigned formats[2];
 
-	for (size_t i = 0; i < cfg->n_routes && !has_registry; i++) {
-		if (!idem_route_reads_avro(&cfg->routes[i]))
-			continue;
-		idem__cfg_error(
-		        ctx, idem__cfg_seq_get(ctx, routes, i),
-		        "route '%s' reads avro: fields but there is no 'schema_registry' section",
-		        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
+	for (size_t i = 0; i < cfg->n_routes; i++) {
+		route_schema_formats(&cfg->routes[i], formats);
+		if (!has_registry && (formats[0] | formats[1]) != 0)
+			idem__cfg_error(
+			        ctx, idem__cfg_seq_get(ctx, routes, i),
+			        "route '%s' reads %s fields but there is no 'schema_registry' section",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+			        (formats[0] | formats[1]) & 1u << IDEM_SCHEMA_TYPE_AVRO
+			                ? "avro:"
+			                : "protobuf:");
+		for (int k = 0; k < 2; k++) {
+			if ((formats[k] & both) == both)
+				idem__cfg_error(
+				        ctx, idem__cfg_seq_get(ctx, routes, i),
+				        "route '%s' reads its %s both as Avro (%s) and as Protobuf (%s): it is one or the other",
+				        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+				        k ? "key" : "value", k ? "avro-key:" : "avro:",
+				        k ? "protobuf-key:" : "protobuf:");
+		}
 	}
 }
 
 /*
  * A route whose values are Confluent-framed JSON Schema (routes[].value_format: json-schema)
  * asks the schema registry for the schema of each id, so it needs one; and its values are JSON,
- * so avro: fields (which read the value as Avro) could read none of them.
+ * so avro: and protobuf: fields (which read the value as Avro, Protobuf) could read none of them.
  */
 static void cfg_check_route_value_format(struct cfg_ctx *ctx, struct idem_cfg *cfg,
                                          yaml_node_t *routes, bool has_registry)
@@ -225,7 +258,7 @@ static void cfg_check_route_value_format(struct cfg_ctx *ctx, struct idem_cfg *c
 		const struct idem_route *route = &cfg->routes[i];
 		yaml_node_t *node =
 		        idem__cfg_map_get(ctx, idem__cfg_seq_get(ctx, routes, i), "value_format");
-		bool avro = false;
+		unsigned formats[2];
 
 		if (route->value_format != IDEM_CFG_VALUE_JSON_SCHEMA)
 			continue;
@@ -234,15 +267,14 @@ static void cfg_check_route_value_format(struct cfg_ctx *ctx, struct idem_cfg *c
 			        ctx, node,
 			        "route '%s' has value_format 'json-schema' but there is no 'schema_registry' section to ask for the schemas of its values",
 			        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
-		for (size_t j = 0; j < route->key.n_parts; j++)
-			avro |= route->key.parts[j].kind == IDEM_FIELD_AVRO;
-		for (size_t j = 0; j < route->n_params; j++)
-			avro |= route->params[j].kind == IDEM_FIELD_AVRO;
-		if (avro)
+		route_schema_formats(route, formats);
+		if (formats[0] != 0)
 			idem__cfg_error(
 			        ctx, node,
-			        "route '%s' has value_format 'json-schema' but reads avro: fields, which read the value as Avro",
-			        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
+			        "route '%s' has value_format 'json-schema' but reads %s fields, which read the value as %s",
+			        cfg_route_label(ctx, cfg, i, label, sizeof(label)),
+			        formats[0] & 1u << IDEM_SCHEMA_TYPE_AVRO ? "avro:" : "protobuf:",
+			        formats[0] & 1u << IDEM_SCHEMA_TYPE_AVRO ? "Avro" : "Protobuf");
 	}
 }
 

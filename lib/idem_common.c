@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -577,4 +578,57 @@ bool idem_utf8_valid(const void *p, size_t n)
 		i += need + 1;
 	}
 	return true;
+}
+
+/* Postgres bytea hex: \x0a1b. */
+idem_status idem_buf_append_bytea(struct idem_buf *out, const uint8_t *p, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	char *d;
+
+	if (n > (SIZE_MAX - 2) / 2 || idem_buf_reserve(out, 2 + 2 * n) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	d = out->data + out->len;
+	*d++ = '\\';
+	*d++ = 'x';
+	for (size_t i = 0; i < n; i++) {
+		*d++ = hex[p[i] >> 4];
+		*d++ = hex[p[i] & 15];
+	}
+	out->len += 2 + 2 * n;
+	out->data[out->len] = '\0';
+	return IDEM_OK;
+}
+
+/*
+ * The shortest text that reads back to the same float (@is_float) or double: %g with more
+ * digits until strtof()/strtod() gives the value back. -0.0 is "-0"; NaN and the infinities
+ * are words, quoted in JSON (@json). From 6 (float) or 15 (double) digits: a normal number
+ * that a shorter text gives back prints as that text there, its trailing zeros dropped; a
+ * subnormal one has fewer digits of its own (1e-45, 5e-324), so the search starts at 1.
+ */
+idem_status idem_buf_append_real(struct idem_buf *out, double d, bool is_float, bool json)
+{
+	char buf[320]; /* what %g can write, as the compiler counts it */
+	int prec = is_float ? 6 : 15;
+	int last = is_float ? 9 : 17;
+	const char *word = NULL;
+
+	if (isnan(d))
+		word = json ? "\"NaN\"" : "NaN";
+	else if (isinf(d))
+		word = d > 0 ? (json ? "\"Infinity\"" : "Infinity")
+		             : (json ? "\"-Infinity\"" : "-Infinity");
+	if (word != NULL)
+		return idem_buf_append_str(out, word);
+	if (is_float ? fpclassify((float)d) == FP_SUBNORMAL : fpclassify(d) == FP_SUBNORMAL)
+		prec = 1;
+	for (; prec < last; prec++) {
+		snprintf(buf, sizeof(buf), "%.*g", prec, d);
+		if (is_float ? strtof(buf, NULL) == (float)d : strtod(buf, NULL) == d)
+			break;
+	}
+	if (prec == last)
+		snprintf(buf, sizeof(buf), "%.*g", prec, d);
+	return idem_buf_append_str(out, buf);
 }

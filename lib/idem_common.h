@@ -150,6 +150,15 @@ void idem_buf_reset(struct idem_buf *b); /* len = 0, keeps the memory */
 IDEM_NODISCARD idem_status idem_buf_reserve(struct idem_buf *b, size_t extra);
 IDEM_NODISCARD idem_status idem_buf_append(struct idem_buf *b, const void *p, size_t n);
 IDEM_NODISCARD idem_status idem_buf_append_str(struct idem_buf *b, const char *s);
+/* @brief @p[0..@n) as Postgres bytea hex text: \x0a1b (the text of bytes in every format). */
+IDEM_NODISCARD idem_status idem_buf_append_bytea(struct idem_buf *b, const uint8_t *p, size_t n);
+/*
+ * @brief The shortest text that reads back to the same float (@is_float) or double: "-0" for
+ * -0.0; NaN, Infinity and -Infinity as words, quoted when @json (the text of reals in every
+ * format).
+ */
+IDEM_NODISCARD idem_status idem_buf_append_real(struct idem_buf *b, double d, bool is_float,
+                                                bool json);
 IDEM_NODISCARD idem_status idem_buf_printf(struct idem_buf *b, const char *fmt, ...)
         IDEM_PRINTF(2, 3);
 

@@ -2,8 +2,8 @@
  * idem_field.c - field names, business-key templates and their extraction from messages.
  *
  * Extraction runs once per message on the hot path, so it allocates nothing beyond growing the
- * caller's idem_buf. json: fields are idem_field_json.c's (idem_field_int.h); avro: fields are
- * decoded here once per message, through idem_avro.
+ * caller's idem_buf. json: fields are idem_field_json.c's (idem_field_int.h); avro: and
+ * protobuf: fields are decoded here once per message, through idem_avro and idem_protobuf.
  *
  * Kafka allows a header name to repeat. The last occurrence wins, for business keys and for
  * handler parameters alike: a producer that "sets" a header a library already added appends it.
@@ -85,10 +85,13 @@ idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *
 			return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
 			                  "empty header name in field 'header:'");
 	} else if (strncmp(s, "json:", 5) == 0 || strncmp(s, "avro:", 5) == 0 ||
-	           strncmp(s, "avro-key:", 9) == 0) {
+	           strncmp(s, "avro-key:", 9) == 0 || strncmp(s, "protobuf:", 9) == 0 ||
+	           strncmp(s, "protobuf-key:", 13) == 0) {
+		bool key = strncmp(s, "avro-key:", 9) == 0 || strncmp(s, "protobuf-key:", 13) == 0;
+
 		kind = s[0] == 'j'   ? IDEM_FIELD_JSON
-		       : s[4] == ':' ? IDEM_FIELD_AVRO
-		                     : IDEM_FIELD_AVRO_KEY;
+		       : s[0] == 'a' ? (key ? IDEM_FIELD_AVRO_KEY : IDEM_FIELD_AVRO)
+		                     : (key ? IDEM_FIELD_PROTOBUF_KEY : IDEM_FIELD_PROTOBUF);
 		arg = strchr(s, ':') + 1;
 		r = check_json_pointer(s, arg, errbuf, errlen);
 		if (r != IDEM_OK)
@@ -103,7 +106,7 @@ idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *
 		if (kind == IDEM_FIELD_LITERAL)
 			return parse_fail(
 			        errbuf, errlen, IDEM_ERR_INVALID,
-			        "unknown field '%s' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)",
+			        "unknown field '%s' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)",
 			        s);
 	}
 	if (arg != NULL) {
@@ -148,12 +151,33 @@ bool idem_template_needs_json(const struct idem_template *t)
 	return false;
 }
 
+bool idem_field_schema(enum idem_field_kind kind, enum idem_schema_type *ret_type, bool *ret_key)
+{
+	switch (kind) {
+	case IDEM_FIELD_AVRO:
+	case IDEM_FIELD_AVRO_KEY:
+		*ret_type = IDEM_SCHEMA_TYPE_AVRO;
+		*ret_key = kind == IDEM_FIELD_AVRO_KEY;
+		return true;
+	case IDEM_FIELD_PROTOBUF:
+	case IDEM_FIELD_PROTOBUF_KEY:
+		*ret_type = IDEM_SCHEMA_TYPE_PROTOBUF;
+		*ret_key = kind == IDEM_FIELD_PROTOBUF_KEY;
+		return true;
+	default:
+		return false;
+	}
+}
+
 bool idem_template_needs_avro(const struct idem_template *t)
 {
+	enum idem_schema_type type;
+	bool key;
+
 	if (t == NULL)
 		return false;
 	for (size_t i = 0; i < t->n_parts; i++) {
-		if (t->parts[i].kind == IDEM_FIELD_AVRO || t->parts[i].kind == IDEM_FIELD_AVRO_KEY)
+		if (idem_field_schema(t->parts[i].kind, &type, &key))
 			return true;
 	}
 	return false;
@@ -328,8 +352,10 @@ void idem_jsondoc_reset(struct idem_jsondoc *doc)
 		struct idem_avrodoc *a = &doc->avro[i];
 
 		/* The decoded datum goes (and its schema reference); the decoder stays. */
-		if (a->decoded)
+		if (a->decoded && a->dec != NULL)
 			idem_avro_dec_reset(a->dec);
+		if (a->decoded && a->pb != NULL)
+			idem_pb_dec_reset(a->pb);
 		a->decoded = false;
 		a->invalid = false;
 		a->errmsg[0] = '\0';
@@ -347,6 +373,8 @@ void idem_jsondoc_done(struct idem_jsondoc *doc)
 	for (size_t i = 0; i < IDEM_ARRAY_SIZE(doc->avro); i++) {
 		idem_avro_dec_free(doc->avro[i].dec);
 		doc->avro[i].dec = NULL;
+		idem_pb_dec_free(doc->avro[i].pb);
+		doc->avro[i].pb = NULL;
 	}
 }
 
@@ -359,9 +387,9 @@ void idem_jsondoc_done(struct idem_jsondoc *doc)
  */
 idem_status idem__field_frame_schema(struct idem_jsondoc *doc, const void *p, size_t n,
                                      enum idem_schema_type type, const char *what,
-                                     idem_avro_schema **ret_schema, const void **ret_body,
-                                     size_t *ret_len, int32_t *ret_id, bool *ret_invalid, char *why,
-                                     size_t whylen, idem_error *err)
+                                     void **ret_schema, const void **ret_body, size_t *ret_len,
+                                     int32_t *ret_id, bool *ret_invalid, char *why, size_t whylen,
+                                     idem_error *err)
 {
 	int retry_ms = 0;
 	enum idem_schema_answer answer;
@@ -394,11 +422,12 @@ idem_status idem__field_frame_schema(struct idem_jsondoc *doc, const void *p, si
 	return IDEM_OK;
 }
 
-static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p, size_t n,
-                             idem_error *err)
+static idem_status schema_load(struct idem_jsondoc *doc, int which, enum idem_schema_type type,
+                               const void *p, size_t n, idem_error *err)
 {
 	struct idem_avrodoc *a = &doc->avro[which];
-	idem_avro_schema *schema = NULL;
+	bool pb = type == IDEM_SCHEMA_TYPE_PROTOBUF;
+	void *schema = NULL;
 	const void *body;
 	size_t len;
 	int32_t id;
@@ -408,20 +437,29 @@ static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p,
 
 	if (a->decoded || a->invalid)
 		return IDEM_OK;
-	if ((r = idem__field_frame_schema(doc, p, n, IDEM_SCHEMA_TYPE_AVRO, "avro fields", &schema,
-	                                  &body, &len, &id, &invalid, a->errmsg, sizeof(a->errmsg),
-	                                  err)) != IDEM_OK)
+	if ((r = idem__field_frame_schema(doc, p, n, type, pb ? "protobuf fields" : "avro fields",
+	                                  &schema, &body, &len, &id, &invalid, a->errmsg,
+	                                  sizeof(a->errmsg), err)) != IDEM_OK)
 		return r;
 	if (invalid) {
 		a->invalid = true;
 		return IDEM_OK;
 	}
-	if (a->dec == NULL && (a->dec = idem_avro_dec_new()) == NULL) {
+	if (pb) {
+		if (a->pb == NULL && (a->pb = idem_pb_dec_new()) == NULL) {
+			idem_pb_schema_unref(schema);
+			return idem_error_nomem(err);
+		}
+		r = idem_pb_decode(a->pb, schema, id, IDEM_AVRO_HEADER_BYTES, body, len, &e);
+		idem_pb_schema_unref(schema);
+	} else {
+		if (a->dec == NULL && (a->dec = idem_avro_dec_new()) == NULL) {
+			idem_avro_schema_unref(schema);
+			return idem_error_nomem(err);
+		}
+		r = idem_avro_decode(a->dec, schema, id, IDEM_AVRO_HEADER_BYTES, body, len, &e);
 		idem_avro_schema_unref(schema);
-		return idem_error_nomem(err);
 	}
-	r = idem_avro_decode(a->dec, schema, id, IDEM_AVRO_HEADER_BYTES, body, len, &e);
-	idem_avro_schema_unref(schema);
 	if (r == IDEM_ERR_NOMEM)
 		return idem_error_nomem(err);
 	if (r != IDEM_OK) {
@@ -433,29 +471,41 @@ static idem_status avro_load(struct idem_jsondoc *doc, int which, const void *p,
 	return IDEM_OK;
 }
 
-/* An avro: or avro-key: field, for field_read(): as idem__field_json_read() for JSON. */
-static idem_status avro_read(const struct idem_field *f, const struct idem_msgview *m,
-                             struct idem_jsondoc *doc, bool scalar, struct idem_buf *out,
-                             const char **ret_absent, idem_error *err)
+/*
+ * An avro:, avro-key:, protobuf: or protobuf-key: field, for field_read(): as
+ * idem__field_json_read() for JSON.
+ */
+static idem_status schema_read(const struct idem_field *f, const struct idem_msgview *m,
+                               struct idem_jsondoc *doc, bool scalar, struct idem_buf *out,
+                               const char **ret_absent, idem_error *err)
 {
-	int which = f->kind == IDEM_FIELD_AVRO_KEY;
-	const void *p = which ? m->key : m->value;
-	const char *name = which ? "avro-key" : "avro";
+	enum idem_schema_type type = IDEM_SCHEMA_TYPE_AVRO;
+	bool key = false, pb;
+	int which;
+	const void *p;
+	const char *name = idem_field_kind_str(f->kind);
 	idem_error e = { 0 };
 	idem_status r;
+
+	(void)idem_field_schema(f->kind, &type, &key);
+	pb = type == IDEM_SCHEMA_TYPE_PROTOBUF;
+	which = key;
+	p = key ? m->key : m->value;
 
 	if (p == NULL) {
 		*ret_absent = which ? "message has no key" : "message has no value";
 		return IDEM_OK;
 	}
-	r = avro_load(doc, which, p, which ? m->key_len : m->value_len, err);
+	r = schema_load(doc, which, type, p, which ? m->key_len : m->value_len, err);
 	if (r != IDEM_OK)
 		return r;
 	if (doc->avro[which].invalid)
 		return idem_error_set(err, IDEM_ERR_KEY,
-		                      "%s:%s: %s is not Avro this route can read: %s", name, f->arg,
-		                      which ? "key" : "value", doc->avro[which].errmsg);
-	r = idem_avro_read(doc->avro[which].dec, f->arg, scalar, out, ret_absent, &e);
+		                      "%s:%s: %s is not %s this route can read: %s", name, f->arg,
+		                      which ? "key" : "value", pb ? "Protobuf" : "Avro",
+		                      doc->avro[which].errmsg);
+	r = pb ? idem_pb_read(doc->avro[which].pb, f->arg, scalar, out, ret_absent, &e)
+	       : idem_avro_read(doc->avro[which].dec, f->arg, scalar, out, ret_absent, &e);
 	if (r == IDEM_ERR_NOMEM)
 		return idem_error_nomem(err);
 	if (r != IDEM_OK)
@@ -617,7 +667,9 @@ static idem_status field_read(const struct idem_field *f, const struct idem_msgv
 		return idem__field_json_read(f, m, doc, scalar, out, ret_absent, err);
 	case IDEM_FIELD_AVRO:
 	case IDEM_FIELD_AVRO_KEY:
-		return avro_read(f, m, doc, scalar, out, ret_absent, err);
+	case IDEM_FIELD_PROTOBUF:
+	case IDEM_FIELD_PROTOBUF_KEY:
+		return schema_read(f, m, doc, scalar, out, ret_absent, err);
 	}
 	if (r != IDEM_OK)
 		return idem_error_nomem(err);
@@ -640,6 +692,10 @@ static const char *field_kind_name(enum idem_field_kind kind)
 		return "avro";
 	case IDEM_FIELD_AVRO_KEY:
 		return "avro-key";
+	case IDEM_FIELD_PROTOBUF:
+		return "protobuf";
+	case IDEM_FIELD_PROTOBUF_KEY:
+		return "protobuf-key";
 	default:
 		return "text";
 	}

@@ -4,8 +4,9 @@
  * A field names one piece of a Kafka message: value, key, business_key, topic, partition,
  * offset, timestamp, header:NAME, json:/pointer (RFC 6901, into the value parsed as JSON, or
  * into the document of a Confluent-framed JSON Schema value: struct idem_jsondoc's framed),
- * avro:/pointer (into the value decoded as Confluent-framed Avro, idem_avro.h) or
- * avro-key:/pointer (the same, into the Kafka key).
+ * avro:/pointer (into the value decoded as Confluent-framed Avro, idem_avro.h),
+ * avro-key:/pointer (the same, into the Kafka key), protobuf:/pointer and protobuf-key:/pointer
+ * (the same for Confluent-framed Protobuf, idem_protobuf.h).
  * A template is a sequence of literal text and fields: "${header:tenant}/${json:/order_no}".
  */
 #ifndef IDEM_FIELD_H
@@ -13,6 +14,7 @@
 
 #include "idem_avro.h"
 #include "idem_common.h"
+#include "idem_protobuf.h"
 #include "idem_trace.h"
 
 enum idem_field_kind {
@@ -30,6 +32,8 @@ enum idem_field_kind {
 	IDEM_FIELD_JSON,        /* arg is the JSON pointer ("" is the whole document) */
 	IDEM_FIELD_AVRO,        /* arg is the pointer into the Avro value ("" is the whole datum) */
 	IDEM_FIELD_AVRO_KEY,    /* the same, into the Avro key */
+	IDEM_FIELD_PROTOBUF,    /* arg is the pointer into the Protobuf value ("" the message) */
+	IDEM_FIELD_PROTOBUF_KEY, /* the same, into the Protobuf key */
 };
 
 struct idem_field {
@@ -68,7 +72,7 @@ void idem_field_done(struct idem_field *f);
 void idem_template_done(struct idem_template *t);
 /* @brief true if any part needs the value parsed as JSON. */
 bool idem_template_needs_json(const struct idem_template *t);
-/* @brief true if any part is an avro: or avro-key: field. */
+/* @brief true if any part is an avro:, avro-key:, protobuf: or protobuf-key: field. */
 bool idem_template_needs_avro(const struct idem_template *t);
 
 /* One Kafka header as seen by extraction. value NULL means a header with a null value. */
@@ -109,10 +113,12 @@ struct idem_msgtrace {
 void idem_field_trace(const struct idem_msgview *m, struct idem_msgtrace *ret);
 
 /*
- * How avro: fields, and json: fields of a framed value, find the schema of a schema id: the
+ * How avro: and protobuf: fields, and json: fields of a framed value, find the schema of a
+ * schema id: the
  * schema registry in idemd (idem_registry_get()), a table in tests. @type is what the field
  * reads: an id whose schema is of another type is IDEM_SCHEMA_UNKNOWN ("schema id 7 is AVRO,
- * not JSON"). On IDEM_SCHEMA_OK for IDEM_SCHEMA_TYPE_AVRO *ret_schema is a new reference (a
+ * not JSON"). On IDEM_SCHEMA_OK for IDEM_SCHEMA_TYPE_AVRO *ret_schema is a new reference to an
+ * idem_avro_schema, for IDEM_SCHEMA_TYPE_PROTOBUF to an idem_pb_schema (a
  * JSON schema hands nothing back: values are not validated against it, and @ret_schema may be
  * NULL); otherwise @why says what happened, and for IDEM_SCHEMA_UNAVAILABLE (transient: the
  * message waits) *ret_retry_ms when to ask again.
@@ -126,14 +132,25 @@ enum idem_schema_answer {
 enum idem_schema_type {
 	IDEM_SCHEMA_TYPE_AVRO = 0, /* the registry's schemaType AVRO (or none) */
 	IDEM_SCHEMA_TYPE_JSON,     /* schemaType JSON: JSON Schema */
+	IDEM_SCHEMA_TYPE_PROTOBUF, /* schemaType PROTOBUF */
 };
+/*
+ * @brief The schema type a field reads (AVRO for avro: and avro-key:, PROTOBUF for protobuf:
+ * and protobuf-key:) into *ret_type, and in *ret_key whether it reads the Kafka key.
+ * @returns false for a field that reads no schema.
+ */
+bool idem_field_schema(enum idem_field_kind kind, enum idem_schema_type *ret_type, bool *ret_key);
 typedef enum idem_schema_answer idem_schema_fn(void *ctx, int32_t id, enum idem_schema_type type,
-                                               idem_avro_schema **ret_schema, char *why,
-                                               size_t whylen, int *ret_retry_ms);
+                                               void **ret_schema, char *why, size_t whylen,
+                                               int *ret_retry_ms);
 
-/* The key or the value decoded as Avro, at most once per message (struct idem_jsondoc). */
+/*
+ * The key or the value decoded as Avro or Protobuf (a route reads each as one of them,
+ * idem_cfg), at most once per message (struct idem_jsondoc).
+ */
 struct idem_avrodoc {
 	idem_avro_dec *dec; /* owned, created on first use, reused */
+	idem_pb_dec *pb;    /* the same for Protobuf */
 	bool decoded;
 	bool invalid;
 	char errmsg[1024];
@@ -142,8 +159,9 @@ struct idem_avrodoc {
 /*
  * What is decoded of one message, at most once per message, for all its fields: the value
  * parsed as JSON by json-c (on the first json: field that idem_json_scalar() does not answer),
- * the header of a framed JSON Schema value, and the value and the key decoded as Avro. Hides
- * json-c and avro-c. idem_jsondoc_reset() between messages; idem_jsondoc_done() at the end.
+ * the header of a framed JSON Schema value, and the value and the key decoded as Avro or
+ * Protobuf. Hides json-c, avro-c and libprotobuf. idem_jsondoc_reset() between messages;
+ * idem_jsondoc_done() at the end.
  */
 struct idem_jsondoc {
 	void *root;       /* json_object *, owned */
@@ -165,8 +183,8 @@ struct idem_jsondoc {
 	char frame_errmsg[1024];
 
 	struct idem_avrodoc avro[2]; /* [0] the value, [1] the key */
-	idem_schema_fn *schema_fn;   /* set by the owner: how avro: and framed json: fields find
-	                                schemas */
+	idem_schema_fn *schema_fn;   /* set by the owner: how avro:, protobuf: and framed json:
+	                                fields find schemas */
 	void *schema_ctx;
 	int retry_ms; /* after IDEM_ERR_UNAVAILABLE: when to try the message again */
 	bool pending; /* ... and the schema is being fetched: not a failure (yet) */
@@ -185,9 +203,10 @@ void idem_jsondoc_done(struct idem_jsondoc *doc);
  * missing header, missing or non-scalar JSON value, value not JSON (for doc->framed, not
  * Confluent-framed JSON Schema of an id the registry has as a JSON schema), empty key, key longer
  * than @max_len bytes (after encoding). JSON strings yield their content, numbers and booleans
- * their JSON text; null counts as missing. Avro values have the text idem_avro.h gives them; a
- * value or key that is not Avro of a schema the registry has is IDEM_ERR_KEY too.
- * IDEM_ERR_UNAVAILABLE when the schema of an Avro or framed JSON value cannot be had now
+ * their JSON text; null counts as missing. Avro and Protobuf values have the text idem_avro.h
+ * and idem_protobuf.h give them; a value or key that is not Avro (Protobuf) of a schema the
+ * registry has is IDEM_ERR_KEY too.
+ * IDEM_ERR_UNAVAILABLE when the schema of a framed value cannot be had now
  * (doc->retry_ms: when to try again).
  */
 IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
@@ -202,7 +221,7 @@ IDEM_NODISCARD idem_status idem_key_build(const struct idem_template *tpl,
  * JSON strings yield their content; other JSON values their JSON text. timestamp is rendered as
  * "YYYY-MM-DD HH:MM:SS.mmm+00". business_key is @bkey. Errors: IDEM_ERR_KEY when a json: field
  * is asked of a value that is not JSON (or not framed JSON Schema, for doc->framed), or an
- * avro: field of one that is not Avro;
+ * avro: (protobuf:) field of one that is not Avro (Protobuf);
  * IDEM_ERR_UNAVAILABLE as for idem_key_build(); IDEM_ERR_NOMEM.
  */
 IDEM_NODISCARD idem_status idem_field_get(const struct idem_field *f, const struct idem_msgview *m,

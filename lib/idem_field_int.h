@@ -38,7 +38,7 @@ IDEM_NODISCARD idem_status idem__field_json_read(const struct idem_field *f,
  */
 IDEM_NODISCARD idem_status idem__field_frame_schema(struct idem_jsondoc *doc, const void *p,
                                                     size_t n, enum idem_schema_type type,
-                                                    const char *what, idem_avro_schema **ret_schema,
+                                                    const char *what, void **ret_schema,
                                                     const void **ret_body, size_t *ret_len,
                                                     int32_t *ret_id, bool *ret_invalid, char *why,
                                                     size_t whylen, idem_error *err);

@@ -669,7 +669,7 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	if (m->registry &&
 	    idem_buf_printf(
 	            o,
-	            "# HELP idemd_schema_registry_requests_total Requests to the schema registry, by answer: ok (a schema), unknown (404, not Avro: its messages are quarantined), unavailable (no answer, 5xx, 429, 401/403: they wait).\n# TYPE idemd_schema_registry_requests_total counter\n"
+	            "# HELP idemd_schema_registry_requests_total Requests to the schema registry, by answer: ok (a schema), unknown (404, or a schema idemd cannot read: its messages are quarantined), unavailable (no answer, 5xx, 429, 401/403: they wait).\n# TYPE idemd_schema_registry_requests_total counter\n"
 	            "idemd_schema_registry_requests_total{answer=\"ok\"} %" PRIu64
 	            "\nidemd_schema_registry_requests_total{answer=\"unknown\"} %" PRIu64
 	            "\nidemd_schema_registry_requests_total{answer=\"unavailable\"} %" PRIu64

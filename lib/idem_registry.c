@@ -156,6 +156,7 @@ idem_status idem_registry_new(const struct idem_registry_opts *opts, idem_regist
 	                                                                : opts->retry_initial_ms;
 	reg->parse = opts->parse;
 	reg->parse_json = opts->parse_json;
+	reg->parse_protobuf = opts->parse_protobuf;
 	reg->ref = opts->ref;
 	reg->unref = opts->unref;
 	reg->max_schemas = idem__registry_max_schemas > 0 ? idem__registry_max_schemas : 1;

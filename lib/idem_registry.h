@@ -42,9 +42,12 @@
 #define IDEM_REGISTRY_H
 
 #include "idem_common.h"
+#include "idem_protobuf.h"
 
 #define IDEM_REGISTRY_MAX_SCHEMAS     1000
 #define IDEM_REGISTRY_UNKNOWN_KEEP_MS 10000
+/* The files a Protobuf schema may import through references, directly or not. */
+#define IDEM_REGISTRY_MAX_REFERENCES 64
 /*
  * A 200 answer larger than this is UNKNOWN ("schema id 7: answer of http://registry:8081 is
  * larger than 8388608 bytes"): the answer for an id never changes, so asking again cannot help.
@@ -64,6 +67,15 @@ typedef struct idem_registry idem_registry;
  */
 typedef idem_status (*idem_registry_parse_fn)(const char *text, size_t len, void **ret_obj,
                                               char *why, size_t whylen);
+/*
+ * The same for a Protobuf schema (schemaType PROTOBUF) of id @id, with the .proto files its
+ * references name, directly or not (GET /subjects/{subject}/versions/{version} each, by the
+ * same fetch: a reference that cannot be had now makes the id UNAVAILABLE, one the registry
+ * does not know or that is not Protobuf UNKNOWN).
+ */
+typedef idem_status (*idem_registry_parse_pb_fn)(const char *text, size_t len, int32_t id,
+                                                 const struct idem_pb_file *deps, size_t n_deps,
+                                                 void **ret_obj, char *why, size_t whylen);
 typedef void *(*idem_registry_ref_fn)(void *obj);
 typedef void (*idem_registry_unref_fn)(void *obj);
 
@@ -84,6 +96,8 @@ struct idem_registry_opts {
 	 * id 9 is JSON, not AVRO").
 	 */
 	idem_registry_parse_fn parse_json;
+	/* Optional: the same for PROTOBUF (NULL: such an id is UNKNOWN). */
+	idem_registry_parse_pb_fn parse_protobuf;
 	/*
 	 * Optional: called without the registry's lock each time a fetch that peek() answered
 	 * IDEM_REGISTRY_PENDING for ends, whatever its answer (peek() then answers without

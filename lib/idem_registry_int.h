@@ -53,7 +53,8 @@ struct idem_registry {
 	int retry_initial_ms;
 	int retry_max_ms;
 	idem_registry_parse_fn parse;
-	idem_registry_parse_fn parse_json; /* NULL: JSON schemas are UNKNOWN */
+	idem_registry_parse_fn parse_json;        /* NULL: JSON schemas are UNKNOWN */
+	idem_registry_parse_pb_fn parse_protobuf; /* NULL: Protobuf schemas are UNKNOWN */
 	idem_registry_ref_fn ref;
 	idem_registry_unref_fn unref;
 	size_t max_schemas;

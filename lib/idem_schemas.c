@@ -1,10 +1,10 @@
 /*
  * idem_schemas.c - the schema registry of a configuration, as struct idem_jsondoc asks for
- * schemas: idem_registry caches parsed idem_avro_schema objects, fetched once per id, and marks
- * the ids of JSON schemas (json_schema_mark: values are not validated against them, so nothing
- * of them is kept but their type). Tools ask and wait (idem_schemas_attach()); the daemon's
- * consumer thread never waits on the network (idem_schemas_attach_async(): the registry's
- * fetchers fetch, and @wake tells it when one ended).
+ * schemas: idem_registry caches parsed Avro and Protobuf schemas (with their type), fetched
+ * once per id, and marks the ids of JSON schemas (json_schema_mark: values are not validated
+ * against them, so nothing of them is kept but their type). Tools ask and wait
+ * (idem_schemas_attach()); the daemon's consumer thread never waits on the network
+ * (idem_schemas_attach_async(): the registry's fetchers fetch, and @wake tells it when one ended).
  */
 #include "idem_schemas.h"
 
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "idem_avro.h"
+#include "idem_protobuf.h"
 
 struct idem_schemas {
 	idem_registry *reg;
@@ -23,8 +24,52 @@ struct idem_schemas {
 	atomic_uint_fast64_t answers; /* background fetches ended */
 };
 
-static idem_status parse_schema(const char *text, size_t len, void **ret_obj, char *why,
-                                size_t whylen)
+/*
+ * What the registry holds for the id of a JSON schema: one object for them all, never freed.
+ * The registry's cache then answers for the id (fetched once, kept) as for an Avro schema.
+ */
+static char json_schema_mark;
+
+/*
+ * What the registry's cache holds for an Avro or a Protobuf schema: the schema with its type,
+ * reference counted (the cache's reference and those of the threads reading it).
+ */
+struct schema_obj {
+	atomic_int refs;
+	enum idem_schema_type type; /* AVRO or PROTOBUF */
+	void *schema;               /* idem_avro_schema * or idem_pb_schema *, one reference */
+};
+
+static void drop_schema(enum idem_schema_type type, void *schema)
+{
+	if (type == IDEM_SCHEMA_TYPE_PROTOBUF)
+		idem_pb_schema_unref(schema);
+	else
+		idem_avro_schema_unref(schema);
+}
+
+static idem_status wrap(enum idem_schema_type type, void *schema, void **ret_obj, char *why,
+                        size_t whylen)
+{
+	struct schema_obj *o = malloc(sizeof(*o));
+
+	if (o == NULL) {
+		drop_schema(type, schema);
+		snprintf(why, whylen, "out of memory");
+		return IDEM_ERR_NOMEM;
+	}
+	atomic_init(&o->refs, 1);
+	o->type = type;
+	o->schema = schema;
+	*ret_obj = o;
+	return IDEM_OK;
+}
+
+/* An Avro schema (schemaType AVRO, or none). */
+IDEM_TESTABLE idem_status idem__schemas_parse_avro(const char *text, size_t len, void **ret_obj,
+                                                   char *why, size_t whylen);
+IDEM_TESTABLE idem_status idem__schemas_parse_avro(const char *text, size_t len, void **ret_obj,
+                                                   char *why, size_t whylen)
 {
 	idem_avro_schema *schema;
 	idem_error e = { 0 };
@@ -35,15 +80,33 @@ static idem_status parse_schema(const char *text, size_t len, void **ret_obj, ch
 		snprintf(why, whylen, "%s", e.msg);
 		return r;
 	}
-	*ret_obj = schema;
-	return IDEM_OK;
+	return wrap(IDEM_SCHEMA_TYPE_AVRO, schema, ret_obj, why, whylen);
 }
 
-/*
- * What the registry holds for the id of a JSON schema: one object for them all, never freed.
- * The registry's cache then answers for the id (fetched once, kept) as for an Avro schema.
- */
-static char json_schema_mark;
+/* A Protobuf schema (schemaType PROTOBUF) with the files its references name. */
+IDEM_TESTABLE idem_status idem__schemas_parse_protobuf(const char *text, size_t len, int32_t id,
+                                                       const struct idem_pb_file *deps,
+                                                       size_t n_deps, void **ret_obj, char *why,
+                                                       size_t whylen);
+IDEM_TESTABLE idem_status idem__schemas_parse_protobuf(const char *text, size_t len, int32_t id,
+                                                       const struct idem_pb_file *deps,
+                                                       size_t n_deps, void **ret_obj, char *why,
+                                                       size_t whylen)
+{
+	idem_pb_schema *schema;
+	idem_error e = { 0 };
+	char name[48];
+	idem_status r;
+
+	/* The registry gives the schema of an id no file name: this one names it in messages. */
+	snprintf(name, sizeof(name), "schema-%d.proto", (int)id);
+	r = idem_pb_schema_new(name, text, len, deps, n_deps, &schema, &e);
+	if (r != IDEM_OK) {
+		snprintf(why, whylen, "%s", e.msg);
+		return r;
+	}
+	return wrap(IDEM_SCHEMA_TYPE_PROTOBUF, schema, ret_obj, why, whylen);
+}
 
 /*
  * A JSON schema (schemaType JSON): JSON text, an object or a boolean (JSON Schema's two forms).
@@ -74,20 +137,36 @@ IDEM_TESTABLE idem_status idem__schemas_parse_json(const char *text, size_t len,
 	return r;
 }
 
-static void *ref_schema(void *obj)
-{
-	return obj == &json_schema_mark ? obj : idem_avro_schema_ref(obj);
-}
-
-static void unref_schema(void *obj)
+IDEM_TESTABLE void *idem__schemas_ref(void *obj);
+IDEM_TESTABLE void *idem__schemas_ref(void *obj)
 {
 	if (obj != &json_schema_mark)
-		idem_avro_schema_unref(obj);
+		atomic_fetch_add(&((struct schema_obj *)obj)->refs, 1);
+	return obj;
+}
+
+IDEM_TESTABLE void idem__schemas_unref(void *obj);
+IDEM_TESTABLE void idem__schemas_unref(void *obj)
+{
+	struct schema_obj *o = obj;
+
+	if (obj == &json_schema_mark || atomic_fetch_sub(&o->refs, 1) != 1)
+		return;
+	drop_schema(o->type, o->schema);
+	free(o);
 }
 
 static const char *schema_type_name(enum idem_schema_type type)
 {
-	return type == IDEM_SCHEMA_TYPE_JSON ? "JSON" : "AVRO";
+	switch (type) {
+	case IDEM_SCHEMA_TYPE_JSON:
+		return "JSON";
+	case IDEM_SCHEMA_TYPE_PROTOBUF:
+		return "PROTOBUF";
+	case IDEM_SCHEMA_TYPE_AVRO:
+		break;
+	}
+	return "AVRO";
 }
 
 /*
@@ -97,26 +176,30 @@ static const char *schema_type_name(enum idem_schema_type type)
  */
 IDEM_TESTABLE enum idem_schema_answer
 idem__schemas_answer(int timeout_ms, enum idem_registry_answer answer, void *obj, int32_t id,
-                     enum idem_schema_type type, idem_avro_schema **ret_schema, char *why,
-                     size_t whylen, int *ret_retry_ms);
+                     enum idem_schema_type type, void **ret_schema, char *why, size_t whylen,
+                     int *ret_retry_ms);
 IDEM_TESTABLE enum idem_schema_answer
 idem__schemas_answer(int timeout_ms, enum idem_registry_answer answer, void *obj, int32_t id,
-                     enum idem_schema_type type, idem_avro_schema **ret_schema, char *why,
-                     size_t whylen, int *ret_retry_ms)
+                     enum idem_schema_type type, void **ret_schema, char *why, size_t whylen,
+                     int *ret_retry_ms)
 {
 	enum idem_schema_type got;
 
 	switch (answer) {
 	case IDEM_REGISTRY_OK:
-		got = obj == &json_schema_mark ? IDEM_SCHEMA_TYPE_JSON : IDEM_SCHEMA_TYPE_AVRO;
+		got = obj == &json_schema_mark ? IDEM_SCHEMA_TYPE_JSON
+		                               : ((struct schema_obj *)obj)->type;
 		if (got != type) {
-			unref_schema(obj);
+			idem__schemas_unref(obj);
 			snprintf(why, whylen, "schema id %d is %s, not %s", (int)id,
 			         schema_type_name(got), schema_type_name(type));
 			return IDEM_SCHEMA_UNKNOWN;
 		}
 		if (type == IDEM_SCHEMA_TYPE_AVRO)
-			*ret_schema = obj;
+			*ret_schema = idem_avro_schema_ref(((struct schema_obj *)obj)->schema);
+		else if (type == IDEM_SCHEMA_TYPE_PROTOBUF)
+			*ret_schema = idem_pb_schema_ref(((struct schema_obj *)obj)->schema);
+		idem__schemas_unref(obj);
 		return IDEM_SCHEMA_OK;
 	case IDEM_REGISTRY_UNKNOWN:
 		return IDEM_SCHEMA_UNKNOWN;
@@ -132,7 +215,7 @@ idem__schemas_answer(int timeout_ms, enum idem_registry_answer answer, void *obj
 }
 
 static enum idem_schema_answer get_schema(void *ctx, int32_t id, enum idem_schema_type type,
-                                          idem_avro_schema **ret_schema, char *why, size_t whylen,
+                                          void **ret_schema, char *why, size_t whylen,
                                           int *ret_retry_ms)
 {
 	struct idem_schemas *s = ctx;
@@ -147,7 +230,7 @@ static enum idem_schema_answer get_schema(void *ctx, int32_t id, enum idem_schem
 
 /* As get_schema(), never waiting: an id not in the cache is fetched in the background. */
 static enum idem_schema_answer peek_schema(void *ctx, int32_t id, enum idem_schema_type type,
-                                           idem_avro_schema **ret_schema, char *why, size_t whylen,
+                                           void **ret_schema, char *why, size_t whylen,
                                            int *ret_retry_ms)
 {
 	struct idem_schemas *s = ctx;
@@ -200,10 +283,11 @@ idem_status idem_schemas_open(const struct idem_cfg *cfg, void (*wake)(void *ctx
 	opts.timeout_ms = cfg->registry_timeout_ms;
 	opts.retry_initial_ms = cfg->retry_initial_ms;
 	opts.retry_max_ms = cfg->retry_max_ms;
-	opts.parse = parse_schema;
+	opts.parse = idem__schemas_parse_avro;
 	opts.parse_json = idem__schemas_parse_json;
-	opts.ref = ref_schema;
-	opts.unref = unref_schema;
+	opts.parse_protobuf = idem__schemas_parse_protobuf;
+	opts.ref = idem__schemas_ref;
+	opts.unref = idem__schemas_unref;
 	opts.notify = fetched;
 	opts.notify_ctx = s;
 	s->timeout_ms = cfg->registry_timeout_ms;

@@ -6,7 +6,7 @@
 # include its own module's headers and those of any module on a lower line: never a module on
 # its own line or above it, so there can be no circle. Every lib/ file must belong to a module
 # of the list. daemon/ may include anything of lib/; lib/ never includes daemon/. And every
-# lib/*.c and lib/*.h file has at most max_lines lines (a file over that is split along a seam of
+# lib/*.c, lib/*.cc and lib/*.h file has at most max_lines lines (a file over that is split along a seam of
 # its module, as ARCHITECTURE.md says); each file over is named with its count.
 #
 #   tests/check_layers.sh [SRC_DIR]      exit 0 if the code keeps to the map, 1 (saying where) if not
@@ -30,14 +30,15 @@ done < <(awk '/^```layers$/ { on = 1; next } on && /^```$/ { exit } on' "$map")
 [ "$line_no" -gt 0 ] || { echo "check_layers: no \`\`\`layers block in $map" >&2 && exit 1; }
 
 bad=0
-for f in "$src"/lib/*.c "$src"/lib/*.h; do
+for f in "$src"/lib/*.c "$src"/lib/*.cc "$src"/lib/*.h; do
 	base=$(basename "$f")
 	lines=$(wc -l <"$f")
 	if [ "$lines" -gt "$max_lines" ]; then
 		echo "lib/$base: $lines lines, over the budget of $max_lines lines per file of lib/" >&2
 		bad=1
 	fi
-	stem=${base%.[ch]}
+	stem=${base%.cc}
+	stem=${stem%.[ch]}
 	stem=${stem#idem_}
 	stem=${stem%_int}
 	own=${module[$stem]:-}
@@ -65,7 +66,7 @@ for f in "$src"/lib/*.c "$src"/lib/*.h; do
 		fi
 	done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
 done
-if grep -l '#include "idemctl\|#include "idemd' "$src"/lib/*.[ch] 2>/dev/null; then
+if grep -l '#include "idemctl\|#include "idemd' "$src"/lib/*.[ch] "$src"/lib/*.cc 2>/dev/null; then
 	echo "lib/ includes a header of daemon/ (above)" >&2
 	bad=1
 fi

@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(
 	build-essential cmake pkg-config
 	librdkafka-dev libpq-dev libyaml-dev libjson-c-dev libssl-dev
-	libcmocka-dev libmicrohttpd-dev libavro-dev libcurl4-openssl-dev python3-avro postgresql clang clang-format libclang-rt-14-dev curl
+	libcmocka-dev libmicrohttpd-dev libavro-dev libcurl4-openssl-dev python3-avro
+	libprotobuf-dev libprotoc-dev protobuf-compiler python3-protobuf postgresql clang clang-format libclang-rt-14-dev curl
 	prometheus dpkg-dev python3
 	systemd # systemd-analyze, for t_package's unit check (a container may lack it)
 )

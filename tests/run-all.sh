@@ -12,7 +12,7 @@ jobs=$(nproc)
 bash tests/install-deps.sh
 
 echo "== format"
-git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
+git ls-files '*.c' '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 echo "== layers (ARCHITECTURE.md's include order)"
 bash tests/check_layers.sh
 

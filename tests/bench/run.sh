@@ -10,7 +10,7 @@
 #                      [--latency-beside]
 #                      [--kafka-prop NAME=VALUE]... [--pg-setting NAME=VALUE]...
 #                      [--peer-batch N] [--peer-connections K] [--peer-arg ARG]...
-#                      [--modes row,set] [--avro] [--profile] [--statements]
+#                      [--modes row,set] [--avro] [--protobuf] [--profile] [--statements]
 #                      [--skip-latency] [--build-dir DIR] [--out DIR]
 #                      [--partition-phases P1,P2,...] [--only-partitions]
 #                      [--partition-latency-rate R] [--partition-latency-seconds S]
@@ -55,6 +55,9 @@
 #   Vs with --avro: C_set over payments_avro, idemd reading avro: fields through the registry
 #      (V_set: business_key ${avro:/payment_id}, params avro:/account and avro:/amount), and the
 #      same exactly-once check; V_set/C_set is the cost of Avro against JSON (target >= 0.9);
+#   Gs with --protobuf: the same over payments_protobuf, the same payments as Confluent-framed
+#      Protobuf (tests/tools/proto_encode.py, python3-protobuf), idemd reading protobuf: fields
+#      (PB_set); PB_set/C_set is the cost of Protobuf against JSON (target >= 0.9);
 #   Hs with --history-purge H: C_set over a claims table that holds H claims older than
 #      retention.keep, which idemd's retention purges while it applies the backlog (H_set):
 #      its rate against C_set's, and the purge's rate (claims deleted per second of the run)
@@ -119,6 +122,7 @@ profile=0
 skip_latency=0
 statements=0
 avro=0
+protobuf=0
 build_dir=$src/build-bench
 out_dir=
 kafka_props=()
@@ -170,6 +174,7 @@ while [ $# -gt 0 ]; do
 	--pg-setting) pg_settings+=("$2") && shift 2 ;;
 	--modes) modes=$2 && shift 2 ;;
 	--avro) avro=1 && shift ;;
+	--protobuf) protobuf=1 && shift ;;
 	--profile) profile=1 && shift ;;
 	--skip-latency) skip_latency=1 && shift ;;
 	--statements) statements=1 && shift ;;
@@ -207,8 +212,8 @@ fi
 run_row=0 run_set=0
 [[ $modes != *row* ]] || run_row=1
 [[ $modes != *set* ]] || run_set=1
-[ "$avro" = 0 ] || [ "$run_set" = 1 ] ||
-	{ echo "run.sh: --avro runs set mode: it needs --modes set or row,set" >&2 && exit 2; }
+[ "$avro" = 0 ] && [ "$protobuf" = 0 ] || [ "$run_set" = 1 ] ||
+	{ echo "run.sh: --avro and --protobuf run set mode: they need --modes set or row,set" >&2 && exit 2; }
 pparts=()
 [ "$only_partitions" = 0 ] || [ -n "$partition_phases" ] || partition_phases=16,64,256
 if [ -n "$partition_phases" ]; then
@@ -219,8 +224,8 @@ if [ -n "$partition_phases" ]; then
 	[ "$(printf '%s\n' "${pparts[@]}" | sort -u | wc -l)" = ${#pparts[@]} ] ||
 		{ echo "run.sh: --partition-phases names a partition count twice" >&2 && exit 2; }
 fi
-if [ "$only_partitions" = 1 ] && { [ "$avro" = 1 ] || [ "$profile" = 1 ]; }; then
-	echo "run.sh: --only-partitions runs no other phase: drop --avro and --profile" >&2 && exit 2
+if [ "$only_partitions" = 1 ] && { [ "$avro" = 1 ] || [ "$protobuf" = 1 ] || [ "$profile" = 1 ]; }; then
+	echo "run.sh: --only-partitions runs no other phase: drop --avro, --protobuf and --profile" >&2 && exit 2
 fi
 : "${out_dir:=$build_dir/bench-out/$(date +%Y%m%d-%H%M%S)}"
 
@@ -281,6 +286,7 @@ PM=$(head -n 1 "$IDEM_PGDATA/postmaster.pid")
 
 topics=("payments:$partitions")
 [ "$avro" = 0 ] || topics+=("payments_avro:$partitions")
+[ "$protobuf" = 0 ] || topics+=("payments_protobuf:$partitions")
 for ((r = 1; r <= runs && only_partitions == 0; r++)); do
 	topics+=("lat$r:$partitions" "klat$r:$partitions" "lats$r:$partitions" "klats$r:$partitions")
 	for ((i = 0; i < ${#rates[@]}; i++)); do
@@ -447,32 +453,43 @@ if [ "$only_partitions" = 0 ]; then
 	# The partition phases' checks borrow manifest.csv (pt_check): this is the one to restore.
 	cp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest-main.csv"
 fi
-if [ "$avro" = 1 ]; then
-	# The same payments in Avro: avro_encode.py draws them as idem_produce's idem-kafkatool
-	# produce does (the same --count, --dup-ratio, --seed 1, --accounts, and the topic's
-	# partition count), each line naming its partition.
-	idem_log "producing the same payments in Avro to payments_avro"
-	idem_registry_start
-	idem_avro_encode payments-schema >"$IDEM_TMP/payments.avsc"
-	avro_id=$(idem_registry_register payments-value "$IDEM_TMP/payments.avsc")
-	line=$(idem_avro_encode payments --count "$messages" --dup-ratio "$dup_ratio" --seed 1 \
-		--accounts "$IDEM_ACCOUNTS" --partitions "$partitions" --schema-id "$avro_id" \
-		--manifest "$IDEM_TMP/manifest-avro.csv" --output "$IDEM_TMP/payments-avro.txt")
+# produce_framed FORMAT: the same payments in Avro or Protobuf to topic payments_FORMAT:
+# avro_encode.py (proto_encode.py) draws them as idem_produce's idem-kafkatool produce does (the
+# same --count, --dup-ratio, --seed 1, --accounts, and the topic's partition count), each line
+# naming its partition; the manifest and each partition's count are checked to be those of
+# payments. Sets framed_id[FORMAT] (the schema id).
+declare -A framed_id
+produce_framed() {
+	local fmt=$1 line json_produced
+	idem_log "producing the same payments in $fmt to payments_$fmt"
+	[ -n "${IDEM_REGISTRY_URL:-}" ] || idem_registry_start
+	if [ "$fmt" = avro ]; then
+		idem_avro_encode payments-schema >"$IDEM_TMP/payments.avsc"
+		framed_id[$fmt]=$(idem_registry_register payments-value "$IDEM_TMP/payments.avsc")
+	else
+		idem_proto_encode payments-schema >"$IDEM_TMP/payments.proto"
+		framed_id[$fmt]=$(idem_registry_register payments-protobuf-value "$IDEM_TMP/payments.proto" --schema-type PROTOBUF)
+	fi
+	line=$("idem_${fmt/protobuf/proto}_encode" payments --count "$messages" --dup-ratio "$dup_ratio" --seed 1 \
+		--accounts "$IDEM_ACCOUNTS" --partitions "$partitions" --schema-id "${framed_id[$fmt]}" \
+		--manifest "$IDEM_TMP/manifest-$fmt.csv" --output "$IDEM_TMP/payments-$fmt.txt")
 	[ "$line" = "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE duplicates=$((IDEM_PRODUCED - IDEM_UNIQUE))" ] ||
-		idem_fail "avro_encode.py made other payments ($line) than idem-kafkatool (produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE)"
-	cmp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest-avro.csv" ||
-		idem_fail "the Avro payments differ from the JSON ones: manifest.csv and manifest-avro.csv in $IDEM_TMP"
+		idem_fail "the $fmt encoder made other payments ($line) than idem-kafkatool (produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE)"
+	cmp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest-$fmt.csv" ||
+		idem_fail "the $fmt payments differ from the JSON ones: manifest.csv and manifest-$fmt.csv in $IDEM_TMP"
 	json_produced=$IDEM_PRODUCED
-	idem_avro_produce payments_avro "$IDEM_TMP/payments-avro.txt"
+	idem_avro_produce "payments_$fmt" "$IDEM_TMP/payments-$fmt.txt"
 	[ "$IDEM_PRODUCED" = "$json_produced" ] ||
-		idem_fail "produce-file wrote $IDEM_PRODUCED Avro messages, expected $json_produced"
-	check_topic payments_avro >"$IDEM_TMP/payments_avro.highs"
-	cmp "$IDEM_TMP/payments.highs" "$IDEM_TMP/payments_avro.highs" ||
-		idem_fail "payments_avro's partitions hold other counts than payments': $(paste -d ' ' "$IDEM_TMP/payments.highs" "$IDEM_TMP/payments_avro.highs" | tr '\n' ';')"
-	line="produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE schema_id=$avro_id value_bytes_mean=$(awk -F '\t' '{ n += length($2) / 2 } END { printf "%.1f", n / NR }' "$IDEM_TMP/payments-avro.txt")"
-	idem_log "payments_avro: $line"
-	echo "payments_avro: $line; the manifest and each partition's count are those of payments" >>"$results"
-fi
+		idem_fail "produce-file wrote $IDEM_PRODUCED $fmt messages, expected $json_produced"
+	check_topic "payments_$fmt" >"$IDEM_TMP/payments_$fmt.highs"
+	cmp "$IDEM_TMP/payments.highs" "$IDEM_TMP/payments_$fmt.highs" ||
+		idem_fail "payments_$fmt's partitions hold other counts than payments': $(paste -d ' ' "$IDEM_TMP/payments.highs" "$IDEM_TMP/payments_$fmt.highs" | tr '\n' ';')"
+	line="produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE schema_id=${framed_id[$fmt]} value_bytes_mean=$(awk -F '\t' '{ n += length($2) / 2 } END { printf "%.1f", n / NR }' "$IDEM_TMP/payments-$fmt.txt")"
+	idem_log "payments_$fmt: $line"
+	echo "payments_$fmt: $line; the manifest and each partition's count are those of payments" >>"$results"
+}
+[ "$avro" = 0 ] || produce_framed avro
+[ "$protobuf" = 0 ] || produce_framed protobuf
 
 # The partition phases' backlogs: the same N payments as topic payments (idem-kafkatool produce,
 # seed 1, --dup-ratio, the same accounts), each in its Kafka pP over P partitions. Which
@@ -595,11 +612,12 @@ phase_c() {
 	local topic=payments params='[business_key, "json:/account", "json:/amount"]' opts=()
 	[ "$mode" = row ] || ph=Cs
 	[ "$purge" = 0 ] || ph=Hs
-	if [ "$payload" = avro ]; then
-		[ "$ph" = Cs ] || idem_fail "phase_c: avro runs in set mode without a purge only"
-		ph=Vs topic=payments_avro params='[business_key, "avro:/account", "avro:/amount"]'
-		# shellcheck disable=SC2016 # a business_key template, not a shell expansion
-		opts=(--key '${avro:/payment_id}' --registry "url=\"$IDEM_REGISTRY_URL\"")
+	if [ "$payload" != json ]; then
+		[ "$ph" = Cs ] || idem_fail "phase_c: $payload runs in set mode without a purge only"
+		ph=Vs
+		[ "$payload" = avro ] || ph=Gs
+		topic=payments_$payload params="[business_key, \"$payload:/account\", \"$payload:/amount\"]"
+		opts=(--key "\${$payload:/payment_id}" --registry "url=\"$IDEM_REGISTRY_URL\"")
 	fi
 	name=${ph,,}$r
 	reset_db
@@ -961,6 +979,10 @@ main_phases() {
 			phase_c "$r" set avro
 			rec "$r.VsCs" "$(calc "${V[$r.Vs.rate]} / ${V[$r.Cs.rate]}")"
 		fi
+		if [ "$protobuf" = 1 ]; then
+			phase_c "$r" set protobuf
+			rec "$r.GsCs" "$(calc "${V[$r.Gs.rate]} / ${V[$r.Cs.rate]}")"
+		fi
 	fi
 	if [ "$run_row" = 1 ] && [ "$run_set" = 1 ]; then
 		rec "$r.CsC" "$(calc "${V[$r.Cs.rate]} / ${V[$r.C.rate]}")"
@@ -1018,6 +1040,7 @@ phase_name() {
 	Ps) echo P_set ;;
 	Cs) echo C_set ;;
 	Vs) echo V_set ;;
+	Gs) echo PB_set ;;
 	Hs) echo H_set ;;
 	*) echo "$1" ;;
 	esac
@@ -1054,6 +1077,7 @@ report() {
 	[ "$run_row" = 0 ] || phases+=(C)
 	[ "$run_set" = 0 ] || phases+=(Ps Cs)
 	[ "$run_set" = 0 ] || [ "$avro" = 0 ] || phases+=(Vs)
+	[ "$run_set" = 0 ] || [ "$protobuf" = 0 ] || phases+=(Gs)
 	[ "$run_set" = 0 ] || [ "$history_purge" = 0 ] || phases+=(Hs)
 	if [ ${#rates[@]} -gt 0 ]; then
 		for rate in "${rates[@]}"; do
@@ -1077,6 +1101,10 @@ report() {
 	if [ "$avro" = 1 ]; then
 		echo "V_set = C_set over topic payments_avro: the same payments as Confluent-framed Avro, idemd reading"
 		echo "avro:/payment_id, avro:/account and avro:/amount with the schema from the registry (registry.py)."
+	fi
+	if [ "$protobuf" = 1 ]; then
+		echo "PB_set = C_set over topic payments_protobuf: the same payments as Confluent-framed Protobuf (written by"
+		echo "python3-protobuf), idemd reading protobuf:/payment_id, /account and /amount with the schema from the registry."
 	fi
 	echo "cpu/1k = CPU seconds per 1,000 messages: 'consumer' = the consuming process, 'postgres' = whole cluster."
 	echo
@@ -1125,13 +1153,18 @@ report() {
 		echo "idemd CPU per 1,000 messages: V_set $(fmt %.4f "$(per_run cpu1k Vs | median)") s, C_set $(fmt %.4f "$(per_run cpu1k Cs | median)") s" \
 			"(Postgres: $(fmt %.4f "$(per_run pg1k Vs | median)") s, $(fmt %.4f "$(per_run pg1k Cs | median)") s; medians)"
 	fi
+	if [ "$run_set" = 1 ] && [ "$protobuf" = 1 ]; then
+		echo "PB_set/C_set (Protobuf against JSON, target >= 0.9): $(fmt %.3f "$(medof GsCs)") ($(for ((r = 1; r <= runs; r++)); do fmt %.3f "${V[$r.GsCs]}" && echo; done | paste -sd ' ' | sed 's/ /, /g'))"
+		echo "idemd CPU per 1,000 messages: PB_set $(fmt %.4f "$(per_run cpu1k Gs | median)") s, C_set $(fmt %.4f "$(per_run cpu1k Cs | median)") s" \
+			"(Postgres: $(fmt %.4f "$(per_run pg1k Gs | median)") s, $(fmt %.4f "$(per_run pg1k Cs | median)") s; medians)"
+	fi
 	echo "(targets: C/A >= 0.85, C/B >= 15, C_set/A_set >= 0.9, C_set/C >= 3)"
 	echo
-	for ph in C Cs Vs; do
+	for ph in C Cs Vs Gs; do
 		[ -n "${V[1.$ph.rss]:-}" ] || continue
 		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (the prefetch holds up to 160,000 messages: README, \"Memory\")"
 	done
-	for ph in C Cs Vs; do
+	for ph in C Cs Vs Gs; do
 		[ -n "${V[1.$ph.bpc]:-}" ] || continue
 		echo "bytes per claim after $(phase_name "$ph") (idem.processed_messages with its indexes over its rows, vacuumed): median $(medof "$ph.bpc")"
 	done
@@ -1260,7 +1293,7 @@ report() {
 	fi
 	echo
 	for ((r = 1; r <= runs; r++)); do
-		for ph in C Cs Vs; do
+		for ph in C Cs Vs Gs; do
 			[ -z "${V[$r.$ph.exactly_once]:-}" ] ||
 				what="${what:-}${what:+, }run $r $(phase_name "$ph") ${V[$r.$ph.exactly_once]}"
 		done

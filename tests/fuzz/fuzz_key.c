@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Schema ids for framed values: a JSON schema, unknown, an Avro schema or not available now. */
 static enum idem_schema_answer fuzz_schema(void *ctx, int32_t id, enum idem_schema_type type,
-                                           idem_avro_schema **ret_schema, char *why, size_t whylen,
+                                           void **ret_schema, char *why, size_t whylen,
                                            int *ret_retry_ms)
 {
 	(void)ctx;

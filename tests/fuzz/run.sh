@@ -11,25 +11,36 @@ trap 'rm -rf "$out"' EXIT
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 	-D_POSIX_C_SOURCE=200809L -DIDEM_VERSION='"fuzz"' -I"$src/lib")
 
-field=("$src/lib/idem_field.c" "$src/lib/idem_trace.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c")
+# The Protobuf module is C++: compiled once by clang++, linked into every target that reads fields.
+pb=()
+for f in "$src"/lib/idem_protobuf*.cc; do
+	clang++ -c -std=c++17 "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" "$f" \
+		-o "$out/$(basename "$f" .cc).o"
+	pb+=("$out/$(basename "$f" .cc).o")
+done
+pblibs=(-fsanitize-link-c++-runtime -lprotoc $(pkg-config --libs protobuf) -lstdc++)
+field=("${pb[@]}" "$src/lib/idem_field.c" "$src/lib/idem_trace.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c")
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "${field[@]}" \
-	$(pkg-config --cflags --libs json-c avro-c) -lm -o "$out/fuzz_key"
+	$(pkg-config --cflags --libs json-c avro-c) "${pblibs[@]}" -lm -o "$out/fuzz_key"
 cfg=("$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_cfg_ops.c"
 	"$src/lib/idem_cfg_registry.c" "$src/lib/idem_cfg_routes.c" "$src/lib/idem_cfg_secrets.c"
 	"$src/lib/idem_lex.c" "$src/lib/idem_log.c" "$src/lib/idem_esc.c" "$src/lib/idem_url.c")
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "${cfg[@]}" "${field[@]}" \
-	$(pkg-config --cflags --libs yaml-0.1 json-c avro-c rdkafka libpq) -lm -o "$out/fuzz_cfg"
+	$(pkg-config --cflags --libs yaml-0.1 json-c avro-c rdkafka libpq) "${pblibs[@]}" -lm -o "$out/fuzz_cfg"
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_decode.c" "$src/lib/idem_batch.c" "$src/lib/idem_bind.c" \
 	"${cfg[@]}" "${field[@]}" \
-	$(pkg-config --cflags --libs yaml-0.1 json-c avro-c rdkafka libcrypto libpq) -lpthread -lm \
+	$(pkg-config --cflags --libs yaml-0.1 json-c avro-c rdkafka libcrypto libpq) "${pblibs[@]}" -lpthread -lm \
 	-o "$out/fuzz_decode"
 
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_json.c" "${field[@]}" \
-	$(pkg-config --cflags --libs json-c avro-c) -lm -o "$out/fuzz_json"
+	$(pkg-config --cflags --libs json-c avro-c) "${pblibs[@]}" -lm -o "$out/fuzz_json"
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_avro.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c" \
 	$(pkg-config --cflags --libs avro-c json-c) -lm -o "$out/fuzz_avro"
 
-for t in key cfg decode json avro; do
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_protobuf.c" "${pb[@]}" "$src/lib/idem_common.c" \
+	"${pblibs[@]}" -lm -o "$out/fuzz_protobuf"
+
+for t in key cfg decode json avro protobuf; do
 	mkdir -p "$out/corpus-$t"
 	cp "$src/tests/fuzz/corpus/$t/"* "$out/corpus-$t/"
 	echo "fuzz_$t: ${secs}s"

@@ -21,14 +21,15 @@ row | set) ;;
 esac
 export IDEM_HANDLER_MODE
 
-# IDEM_PAYLOAD (json or avro, default json) is how the payments are written: with avro,
-# idem_fixture starts a schema registry (tests/tools/registry.py) and registers the payments
-# schema, idem_write_config reads avro: fields through it, and idem_produce writes the same
-# payments Confluent-framed, encoded by python3-avro. CTest runs t_kill9 once more that way.
+# IDEM_PAYLOAD (json, avro or protobuf, default json) is how the payments are written: with avro
+# (protobuf), idem_fixture starts a schema registry (tests/tools/registry.py) and registers the
+# payments schema, idem_write_config reads avro: (protobuf:) fields through it, and idem_produce
+# writes the same payments Confluent-framed, encoded by python3-avro (python3-protobuf). CTest
+# runs t_kill9 once more each way.
 : "${IDEM_PAYLOAD:=json}"
 case $IDEM_PAYLOAD in
-json | avro) ;;
-*) idem_fail "IDEM_PAYLOAD must be json or avro, not '$IDEM_PAYLOAD'" ;;
+json | avro | protobuf) ;;
+*) idem_fail "IDEM_PAYLOAD must be json, avro or protobuf, not '$IDEM_PAYLOAD'" ;;
 esac
 export IDEM_PAYLOAD IDEM_BIN IDEM_SRC
 
@@ -81,9 +82,9 @@ idem_write_config() {
 	local -A kafka=() retry=() kafka_given=()
 	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=() batch=() retention=()
 	local metrics= registry=()
-	if [ "$IDEM_PAYLOAD" = avro ]; then
-		key='${avro:/payment_id}'
-		params='[business_key, "avro:/account", "avro:/amount"]'
+	if [ "$IDEM_PAYLOAD" != json ]; then
+		key="\${$IDEM_PAYLOAD:/payment_id}"
+		params="[business_key, \"$IDEM_PAYLOAD:/account\", \"$IDEM_PAYLOAD:/amount\"]"
 		registry=("url=\"$IDEM_REGISTRY_URL\"")
 	fi
 	for name in session.timeout.ms=6000 heartbeat.interval.ms=500 fetch.wait.max.ms=50 \
@@ -254,6 +255,11 @@ idem_fixture() {
 		idem_registry_start
 		idem_avro_encode payments-schema >"$IDEM_TMP/payments.avsc"
 		IDEM_AVRO_PAYMENTS_ID=$(idem_registry_register payments-value "$IDEM_TMP/payments.avsc")
+	elif [ "$IDEM_PAYLOAD" = protobuf ]; then
+		idem_registry_start
+		idem_proto_encode payments-schema >"$IDEM_TMP/payments.proto"
+		IDEM_AVRO_PAYMENTS_ID=$(idem_registry_register payments-value "$IDEM_TMP/payments.proto" \
+			--schema-type PROTOBUF)
 	fi
 	export IDEM_AVRO_PAYMENTS_ID IDEM_PAYMENTS_PARTITIONS
 	[ $# -gt 0 ] || return 0
@@ -389,11 +395,14 @@ idem__produce_cmd() {
 	if [ "$need_rate" = 1 ] && [ ${#rate_opt[@]} -eq 0 ]; then
 		idem_fail "$caller: --rate is required"
 	fi
-	if [ "$IDEM_PAYLOAD" = avro ]; then
-		# The same payments (ids, accounts, amounts, partitions, duplicates) in Avro, encoded
-		# by python3-avro, then produced in order; prints what idem-kafkatool produce prints.
-		IDEM__PRODUCE_CMD=(bash -c 'set -euo pipefail
-			stats=$("$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/avro_encode.py" payments \
+	if [ "$IDEM_PAYLOAD" != json ]; then
+		# The same payments (ids, accounts, amounts, partitions, duplicates) in Avro (Protobuf),
+		# encoded by python3-avro (python3-protobuf), then produced in order; prints what
+		# idem-kafkatool produce prints.
+		local tool=avro_encode.py
+		[ "$IDEM_PAYLOAD" = avro ] || tool=proto_encode.py
+		IDEM__PRODUCE_CMD=(env IDEM_ENCODER="$tool" bash -c 'set -euo pipefail
+			stats=$("$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/$IDEM_ENCODER" payments \
 				--schema-id "$IDEM_AVRO_PAYMENTS_ID" --count "$1" --dup-ratio "$2" --seed "$3" \
 				--accounts "$4" --partitions "$IDEM_PAYMENTS_PARTITIONS" \
 				--manifest "$IDEM_TMP/manifest.csv" --output "$IDEM_TMP/payments-$3.avro.txt")

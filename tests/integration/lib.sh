@@ -625,6 +625,20 @@ idem_avro_encode() {
 		idem_fail "avro_encode.py $* failed"
 }
 
+# idem_proto_encode ARGS... : tests/tools/proto_encode.py ARGS (see its docstring): Protobuf
+# messages written by python3-protobuf's pure-Python implementation, stdin and stdout passed
+# through.
+idem_proto_encode() {
+	if [ "${IDEM__PROTO_PYTHON_OK:-0}" != 1 ]; then
+		"$IDEM_AVRO_PYTHON" -c 'import google.protobuf.json_format' 2>/dev/null ||
+			idem_fail "$IDEM_AVRO_PYTHON cannot import google.protobuf: install python3-protobuf (tests/install-deps.sh)"
+		command -v protoc >/dev/null || idem_fail "no protoc: install protobuf-compiler (tests/install-deps.sh)"
+		IDEM__PROTO_PYTHON_OK=1
+	fi
+	"$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/proto_encode.py" "$@" ||
+		idem_fail "proto_encode.py $* failed"
+}
+
 # idem_avro_produce TOPIC FILE [--rate MSGS_PER_SEC] [--partition P] [-X PROP=VALUE]... : produce
 # the messages of FILE (KEYHEX<TAB>VALUEHEX[<TAB>PARTITION] lines, as avro_encode.py writes
 # them) to TOPIC of the test's Kafka, in order, and wait until all are delivered (see

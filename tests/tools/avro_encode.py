@@ -88,6 +88,8 @@ import avro.errors
 import avro.io
 import avro.schema
 
+import payment_stream
+
 warnings.simplefilter("ignore", avro.errors.IgnoredLogicalType)
 
 UTC = datetime.timezone.utc
@@ -108,8 +110,6 @@ PAYMENT_SCHEMA = {
         {"name": "created", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     ],
 }
-TS_BASE = 1735689600000  # 2025-01-01T00:00:00Z, as KT_TS_BASE in idem_kafkatool.c
-FAR_GAP = 256  # KT_FAR_GAP
 
 
 class EncodeError(Exception):
@@ -500,101 +500,17 @@ def cmd_encode(argv):
 
 # ---- payments ---------------------------------------------------------------------------------
 
-M64 = (1 << 64) - 1
-
-
-class SplitMix64:
-    """idem_kafkatool.c's rng_next/rng_unit/rng_below, bit for bit."""
-
-    def __init__(self, seed):
-        self.state = seed & M64
-
-    def next(self):
-        self.state = (self.state + 0x9E3779B97F4A7C15) & M64
-        z = self.state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-        return z ^ (z >> 31)
-
-    def unit(self):
-        return (self.next() >> 11) * (2.0 ** -53)
-
-    def below(self, n):
-        return self.next() % n
-
-
-def fnv1a(s):
-    h = 2166136261
-    for b in s.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
-
-
 def cmd_payments(argv):
-    p = argparse.ArgumentParser(prog="avro_encode.py payments")
-    p.add_argument("--count", type=int, required=True)
-    p.add_argument("--dup-ratio", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--schema-id", type=int, required=True)
-    p.add_argument("--accounts", type=int, default=50)
-    p.add_argument("--partitions", type=int)
-    p.add_argument("--manifest")
-    p.add_argument("--output")
+    p = payment_stream.parser("avro_encode.py payments")
     a = p.parse_args(argv)
-    if a.count < 0 or not 0 <= a.dup_ratio <= 1 or a.seed < 0 or a.accounts < 1 or (a.partitions is not None and a.partitions < 1):
-        p.error("invalid value (count >= 0, 0 <= dup-ratio <= 1, seed >= 0, accounts >= 1, partitions >= 1)")
     codec = Codec(json.dumps(PAYMENT_SCHEMA), a.schema_id)
-    nparts = a.partitions or 1
-    rng = SplitMix64(a.seed)
-    rows = []  # per unique payment: (key hex + TAB + value hex, partition)
-    out = open(a.output, "w", encoding="ascii") if a.output else sys.stdout
-    manifest = open(a.manifest, "w", encoding="ascii") if a.manifest else None
-    gap = FAR_GAP * nparts
-    unique = 0
-    for _ in range(a.count):
-        if unique > 0 and rng.unit() < a.dup_ratio:
-            kind = rng.unit()
-            if kind < 0.4:
-                idx = unique - 1
-                part = rows[idx][1]
-            elif kind < 0.8 or nparts == 1:
-                idx = rng.below(unique - gap if unique > gap else unique)
-                part = rows[idx][1]
-            else:
-                idx = rng.below(unique)
-                part = (rows[idx][1] + 1 + rng.below(nparts - 1)) % nparts
-        else:
-            idx = unique
-            unique += 1
-            account = 1 + rng.below(a.accounts)
-            amount = 1 + rng.below(10000)
-            pid = f"pay-{a.seed}-{idx}"
-            acct = f"acct-{account}"
-            value = codec.encode({
-                "payment_id": pid,
-                "account": acct,
-                "amount": amount,
-                "currency": "EUR",
-                "created": EPOCH + datetime.timedelta(milliseconds=TS_BASE + idx * 1000),
-            }, checked=False)
-            part = fnv1a(acct) % nparts
-            rows.append((f"{pid.encode().hex()}\t{value.hex()}", part))
-            if manifest:
-                manifest.write(f"{pid},{acct},{amount}\n")
-        if a.partitions:
-            out.write(f"{rows[idx][0]}\t{part}\n")
-        else:
-            out.write(rows[idx][0] + "\n")
-    if manifest:
-        manifest.close()
-    summary = f"produced={a.count} unique={unique} duplicates={a.count - unique}"
-    if a.output:
-        out.close()
-        print(summary)
-    else:
-        out.flush()
-        print(summary, file=sys.stderr)
-    return 0
+    return payment_stream.write(p, a, lambda pid, acct, amount, created_ms: codec.encode({
+        "payment_id": pid,
+        "account": acct,
+        "amount": amount,
+        "currency": "EUR",
+        "created": EPOCH + datetime.timedelta(milliseconds=created_ms),
+    }, checked=False))
 
 
 # ---- decode -----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
                 [--user U --password P] [--hide-ids 3,5] [--delay-ms N] [--fail-5xx]
                 [--proxy-404-ms N]
     registry.py register --url URL --subject S --schema-file F [--schema-type T]
-                [--user U --password P]
+                [--reference NAME=SUBJECT:VERSION]... [--user U --password P]
 
 Server: the REST paths and JSON bodies of Confluent's registry, enough for producers and for
 idemd (which reads GET /schemas/ids/{id}); every answer is application/vnd.schemaregistry.v1+json.
@@ -420,6 +420,9 @@ def register(argv):
     p.add_argument("--subject", required=True)
     p.add_argument("--schema-file", required=True)
     p.add_argument("--schema-type", default=None, help="AVRO (default), JSON or PROTOBUF")
+    p.add_argument("--reference", action="append", default=[], metavar="NAME=SUBJECT:VERSION",
+                   help="a schema reference (for PROTOBUF: an import NAME registered under "
+                        "SUBJECT, version VERSION); repeatable")
     p.add_argument("--user")
     p.add_argument("--password")
     a = p.parse_args(argv)
@@ -428,6 +431,16 @@ def register(argv):
     req_body = {"schema": text}
     if a.schema_type:
         req_body["schemaType"] = a.schema_type
+    if a.reference:
+        refs = []
+        for r in a.reference:
+            name, _, rest = r.partition("=")
+            subject, _, version = rest.rpartition(":")
+            if not name or not subject or not version.isdigit():
+                print(f"registry.py register: --reference {r!r}: expected NAME=SUBJECT:VERSION", file=sys.stderr)
+                return 1
+            refs.append({"name": name, "subject": subject, "version": int(version)})
+        req_body["references"] = refs
     url = a.url.rstrip("/") + "/subjects/" + urllib.parse.quote(a.subject, safe="") + "/versions"
     req = urllib.request.Request(url, data=json.dumps(req_body).encode("utf-8"), method="POST",
                                  headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE})

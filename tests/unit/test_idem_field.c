@@ -197,16 +197,16 @@ static void test_field_parse_errors(void **state)
 	assert_field_error(NULL, "empty field name");
 	assert_field_error(
 	        "vaule",
-	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)");
 	assert_field_error(
 	        "Key",
-	        "unknown field 'Key' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'Key' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)");
 	assert_field_error(
 	        " key",
-	        "unknown field ' key' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field ' key' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)");
 	assert_field_error(
 	        "headers:x",
-	        "unknown field 'headers:x' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'headers:x' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)");
 	assert_field_error("header:", "empty header name in field 'header:'");
 	assert_field_error(
 	        "json:order_no",
@@ -315,10 +315,10 @@ static void test_template_parse_errors(void **state)
 	                      "business key template cannot reference business_key");
 	assert_template_error(
 	        "order",
-	        "business key template references no field: unknown field 'order' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "business key template references no field: unknown field 'order' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)");
 	assert_template_error(
 	        "$$",
-	        "business key template references no field: unknown field '$$' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "business key template references no field: unknown field '$$' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)");
 	assert_template_error(
 	        "json:id",
 	        "business key template references no field: invalid JSON pointer in field 'json:id': must be empty or start with '/'");
@@ -326,7 +326,7 @@ static void test_template_parse_errors(void **state)
 	assert_template_error("${}", "empty field name");
 	assert_template_error(
 	        "a-${vaule}",
-	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, json:/pointer, avro:/pointer or avro-key:/pointer)");
+	        "unknown field 'vaule' (expected value, key, business_key, topic, partition, offset, timestamp, traceparent, tracestate, header:NAME, or json:, avro:, avro-key:, protobuf: or protobuf-key: with a /pointer)");
 	assert_template_error(
 	        "${json:/a~3}",
 	        "invalid JSON pointer in field 'json:/a~3': '~' must be followed by '0' or '1'");
@@ -951,7 +951,7 @@ static int avro_asked[6];
 
 /* Id 1 is the Avro payment schema, id 5 a JSON schema, id 3 cannot be had now, others unknown. */
 static enum idem_schema_answer avro_table(void *ctx, int32_t id, enum idem_schema_type type,
-                                          idem_avro_schema **ret_schema, char *why, size_t whylen,
+                                          void **ret_schema, char *why, size_t whylen,
                                           int *ret_retry_ms)
 {
 	idem_error err = { 0 };
@@ -970,8 +970,8 @@ static enum idem_schema_answer avro_table(void *ctx, int32_t id, enum idem_schem
 		return IDEM_SCHEMA_OK;
 	case 1:
 		assert_int_equal(idem_avro_schema_new(avro_payment_schema,
-		                                      sizeof(avro_payment_schema) - 1, ret_schema,
-		                                      &err),
+		                                      sizeof(avro_payment_schema) - 1,
+		                                      (idem_avro_schema **)ret_schema, &err),
 		                 IDEM_OK);
 		return IDEM_SCHEMA_OK;
 	case 3:

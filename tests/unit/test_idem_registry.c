@@ -62,7 +62,26 @@ struct fake {
 	char path[256];
 	char auth[256];
 	char accept[256];
+	/* Answers by path, before the scripted one: what Protobuf references are fetched from. */
+	struct {
+		char path[128];
+		int status;
+		char body[512];
+	} routes[8];
+	int nroutes;
+	char paths[1024]; /* every path asked, ' '-separated */
 };
+
+static void fake_route(struct fake *f, const char *path, int status, const char *body)
+{
+	pthread_mutex_lock(&f->mu);
+	assert_true(f->nroutes < (int)IDEM_ARRAY_SIZE(f->routes));
+	snprintf(f->routes[f->nroutes].path, sizeof(f->routes[0].path), "%s", path);
+	f->routes[f->nroutes].status = status;
+	snprintf(f->routes[f->nroutes].body, sizeof(f->routes[0].body), "%s", body);
+	f->nroutes++;
+	pthread_mutex_unlock(&f->mu);
+}
 
 static void fake_script(struct fake *f, int status, const char *body)
 {
@@ -162,7 +181,17 @@ static void fake_serve(struct fake *f, int c)
 	snprintf(f->auth, sizeof(f->auth), "%s", auth);
 	header_value(req, "Accept", f->accept, sizeof(f->accept));
 	status = f->status;
-	body = strdup(f->body != NULL ? f->body : "");
+	body = NULL;
+	snprintf(f->paths + strlen(f->paths), sizeof(f->paths) - strlen(f->paths), "%s%s",
+	         f->paths[0] != '\0' ? " " : "", f->path);
+	for (int i = 0; i < f->nroutes && body == NULL; i++) {
+		if (strcmp(f->routes[i].path, f->path) == 0) {
+			status = f->routes[i].status;
+			body = strdup(f->routes[i].body);
+		}
+	}
+	if (body == NULL)
+		body = strdup(f->body != NULL ? f->body : "");
 	delay_ms = f->delay_ms;
 	hang_up = f->hang_up;
 	no_length = f->no_length;
@@ -365,6 +394,23 @@ static idem_registry *reg_new(const char *url, const char *user, const char *pas
 	if (idem_registry_new(&opts, &reg, &err) != IDEM_OK)
 		fail_msg("idem_registry_new: %s", err.msg);
 	return reg;
+}
+
+/* What the last Protobuf parse was given: the text, then each file as " name=text". */
+static char pb_seen[512];
+
+static idem_status pb_parse(const char *text, size_t len, int32_t id,
+                            const struct idem_pb_file *deps, size_t n_deps, void **ret_obj,
+                            char *why, size_t whylen)
+{
+	int n = snprintf(pb_seen, sizeof(pb_seen), "%d:%s", (int)id, text);
+
+	for (size_t i = 0; i < n_deps && n > 0 && (size_t)n < sizeof(pb_seen); i++) {
+		assert_int_equal(deps[i].text[deps[i].len], '\0');
+		n += snprintf(pb_seen + n, sizeof(pb_seen) - (size_t)n, " %s=%s", deps[i].name,
+		              deps[i].text);
+	}
+	return obj_parse(text, len, ret_obj, why, whylen);
 }
 
 static idem_registry *reg_fake(const struct fake *f)
@@ -952,8 +998,8 @@ static void test_not_avro(void **state)
 	        "{\"schema\":\"{}\",\"references\":[{\"name\":\"a.b\",\"subject\":\"s\",\"version\":1}]}");
 	assert_int_equal(idem_registry_get(reg, 10, &obj, why, sizeof(why), NULL),
 	                 IDEM_REGISTRY_UNKNOWN);
-	assert_string_equal(why,
-	                    "schema id 10 uses schema references, which idemd does not support");
+	assert_string_equal(
+	        why, "schema id 10 uses schema references, which idemd does not support for Avro");
 
 	fake_script(f, 200, "{\"schema\":\"bad schema\"}");
 	assert_int_equal(idem_registry_get(reg, 11, &obj, why, sizeof(why), NULL),
@@ -961,6 +1007,93 @@ static void test_not_avro(void **state)
 	assert_string_equal(why, "schema id 11: not an avro schema: bad schema");
 	assert_int_equal(atomic_load(&parse_calls), 1);
 	assert_int_equal(fake_requests(f), 3);
+	idem_registry_free(reg);
+}
+
+/*
+ * A Protobuf schema's references: each fetched by subject and version with the schema (the
+ * subject escaped in the path), theirs too, each name once, and handed to the parse with the
+ * text; a reference the registry does not know makes the id UNKNOWN, one it cannot give now
+ * UNAVAILABLE, one that is not Protobuf UNKNOWN.
+ */
+static void test_protobuf_references(void **state)
+{
+	struct fake *f = *state;
+	struct idem_registry_opts opts = {
+		.timeout_ms = 2000,
+		.retry_initial_ms = 20,
+		.retry_max_ms = 80,
+		.parse = obj_parse,
+		.parse_protobuf = pb_parse,
+		.ref = obj_ref,
+		.unref = obj_unref,
+	};
+	idem_registry *reg = NULL;
+	idem_error err;
+	void *obj = NULL;
+	char url[64], why[512], want[512];
+	int retry_ms = 0;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", f->port);
+	opts.url = url;
+	assert_int_equal(idem_registry_new(&opts, &reg, &err), IDEM_OK);
+
+	fake_route(f, "/schemas/ids/20", 200,
+	           "{\"schema\":\"main\",\"schemaType\":\"PROTOBUF\",\"references\":["
+	           "{\"name\":\"a.proto\",\"subject\":\"a\",\"version\":1},"
+	           "{\"name\":\"b/c.proto\",\"subject\":\"b/c\",\"version\":2}]}");
+	fake_route(f, "/subjects/a/versions/1", 200,
+	           "{\"subject\":\"a\",\"version\":1,\"id\":3,\"schemaType\":\"PROTOBUF\","
+	           "\"schema\":\"A\",\"references\":["
+	           "{\"name\":\"b/c.proto\",\"subject\":\"b/c\",\"version\":2}]}");
+	fake_route(f, "/subjects/b%2Fc/versions/2", 200,
+	           "{\"subject\":\"b/c\",\"version\":2,\"id\":4,\"schemaType\":\"PROTOBUF\","
+	           "\"schema\":\"C\"}");
+	assert_int_equal(idem_registry_get(reg, 20, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_OK);
+	assert_string_equal(pb_seen, "20:main a.proto=A b/c.proto=C");
+	assert_string_equal(f->paths,
+	                    "/schemas/ids/20 /subjects/a/versions/1 /subjects/b%2Fc/versions/2");
+	obj_unref(obj);
+
+	/* Not known to the registry: the id cannot be read. */
+	fake_script(f, 200,
+	            "{\"schema\":\"m\",\"schemaType\":\"PROTOBUF\",\"references\":["
+	            "{\"name\":\"x.proto\",\"subject\":\"x\",\"version\":1}]}");
+	fake_route(f, "/subjects/x/versions/1", 404,
+	           "{\"error_code\":40401,\"message\":\"Subject 'x' not found.\"}");
+	assert_int_equal(idem_registry_get(reg, 21, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	snprintf(
+	        want, sizeof(want),
+	        "schema id 21: reference 'x.proto' (subject 'x' version 1): registry %s answered 404 Not Found (error_code 40401: Subject 'x' not found.)",
+	        url);
+	assert_string_equal(why, want);
+
+	/* Not available now: the id waits like any outage. */
+	fake_script(f, 200,
+	            "{\"schema\":\"m\",\"schemaType\":\"PROTOBUF\",\"references\":["
+	            "{\"name\":\"y.proto\",\"subject\":\"y\",\"version\":3}]}");
+	fake_route(f, "/subjects/y/versions/3", 503,
+	           "{\"error_code\":50003,\"message\":\"Error in the backend\"}");
+	assert_int_equal(idem_registry_get(reg, 22, &obj, why, sizeof(why), &retry_ms),
+	                 IDEM_REGISTRY_UNAVAILABLE);
+	assert_contains(why,
+	                "schema id 22: reference 'y.proto' (subject 'y' version 3): registry ");
+	assert_contains(why, " answered 503 Service Unavailable (error_code 50003");
+	assert_true(retry_ms > 0);
+
+	/* A reference that is an Avro schema (no schemaType): not an import. */
+	fake_script(f, 200,
+	            "{\"schema\":\"m\",\"schemaType\":\"PROTOBUF\",\"references\":["
+	            "{\"name\":\"z.proto\",\"subject\":\"z\",\"version\":1}]}");
+	fake_route(f, "/subjects/z/versions/1", 200,
+	           "{\"subject\":\"z\",\"version\":1,\"id\":9,\"schema\":\"{}\"}");
+	assert_int_equal(idem_registry_get(reg, 23, &obj, why, sizeof(why), NULL),
+	                 IDEM_REGISTRY_UNKNOWN);
+	assert_string_equal(
+	        why,
+	        "schema id 23: reference 'z.proto' (subject 'z' version 1): not a Protobuf schema");
 	idem_registry_free(reg);
 }
 
@@ -1491,6 +1624,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refused_then_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_avro, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_protobuf_references, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_too_big, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_basic_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),

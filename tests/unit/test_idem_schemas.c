@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "idem_avro.h"
+#include "idem_protobuf.h"
 #include "idem_schemas.h"
 /* cmocka.h needs the headers above. */
 #include <cmocka.h>
@@ -20,10 +21,28 @@
 /* lib/idem_schemas.c, IDEM_TESTABLE */
 idem_status idem__schemas_parse_json(const char *text, size_t len, void **ret_obj, char *why,
                                      size_t whylen);
+idem_status idem__schemas_parse_avro(const char *text, size_t len, void **ret_obj, char *why,
+                                     size_t whylen);
 enum idem_schema_answer idem__schemas_answer(int timeout_ms, enum idem_registry_answer answer,
                                              void *obj, int32_t id, enum idem_schema_type type,
-                                             idem_avro_schema **ret_schema, char *why,
-                                             size_t whylen, int *ret_retry_ms);
+                                             void **ret_schema, char *why, size_t whylen,
+                                             int *ret_retry_ms);
+
+idem_status idem__schemas_parse_protobuf(const char *text, size_t len, int32_t id,
+                                         const struct idem_pb_file *deps, size_t n_deps,
+                                         void **ret_obj, char *why, size_t whylen);
+void *idem__schemas_ref(void *obj);
+void idem__schemas_unref(void *obj);
+
+static void *ref(void *obj)
+{
+	return idem__schemas_ref(obj);
+}
+
+static void unref(void *obj)
+{
+	idem__schemas_unref(obj);
+}
 
 static idem_status parse_json(const char *text, void **ret_obj, char *why, size_t whylen)
 {
@@ -61,31 +80,33 @@ static void test_answer_types(void **state)
 {
 	static const char avro_text[] = "{\"type\":\"record\",\"name\":\"p\",\"fields\":"
 	                                "[{\"name\":\"id\",\"type\":\"string\"}]}";
-	idem_avro_schema *avro = NULL, *got = NULL;
+	void *avro = NULL, *got = NULL;
 	void *json = NULL;
-	idem_error err = { 0 };
 	char why[128] = "";
 	int retry_ms = 0;
 
 	(void)state;
 	assert_int_equal(parse_json("{}", &json, why, sizeof(why)), IDEM_OK);
-	assert_int_equal(idem_avro_schema_new(avro_text, sizeof(avro_text) - 1, &avro, &err),
-	                 IDEM_OK);
+	assert_int_equal(
+	        idem__schemas_parse_avro(avro_text, sizeof(avro_text) - 1, &avro, why, sizeof(why)),
+	        IDEM_OK);
 
 	/* Each type read by its own fields. */
 	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, json, 7,
 	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
 	                                      &retry_ms),
 	                 IDEM_SCHEMA_OK);
-	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, idem_avro_schema_ref(avro), 3,
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(avro), 3,
 	                                      IDEM_SCHEMA_TYPE_AVRO, &got, why, sizeof(why),
 	                                      &retry_ms),
 	                 IDEM_SCHEMA_OK);
-	assert_ptr_equal(got, avro);
+	/* The Avro schema itself, a reference of its own. */
+	assert_non_null(got);
+	assert_ptr_not_equal(got, avro);
 	idem_avro_schema_unref(got);
 
 	/* The other type: the message cannot be read, and the reference is let go. */
-	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, idem_avro_schema_ref(avro), 3,
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(avro), 3,
 	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
 	                                      &retry_ms),
 	                 IDEM_SCHEMA_UNKNOWN);
@@ -114,7 +135,56 @@ static void test_answer_types(void **state)
 	assert_int_equal(retry_ms, 2000);
 
 	/* The last reference: nothing leaks (ASan). */
-	idem_avro_schema_unref(avro);
+	unref(avro);
+}
+
+/*
+ * A Protobuf schema with an import from its references: parsed and kept with its type; read by
+ * protobuf: fields as the schema itself (a reference of its own), by avro: fields not at all.
+ */
+static void test_protobuf(void **state)
+{
+	static const char money[] = "syntax = \"proto3\";\npackage common;\n"
+	                            "message Money { string currency = 1; int64 units = 2; }\n";
+	static const char order[] = "syntax = \"proto3\";\nimport \"common/money.proto\";\n"
+	                            "message Order { string id = 1; common.Money total = 2; }\n";
+	static const char broken[] = "syntax = \"proto3\";\nmessage Order { string id = 1 }\n";
+	const struct idem_pb_file deps[] = { { "common/money.proto", money, sizeof(money) - 1 } };
+	void *pb = NULL, *got = NULL;
+	char why[256] = "";
+	int retry_ms = 0;
+
+	(void)state;
+	assert_int_equal(idem__schemas_parse_protobuf(order, sizeof(order) - 1, 12, deps, 1, &pb,
+	                                              why, sizeof(why)),
+	                 IDEM_OK);
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(pb), 12,
+	                                      IDEM_SCHEMA_TYPE_PROTOBUF, &got, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_OK);
+	assert_non_null(got);
+	idem_pb_schema_unref(got);
+	got = NULL;
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(pb), 12,
+	                                      IDEM_SCHEMA_TYPE_AVRO, &got, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_UNKNOWN);
+	assert_string_equal(why, "schema id 12 is PROTOBUF, not AVRO");
+	assert_null(got);
+	unref(pb);
+
+	/* Without the import, and with a syntax error: the id cannot be read, saying why. */
+	pb = NULL;
+	assert_int_equal(idem__schemas_parse_protobuf(order, sizeof(order) - 1, 13, NULL, 0, &pb,
+	                                              why, sizeof(why)),
+	                 IDEM_ERR_INVALID);
+	assert_null(pb);
+	assert_non_null(strstr(why, "common/money.proto"));
+	assert_int_equal(idem__schemas_parse_protobuf(broken, sizeof(broken) - 1, 14, NULL, 0, &pb,
+	                                              why, sizeof(why)),
+	                 IDEM_ERR_INVALID);
+	assert_null(pb);
+	assert_non_null(strstr(why, "2:"));
 }
 
 int main(void)
@@ -122,6 +192,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_json),
 		cmocka_unit_test(test_answer_types),
+		cmocka_unit_test(test_protobuf),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
