@@ -44,75 +44,11 @@ struct walk {
 	struct seg segs[IDEM_AVRO_MAX_DEPTH + 1];
 };
 
-/* idem_avro_int.h */
-size_t idem__avro_utf8_seq(const uint8_t *s, size_t n)
-{
-	size_t len;
-	uint32_t cp, min;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-		len = 2, cp = s[0] & 0x1f, min = 0x80;
-	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		len = 3, cp = s[0] & 0x0f, min = 0x800;
-	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		len = 4, cp = s[0] & 0x07, min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 /* A JSON pointer being written for a message, cut with "..." where it gets too long. */
-struct pathbuf {
-	char *b;
-	size_t cap, len;
-	bool cut;
-};
-
-/*
- * Appends @s[0..n) as a pointer token (~ and / escaped). Messages end up in logs and in
- * Postgres text columns, so bytes that are not printable UTF-8 become '?'.
- */
-static void path_put(struct pathbuf *pb, const char *s, size_t n)
-{
-	const uint8_t *u = (const uint8_t *)s;
-	size_t i = 0, run;
-
-	while (i < n && !pb->cut) {
-		run = u[i] < 0x80 ? 1 : idem__avro_utf8_seq(u + i, n - i);
-		if (pb->len + (run ? run : 1) + 1 > pb->cap - 4) {
-			pb->cut = true;
-			break;
-		}
-		if (u[i] == '~' || u[i] == '/') {
-			pb->b[pb->len++] = '~';
-			pb->b[pb->len++] = u[i] == '~' ? '0' : '1';
-		} else if (run == 0 || u[i] < 0x20 || u[i] == 0x7f) {
-			pb->b[pb->len++] = '?';
-			run = 1;
-		} else {
-			memcpy(pb->b + pb->len, u + i, run);
-			pb->len += run;
-		}
-		i += run;
-	}
-}
-
 /* The path of the walker as a JSON pointer in @buf[0..cap) (cap >= 8). */
 static void walk_path(const struct walk *w, char *buf, size_t cap)
 {
-	struct pathbuf pb = { .b = buf, .cap = cap };
+	struct idem_pathbuf pb = { .b = buf, .cap = cap };
 	char num[24];
 
 	for (int i = 0; i < w->nseg && !pb.cut; i++) {
@@ -124,14 +60,14 @@ static void walk_path(const struct walk *w, char *buf, size_t cap)
 		}
 		pb.b[pb.len++] = '/';
 		if (g->kind == SEG_FIELD) {
-			path_put(&pb, g->s, strlen(g->s));
+			idem_pathbuf_put(&pb, g->s, strlen(g->s));
 		} else if (g->kind == SEG_KEY) {
-			path_put(&pb, g->s, g->n < 64 ? g->n : 64);
+			idem_pathbuf_put(&pb, g->s, g->n < 64 ? g->n : 64);
 			if (g->n > 64)
-				path_put(&pb, "...", 3);
+				idem_pathbuf_put(&pb, "...", 3);
 		} else {
 			snprintf(num, sizeof(num), "%" PRId64, g->i);
-			path_put(&pb, num, strlen(num));
+			idem_pathbuf_put(&pb, num, strlen(num));
 		}
 	}
 	if (pb.cut) {

@@ -128,8 +128,4 @@ static inline idem_avro_schema *schema_mut(const idem_avro_schema *s)
 #define IDEM__AVRO_HASH_INIT UINT64_C(0xcbf29ce484222325)
 uint64_t idem__avro_hash(uint64_t h, const char *s, size_t len, bool token);
 
-/* Bytes of a valid UTF-8 sequence at @s[0..n) (no overlongs, surrogates, or beyond U+10FFFF),
- * or 0 (idem_avro_decode.c). */
-size_t idem__avro_utf8_seq(const uint8_t *s, size_t n);
-
 #endif

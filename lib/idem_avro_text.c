@@ -235,7 +235,7 @@ static idem_status append_json_string(struct idem_buf *out, const char *s, size_
 			*d++ = '\\';
 			*d++ = (char)p[i++];
 		} else {
-			if ((run = idem__avro_utf8_seq(p + i, n - i)) == 0) {
+			if ((run = idem_utf8_seq(p + i, n - i)) == 0) {
 				out->data[out->len] = '\0';
 				return IDEM_ERR_KEY;
 			}

@@ -60,6 +60,7 @@ idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route
 		return IDEM_ERR_NOMEM;
 	idem_jsondoc_init(&b->doc);
 	b->doc.framed = route != NULL && route->value_format == IDEM_CFG_VALUE_JSON_SCHEMA;
+	b->doc.validate = b->doc.framed && route->validate;
 	return IDEM_OK;
 }
 

@@ -91,6 +91,8 @@ struct idem_route {
 	bool needs_avro;                   /* computed: avro:, protobuf: (-key:) fields used */
 	/* routes[].value_format, default json: what json: fields find in the value */
 	enum idem_cfg_value_format value_format;
+	/* routes[].validate, default false: json-schema values checked against their schema */
+	int validate;
 };
 
 struct idem_kv {

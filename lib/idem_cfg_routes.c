@@ -260,8 +260,16 @@ static void cfg_check_route_value_format(struct cfg_ctx *ctx, struct idem_cfg *c
 		        idem__cfg_map_get(ctx, idem__cfg_seq_get(ctx, routes, i), "value_format");
 		unsigned formats[2];
 
-		if (route->value_format != IDEM_CFG_VALUE_JSON_SCHEMA)
+		if (route->value_format != IDEM_CFG_VALUE_JSON_SCHEMA) {
+			if (route->validate)
+				idem__cfg_error(
+				        ctx,
+				        idem__cfg_map_get(ctx, idem__cfg_seq_get(ctx, routes, i),
+				                          "validate"),
+				        "route '%s' has validate: true but its value_format is not 'json-schema': only JSON Schema values have a schema to check them against",
+				        cfg_route_label(ctx, cfg, i, label, sizeof(label)));
 			continue;
+		}
 		if (!has_registry)
 			idem__cfg_error(
 			        ctx, node,

@@ -536,6 +536,34 @@ bool idem_duration_parse(const char *s, int64_t *ret_seconds)
 	return true;
 }
 
+size_t idem_utf8_seq(const uint8_t *s, size_t n)
+{
+	size_t len;
+	uint32_t cp, min;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		len = 2, cp = s[0] & 0x1f, min = 0x80;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		len = 3, cp = s[0] & 0x0f, min = 0x800;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		len = 4, cp = s[0] & 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
 bool idem_utf8_valid(const void *p, size_t n)
 {
 	const unsigned char *s = p;
@@ -631,4 +659,29 @@ idem_status idem_buf_append_real(struct idem_buf *out, double d, bool is_float, 
 	if (prec == last)
 		snprintf(buf, sizeof(buf), "%.*g", prec, d);
 	return idem_buf_append_str(out, buf);
+}
+
+void idem_pathbuf_put(struct idem_pathbuf *pb, const char *s, size_t n)
+{
+	const uint8_t *u = (const uint8_t *)s;
+	size_t i = 0, run;
+
+	while (i < n && !pb->cut) {
+		run = idem_utf8_seq(u + i, n - i);
+		if (pb->len + (run ? run : 1) + 2 > pb->cap - 4) {
+			pb->cut = true;
+			break;
+		}
+		if (u[i] == '~' || u[i] == '/') {
+			pb->b[pb->len++] = '~';
+			pb->b[pb->len++] = u[i] == '~' ? '0' : '1';
+		} else if (run == 0 || u[i] < 0x20 || u[i] == 0x7f) {
+			pb->b[pb->len++] = '?';
+			run = 1;
+		} else {
+			memcpy(pb->b + pb->len, u + i, run);
+			pb->len += run;
+		}
+		i += run;
+	}
 }

@@ -216,5 +216,25 @@ int idem_hex_digit(char c);
 
 /* @brief true if @p[0..n) is valid UTF-8 without NUL bytes. */
 bool idem_utf8_valid(const void *p, size_t n);
+/*
+ * @brief The length (1-4) of the valid UTF-8 sequence at @s[0..@n) (@n > 0), 0 if there is none
+ * (overlong, a surrogate, past U+10FFFF, cut short): the one UTF-8 decoder of decoders.
+ */
+size_t idem_utf8_seq(const uint8_t *s, size_t n);
+
+/*
+ * A JSON pointer being written into @b (@cap bytes) for a message saying where in a value
+ * something failed; @cut once it got too long (the caller then ends it with "...").
+ */
+struct idem_pathbuf {
+	char *b;
+	size_t cap, len;
+	bool cut;
+};
+/*
+ * @brief Appends @s[0..@n) as a pointer token: '~' and '/' escaped, bytes that are not printable
+ * UTF-8 as '?' (messages end up in logs and in Postgres text columns). Keeps 4 bytes of @b free.
+ */
+void idem_pathbuf_put(struct idem_pathbuf *pb, const char *s, size_t n);
 
 #endif

@@ -738,6 +738,9 @@ idem_status idem_key_build(const struct idem_template *tpl, const struct idem_ms
 	idem_status r;
 
 	idem_buf_reset(out);
+	/* Every message of a validating route is checked, whatever fields it reads. */
+	if ((r = idem__field_json_validate(doc, m, err)) != IDEM_OK)
+		return r;
 	for (size_t i = 0; i < tpl->n_parts; i++) {
 		r = key_append_part(&tpl->parts[i], m, doc, out, err);
 		if (r != IDEM_OK)

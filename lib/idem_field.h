@@ -178,6 +178,7 @@ struct idem_jsondoc {
 	 * value that is not JSON Schema of a known id sets frame_invalid and frame_errmsg.
 	 */
 	bool framed;
+	bool validate; /* ... and its document is checked against that schema (routes[].validate) */
 	bool frame_read;
 	bool frame_invalid;
 	char frame_errmsg[1024];

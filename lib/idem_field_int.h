@@ -28,6 +28,16 @@ IDEM_NODISCARD idem_status idem__field_json_read(const struct idem_field *f,
                                                  idem_error *err);
 
 /*
+ * For a framed route that validates (doc->framed, doc->validate): reads the header and the
+ * schema of @m's value, and checks the document against it, once per message; IDEM_ERR_KEY when
+ * the value is not JSON Schema of a known id or the schema refuses it ("value is not JSON Schema
+ * this route can read: schema id 7 refuses the document: at /amount: ..."), IDEM_ERR_UNAVAILABLE
+ * as idem__field_json_read(). IDEM_OK at once for any other route.
+ */
+IDEM_NODISCARD idem_status idem__field_json_validate(struct idem_jsondoc *doc,
+                                                     const struct idem_msgview *m, idem_error *err);
+
+/*
  * The Confluent header of @p/@n (magic byte, schema id) and the schema of that id, of @type,
  * through doc->schema_fn: what avro: fields and framed json: fields both start with. IDEM_OK:
  * *ret_body and *ret_len: the bytes past the header and *ret_schema (Avro only, may be NULL for

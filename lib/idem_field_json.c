@@ -12,8 +12,10 @@
  *
  * A framed value (README "JSON Schema values") is byte 0 = 0, bytes 1-4 the schema id, then the
  * document. Its header is read once per message and the id's schema asked for through
- * doc->schema_fn (the registry, as for avro: fields), which must be a JSON schema; the document
- * is not validated against it. Past the header, the document is read exactly as a plain value.
+ * doc->schema_fn (the registry, as for avro: fields), which must be a JSON schema; with
+ * doc->validate (routes[].validate) the document is checked against it (idem_jsonschema), once
+ * per message, before any field is read. Past the header, the document is read exactly as a
+ * plain value.
  */
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -27,6 +29,7 @@
 #include "idem_field.h"
 #include "idem_field_int.h"
 #include "idem_json.h"
+#include "idem_jsonschema.h"
 
 /* Nesting deeper than this makes the value "not valid JSON" (json-c's default is 32). */
 #define IDEM_FIELD_JSON_DEPTH 64
@@ -284,19 +287,55 @@ static bool json_fast(const struct idem_field *f, const struct idem_msgview *m,
 static idem_status json_frame(struct idem_jsondoc *doc, const struct idem_msgview *m,
                               idem_error *err)
 {
+	struct idem_msgview doc_view;
+	void *schema = NULL;
 	const void *body;
 	size_t len;
 	int32_t id;
+	idem_error e = { 0 };
 	idem_status r;
 
 	if (doc->frame_read)
 		return IDEM_OK;
 	if ((r = idem__field_frame_schema(doc, m->value, m->value_len, IDEM_SCHEMA_TYPE_JSON,
-	                                  "json-schema values", NULL, &body, &len, &id,
-	                                  &doc->frame_invalid, doc->frame_errmsg,
+	                                  "json-schema values", doc->validate ? &schema : NULL,
+	                                  &body, &len, &id, &doc->frame_invalid, doc->frame_errmsg,
 	                                  sizeof(doc->frame_errmsg), err)) != IDEM_OK)
 		return r;
 	doc->frame_read = true;
+	if (schema == NULL || doc->frame_invalid)
+		return IDEM_OK;
+	/* A document that is not JSON is reported as such by the fields that read it. */
+	doc_view = *m;
+	doc_view.value = body;
+	doc_view.value_len = len;
+	r = jsondoc_load(doc, &doc_view);
+	if (r == IDEM_OK && !doc->invalid)
+		r = idem_jsonschema_check(schema, doc->root, &e);
+	idem_jsonschema_unref(schema);
+	if (r == IDEM_ERR_NOMEM)
+		return idem_error_nomem(err);
+	if (r != IDEM_OK) {
+		snprintf(doc->frame_errmsg, sizeof(doc->frame_errmsg),
+		         "schema id %d refuses the document: %.900s", (int)id, e.msg);
+		doc->frame_invalid = true;
+	}
+	return IDEM_OK;
+}
+
+idem_status idem__field_json_validate(struct idem_jsondoc *doc, const struct idem_msgview *m,
+                                      idem_error *err)
+{
+	idem_status r;
+
+	if (!doc->framed || !doc->validate || m->value == NULL)
+		return IDEM_OK;
+	if ((r = json_frame(doc, m, err)) != IDEM_OK)
+		return r;
+	if (doc->frame_invalid)
+		return idem_error_set(err, IDEM_ERR_KEY,
+		                      "value is not JSON Schema this route can read: %s",
+		                      doc->frame_errmsg);
 	return IDEM_OK;
 }
 

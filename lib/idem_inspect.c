@@ -513,6 +513,7 @@ static idem_status plan_partition(rd_kafka_t *rk, PGconn *conn, const struct ide
 
 	idem_jsondoc_init(&scratch.doc);
 	scratch.doc.framed = route->value_format == IDEM_CFG_VALUE_JSON_SCHEMA;
+	scratch.doc.validate = scratch.doc.framed && route->validate;
 	if ((r = idem_schemas_open(cfg, NULL, NULL, &schemas, err)) != IDEM_OK)
 		goto out;
 	idem_schemas_attach(schemas, &scratch.doc);

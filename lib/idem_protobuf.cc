@@ -232,34 +232,6 @@ void idem_pb_schema_unref(idem_pb_schema *s)
  * The walker: bounds, wire types, UTF-8 and depth of the bytes, before libprotobuf reads them.
  */
 
-/* The length of the valid UTF-8 sequence at @s[0..n) (n > 0), 0 if there is none. */
-static size_t utf8_seq(const uint8_t *s, size_t n)
-{
-	size_t len;
-	uint32_t cp, min;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2, cp = s[0] & 0x1f, min = 0x80;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		len = 3, cp = s[0] & 0x0f, min = 0x800;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, cp = s[0] & 0x07, min = 0x10000;
-	else
-		return 0;
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 /* idem_protobuf_int.h */
 size_t idem__pb_utf8_bad(const uint8_t *s, size_t n)
 {
@@ -270,7 +242,7 @@ size_t idem__pb_utf8_bad(const uint8_t *s, size_t n)
 			i++;
 			continue;
 		}
-		if ((run = utf8_seq(s + i, n - i)) == 0)
+		if ((run = idem_utf8_seq(s + i, n - i)) == 0)
 			return i;
 		i += run;
 	}
@@ -322,50 +294,17 @@ static int get_varint(const uint8_t *p, size_t *pos, size_t end, int max, uint64
 	return 2;
 }
 
-/* A JSON pointer being written for a message, cut with "..." where it gets too long. */
-struct pathbuf {
-	char *b;
-	size_t cap, len;
-	bool cut;
-};
-
-/* Appends @s[0..n) as a pointer token: ~ and / escaped, bytes not printable UTF-8 as '?'. */
-static void path_put(pathbuf *pb, const char *s, size_t n)
-{
-	const uint8_t *u = (const uint8_t *)s;
-	size_t i = 0, run;
-
-	while (i < n && !pb->cut) {
-		run = utf8_seq(u + i, n - i);
-		if (pb->len + (run ? run : 1) + 2 > pb->cap - 4) {
-			pb->cut = true;
-			break;
-		}
-		if (u[i] == '~' || u[i] == '/') {
-			pb->b[pb->len++] = '~';
-			pb->b[pb->len++] = u[i] == '~' ? '0' : '1';
-		} else if (run == 0 || u[i] < 0x20 || u[i] == 0x7f) {
-			pb->b[pb->len++] = '?';
-			run = 1;
-		} else {
-			memcpy(pb->b + pb->len, u + i, run);
-			pb->len += run;
-		}
-		i += run;
-	}
-}
-
-static void path_seg(pathbuf *pb, const char *s, size_t n)
+static void path_seg(idem_pathbuf *pb, const char *s, size_t n)
 {
 	if (pb->cut || pb->len + 2 > pb->cap - 4) {
 		pb->cut = true;
 		return;
 	}
 	pb->b[pb->len++] = '/';
-	path_put(pb, s, n);
+	idem_pathbuf_put(pb, s, n);
 }
 
-static void path_index(pathbuf *pb, int64_t i)
+static void path_index(idem_pathbuf *pb, int64_t i)
 {
 	char num[24];
 
@@ -405,7 +344,7 @@ struct pb_walk {
 /* The walker's path as a JSON pointer in @buf[0..cap) (cap >= 16). */
 static void walk_path(const pb_walk *w, char *buf, size_t cap)
 {
-	pathbuf pb = { buf, cap, 0, false };
+	idem_pathbuf pb = { buf, cap, 0, false };
 
 	for (int i = 1; i <= w->depth; i++) {
 		const gp::FieldDescriptor *f = i < w->depth ? w->frames[i].f : w->f;
@@ -421,7 +360,7 @@ static void walk_path(const pb_walk *w, char *buf, size_t cap)
 			if (e->key != nullptr) {
 				path_seg(&pb, e->key, e->key_len < 64 ? e->key_len : 64);
 				if (e->key_len > 64)
-					path_put(&pb, "...", 3);
+					idem_pathbuf_put(&pb, "...", 3);
 			} else {
 				char what[40];
 

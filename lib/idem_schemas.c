@@ -1,9 +1,9 @@
 /*
  * idem_schemas.c - the schema registry of a configuration, as struct idem_jsondoc asks for
  * schemas: idem_registry caches parsed Avro and Protobuf schemas (with their type), fetched
- * once per id, and marks the ids of JSON schemas (json_schema_mark: values are not validated
- * against them, so nothing of them is kept but their type). Tools ask and wait
- * (idem_schemas_attach()); the daemon's consumer thread never waits on the network
+ * once per id, and JSON schemas compiled for routes that validate (idem_jsonschema; a schema
+ * that does not compile is kept with the reason: only validating routes need it). Tools ask and
+ * wait (idem_schemas_attach()); the daemon's consumer thread never waits on the network
  * (idem_schemas_attach_async(): the registry's fetchers fetch, and @wake tells it when one ended).
  */
 #include "idem_schemas.h"
@@ -12,8 +12,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "idem_avro.h"
+#include "idem_jsonschema.h"
 #include "idem_protobuf.h"
 
 struct idem_schemas {
@@ -25,39 +27,49 @@ struct idem_schemas {
 };
 
 /*
- * What the registry holds for the id of a JSON schema: one object for them all, never freed.
- * The registry's cache then answers for the id (fetched once, kept) as for an Avro schema.
- */
-static char json_schema_mark;
-
-/*
- * What the registry's cache holds for an Avro or a Protobuf schema: the schema with its type,
- * reference counted (the cache's reference and those of the threads reading it).
+ * What the registry's cache holds for a schema: the schema with its type, reference counted
+ * (the cache's reference and those of the threads reading it).
  */
 struct schema_obj {
 	atomic_int refs;
-	enum idem_schema_type type; /* AVRO or PROTOBUF */
-	void *schema;               /* idem_avro_schema * or idem_pb_schema *, one reference */
+	enum idem_schema_type type;
+	/*
+	 * idem_avro_schema *, idem_pb_schema * or idem_jsonschema *, one reference; NULL for a
+	 * JSON schema that does not compile, with the reason in error (routes that do not
+	 * validate read its values all the same).
+	 */
+	void *schema;
+	char *error;
 };
 
 static void drop_schema(enum idem_schema_type type, void *schema)
 {
-	if (type == IDEM_SCHEMA_TYPE_PROTOBUF)
+	switch (type) {
+	case IDEM_SCHEMA_TYPE_PROTOBUF:
 		idem_pb_schema_unref(schema);
-	else
+		break;
+	case IDEM_SCHEMA_TYPE_JSON:
+		idem_jsonschema_unref(schema);
+		break;
+	case IDEM_SCHEMA_TYPE_AVRO:
 		idem_avro_schema_unref(schema);
+		break;
+	}
 }
 
-static idem_status wrap(enum idem_schema_type type, void *schema, void **ret_obj, char *why,
-                        size_t whylen)
+static idem_status wrap(enum idem_schema_type type, void *schema, const char *error, void **ret_obj,
+                        char *why, size_t whylen)
 {
 	struct schema_obj *o = malloc(sizeof(*o));
 
-	if (o == NULL) {
+	if (o == NULL || (error != NULL && (o->error = strdup(error)) == NULL)) {
+		free(o);
 		drop_schema(type, schema);
 		snprintf(why, whylen, "out of memory");
 		return IDEM_ERR_NOMEM;
 	}
+	if (error == NULL)
+		o->error = NULL;
 	atomic_init(&o->refs, 1);
 	o->type = type;
 	o->schema = schema;
@@ -80,7 +92,7 @@ IDEM_TESTABLE idem_status idem__schemas_parse_avro(const char *text, size_t len,
 		snprintf(why, whylen, "%s", e.msg);
 		return r;
 	}
-	return wrap(IDEM_SCHEMA_TYPE_AVRO, schema, ret_obj, why, whylen);
+	return wrap(IDEM_SCHEMA_TYPE_AVRO, schema, NULL, ret_obj, why, whylen);
 }
 
 /* A Protobuf schema (schemaType PROTOBUF) with the files its references name. */
@@ -105,12 +117,14 @@ IDEM_TESTABLE idem_status idem__schemas_parse_protobuf(const char *text, size_t 
 		snprintf(why, whylen, "%s", e.msg);
 		return r;
 	}
-	return wrap(IDEM_SCHEMA_TYPE_PROTOBUF, schema, ret_obj, why, whylen);
+	return wrap(IDEM_SCHEMA_TYPE_PROTOBUF, schema, NULL, ret_obj, why, whylen);
 }
 
 /*
  * A JSON schema (schemaType JSON): JSON text, an object or a boolean (JSON Schema's two forms).
- * The registry checked it when it was registered; this only refuses an answer that cannot be one.
+ * The registry checked it when it was registered; this only refuses an answer that cannot be
+ * one. It is compiled for the routes that validate; one idemd cannot check (a keyword it does
+ * not know how to check, a remote reference) is kept with the reason, for them to refuse.
  */
 IDEM_TESTABLE idem_status idem__schemas_parse_json(const char *text, size_t len, void **ret_obj,
                                                    char *why, size_t whylen);
@@ -132,16 +146,25 @@ IDEM_TESTABLE idem_status idem__schemas_parse_json(const char *text, size_t len,
 		r = IDEM_ERR_INVALID;
 	}
 	json_object_put(doc);
-	if (r == IDEM_OK)
-		*ret_obj = &json_schema_mark;
+	if (r == IDEM_OK) {
+		idem_jsonschema *compiled = NULL;
+		idem_error e = { 0 };
+
+		r = idem_jsonschema_new(text, len, &compiled, &e);
+		if (r == IDEM_ERR_NOMEM) {
+			snprintf(why, whylen, "out of memory");
+			return r;
+		}
+		r = wrap(IDEM_SCHEMA_TYPE_JSON, compiled, r == IDEM_OK ? NULL : e.msg, ret_obj, why,
+		         whylen);
+	}
 	return r;
 }
 
 IDEM_TESTABLE void *idem__schemas_ref(void *obj);
 IDEM_TESTABLE void *idem__schemas_ref(void *obj)
 {
-	if (obj != &json_schema_mark)
-		atomic_fetch_add(&((struct schema_obj *)obj)->refs, 1);
+	atomic_fetch_add(&((struct schema_obj *)obj)->refs, 1);
 	return obj;
 }
 
@@ -150,9 +173,10 @@ IDEM_TESTABLE void idem__schemas_unref(void *obj)
 {
 	struct schema_obj *o = obj;
 
-	if (obj == &json_schema_mark || atomic_fetch_sub(&o->refs, 1) != 1)
+	if (o == NULL || atomic_fetch_sub(&o->refs, 1) != 1)
 		return;
 	drop_schema(o->type, o->schema);
+	free(o->error);
 	free(o);
 }
 
@@ -172,7 +196,9 @@ static const char *schema_type_name(enum idem_schema_type type)
 /*
  * The registry's @answer for @id as struct idem_jsondoc's, with the schema (@obj) on OK: a
  * schema of another @type than the field reads is UNKNOWN, as the registry's own answer for a
- * type idemd does not read is ("schema id 7 is JSON, not AVRO").
+ * type idemd does not read is ("schema id 7 is JSON, not AVRO"). For JSON, *@ret_schema is
+ * the compiled schema when @ret_schema is not NULL (a route that validates), and one that did
+ * not compile is UNKNOWN for it ("schema id 7 cannot be checked: ...").
  */
 IDEM_TESTABLE enum idem_schema_answer
 idem__schemas_answer(int timeout_ms, enum idem_registry_answer answer, void *obj, int32_t id,
@@ -183,22 +209,29 @@ idem__schemas_answer(int timeout_ms, enum idem_registry_answer answer, void *obj
                      enum idem_schema_type type, void **ret_schema, char *why, size_t whylen,
                      int *ret_retry_ms)
 {
-	enum idem_schema_type got;
+	struct schema_obj *o = obj;
 
 	switch (answer) {
 	case IDEM_REGISTRY_OK:
-		got = obj == &json_schema_mark ? IDEM_SCHEMA_TYPE_JSON
-		                               : ((struct schema_obj *)obj)->type;
-		if (got != type) {
-			idem__schemas_unref(obj);
+		if (o->type != type) {
 			snprintf(why, whylen, "schema id %d is %s, not %s", (int)id,
-			         schema_type_name(got), schema_type_name(type));
+			         schema_type_name(o->type), schema_type_name(type));
+			idem__schemas_unref(obj);
 			return IDEM_SCHEMA_UNKNOWN;
 		}
-		if (type == IDEM_SCHEMA_TYPE_AVRO)
-			*ret_schema = idem_avro_schema_ref(((struct schema_obj *)obj)->schema);
-		else if (type == IDEM_SCHEMA_TYPE_PROTOBUF)
-			*ret_schema = idem_pb_schema_ref(((struct schema_obj *)obj)->schema);
+		if (type == IDEM_SCHEMA_TYPE_AVRO) {
+			*ret_schema = idem_avro_schema_ref(o->schema);
+		} else if (type == IDEM_SCHEMA_TYPE_PROTOBUF) {
+			*ret_schema = idem_pb_schema_ref(o->schema);
+		} else if (ret_schema != NULL) {
+			if (o->schema == NULL) {
+				snprintf(why, whylen, "schema id %d cannot be checked: %s", (int)id,
+				         o->error != NULL ? o->error : "not compiled");
+				idem__schemas_unref(obj);
+				return IDEM_SCHEMA_UNKNOWN;
+			}
+			*ret_schema = idem_jsonschema_ref(o->schema);
+		}
 		idem__schemas_unref(obj);
 		return IDEM_SCHEMA_OK;
 	case IDEM_REGISTRY_UNKNOWN:

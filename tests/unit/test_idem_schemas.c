@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "idem_avro.h"
+#include "idem_jsonschema.h"
 #include "idem_protobuf.h"
 #include "idem_schemas.h"
 /* cmocka.h needs the headers above. */
@@ -62,9 +63,9 @@ static void test_parse_json(void **state)
 	assert_non_null(a);
 	assert_int_equal(parse_json("true", &b, why, sizeof(why)), IDEM_OK);
 	assert_int_equal(parse_json(" {} ", &c, why, sizeof(why)), IDEM_OK);
-	/* Nothing of a JSON schema is kept: one object stands for them all. */
-	assert_ptr_equal(a, b);
-	assert_ptr_equal(a, c);
+	unref(a);
+	unref(b);
+	unref(c);
 
 	c = NULL;
 	assert_int_equal(parse_json("{\"type\":", &c, why, sizeof(why)), IDEM_ERR_INVALID);
@@ -92,7 +93,7 @@ static void test_answer_types(void **state)
 	        IDEM_OK);
 
 	/* Each type read by its own fields. */
-	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, json, 7,
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(json), 7,
 	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
 	                                      &retry_ms),
 	                 IDEM_SCHEMA_OK);
@@ -112,7 +113,7 @@ static void test_answer_types(void **state)
 	                 IDEM_SCHEMA_UNKNOWN);
 	assert_string_equal(why, "schema id 3 is AVRO, not JSON");
 	got = NULL;
-	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, json, 7,
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(json), 7,
 	                                      IDEM_SCHEMA_TYPE_AVRO, &got, why, sizeof(why),
 	                                      &retry_ms),
 	                 IDEM_SCHEMA_UNKNOWN);
@@ -134,8 +135,9 @@ static void test_answer_types(void **state)
 	                 IDEM_SCHEMA_PENDING);
 	assert_int_equal(retry_ms, 2000);
 
-	/* The last reference: nothing leaks (ASan). */
+	/* The last references: nothing leaks (ASan). */
 	unref(avro);
+	unref(json);
 }
 
 /*
@@ -187,12 +189,53 @@ static void test_protobuf(void **state)
 	assert_non_null(strstr(why, "2:"));
 }
 
+/*
+ * JSON schemas are compiled for the routes that validate: they get the schema (a reference of
+ * their own); one idemd cannot check is kept, read by routes that do not validate, refused
+ * (saying why) to those that do.
+ */
+static void test_json_validation(void **state)
+{
+	void *ok = NULL, *odd = NULL, *got = NULL;
+	char why[256] = "";
+	int retry_ms = 0;
+
+	(void)state;
+	assert_int_equal(
+	        parse_json("{\"type\":\"object\",\"required\":[\"id\"]}", &ok, why, sizeof(why)),
+	        IDEM_OK);
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(ok), 7,
+	                                      IDEM_SCHEMA_TYPE_JSON, &got, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_OK);
+	assert_non_null(got);
+	idem_jsonschema_unref(got);
+	unref(ok);
+
+	assert_int_equal(parse_json("{\"unevaluatedProperties\":false}", &odd, why, sizeof(why)),
+	                 IDEM_OK);
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(odd), 8,
+	                                      IDEM_SCHEMA_TYPE_JSON, NULL, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_OK);
+	got = NULL;
+	assert_int_equal(idem__schemas_answer(1000, IDEM_REGISTRY_OK, ref(odd), 8,
+	                                      IDEM_SCHEMA_TYPE_JSON, &got, why, sizeof(why),
+	                                      &retry_ms),
+	                 IDEM_SCHEMA_UNKNOWN);
+	assert_null(got);
+	assert_non_null(strstr(why, "schema id 8 cannot be checked: "));
+	assert_non_null(strstr(why, "unevaluatedProperties"));
+	unref(odd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_json),
 		cmocka_unit_test(test_answer_types),
 		cmocka_unit_test(test_protobuf),
+		cmocka_unit_test(test_json_validation),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
