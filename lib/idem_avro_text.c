@@ -583,17 +583,6 @@ static bool token_index(const char *s, size_t n, size_t *ret)
 	return true;
 }
 
-static bool pointer_valid(const char *ptr)
-{
-	if (*ptr != '\0' && *ptr != '/')
-		return false;
-	for (const char *p = ptr; *p != '\0'; p++) {
-		if (p[0] == '~' && p[1] != '0' && p[1] != '1')
-			return false;
-	}
-	return true;
-}
-
 /* The child of @v (type @n, past unions) named by token @s[0..len); false if there is none. */
 static bool step(avro_value_t *v, const struct avro_node **n, const char *s, size_t len)
 {
@@ -656,7 +645,7 @@ idem_status idem_avro_read(const idem_avro_dec *dec, const char *ptr, bool scala
 	idem_status r;
 
 	assert(dec != NULL && dec->cur != NULL); /* read only after a successful decode */
-	if (!pointer_valid(ptr))
+	if (idem_json_pointer_problem(ptr) != NULL)
 		return idem_error_set(err, IDEM_ERR_INVALID, "'%s' is not a JSON pointer", ptr);
 	v = dec->cur->value;
 	n = dec->schema->root;

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -684,4 +685,25 @@ void idem_pathbuf_put(struct idem_pathbuf *pb, const char *s, size_t n)
 		}
 		i += run;
 	}
+}
+
+const char *idem_json_pointer_problem(const char *ptr)
+{
+	if (ptr[0] != '\0' && ptr[0] != '/')
+		return "must be empty or start with '/'";
+	for (const char *p = ptr; *p != '\0'; p++) {
+		if (p[0] == '~' && p[1] != '0' && p[1] != '1')
+			return "'~' must be followed by '0' or '1'";
+	}
+	return NULL;
+}
+
+idem_status idem_decode_fail(idem_error *err, int32_t id, size_t at, const char *path,
+                             const char *what)
+{
+	if (path[0] == '\0')
+		return idem_error_set(err, IDEM_ERR_KEY, "schema id %" PRId32 ": at byte %zu: %s",
+		                      id, at, what);
+	return idem_error_set(err, IDEM_ERR_KEY, "schema id %" PRId32 ": at byte %zu (%s): %s", id,
+	                      at, path, what);
 }

@@ -237,4 +237,17 @@ struct idem_pathbuf {
  */
 void idem_pathbuf_put(struct idem_pathbuf *pb, const char *s, size_t n);
 
+/*
+ * @brief NULL if @ptr is an RFC 6901 JSON pointer ("" is the whole document, else "/"-separated
+ * tokens where '~' is "~0" or "~1"), else what is wrong with it: the one check of field pointers.
+ */
+const char *idem_json_pointer_problem(const char *ptr);
+
+/*
+ * @brief Sets @err to a decoder's failure at byte @at of the value of schema id @id, in the one
+ * form Avro and Protobuf share: "schema id 7: at byte 19 (/a/b): what"; @path may be "".
+ */
+idem_status idem_decode_fail(idem_error *err, int32_t id, size_t at, const char *path,
+                             const char *what);
+
 #endif

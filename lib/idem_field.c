@@ -49,23 +49,15 @@ static idem_status parse_fail(char *errbuf, size_t errlen, idem_status r, const 
 	return r;
 }
 
-/* RFC 6901: "" is the whole document, else "/"-separated tokens where '~' is "~0" or "~1". */
 static idem_status check_json_pointer(const char *field, const char *ptr, char *errbuf,
                                       size_t errlen)
 {
-	if (ptr[0] != '\0' && ptr[0] != '/')
-		return parse_fail(
-		        errbuf, errlen, IDEM_ERR_INVALID,
-		        "invalid JSON pointer in field '%s': must be empty or start with '/'",
-		        field);
-	for (const char *p = ptr; *p != '\0'; p++) {
-		if (p[0] == '~' && p[1] != '0' && p[1] != '1')
-			return parse_fail(
-			        errbuf, errlen, IDEM_ERR_INVALID,
-			        "invalid JSON pointer in field '%s': '~' must be followed by '0' or '1'",
-			        field);
-	}
-	return IDEM_OK;
+	const char *why = idem_json_pointer_problem(ptr);
+
+	if (why == NULL)
+		return IDEM_OK;
+	return parse_fail(errbuf, errlen, IDEM_ERR_INVALID,
+	                  "invalid JSON pointer in field '%s': %s", field, why);
 }
 
 idem_status idem_field_parse(const char *s, struct idem_field *ret_field, char *errbuf,

@@ -390,12 +390,7 @@ static idem_status walk_fail(const pb_walk *w, size_t at, const char *fmt, ...)
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
 	walk_path(w, path, sizeof(path));
-	if (path[0] == '\0')
-		return idem_error_set(w->err, IDEM_ERR_KEY,
-		                      "schema id %" PRId32 ": at byte %zu: %s", w->id, w->at + at,
-		                      what);
-	return idem_error_set(w->err, IDEM_ERR_KEY, "schema id %" PRId32 ": at byte %zu (%s): %s",
-	                      w->id, w->at + at, path, what);
+	return idem_decode_fail(w->err, w->id, w->at + at, path, what);
 }
 
 /* "runs past the end of the value (24 bytes)" or "... of its message (at byte 20)". */

@@ -533,17 +533,6 @@ static const char *step(pb_node &nd, const std::string &t)
 	return nullptr;
 }
 
-static bool pointer_valid(const char *ptr)
-{
-	if (*ptr != '\0' && *ptr != '/')
-		return false;
-	for (const char *p = ptr; *p != '\0'; p++) {
-		if (p[0] == '~' && p[1] != '0' && p[1] != '1')
-			return false;
-	}
-	return true;
-}
-
 static idem_status read(const idem_pb_dec *dec, const char *ptr, bool scalar, struct idem_buf *out,
                         const char **ret_absent, idem_error *err)
 {
@@ -586,7 +575,7 @@ idem_status idem_pb_read(const idem_pb_dec *dec, const char *ptr, bool scalar, s
 
 	if (dec == nullptr || dec->cur == nullptr) /* read only after a successful decode */
 		return idem_error_set(err, IDEM_ERR_INVALID, "no Protobuf message is decoded");
-	if (!pointer_valid(ptr))
+	if (idem_json_pointer_problem(ptr) != NULL)
 		return idem_error_set(err, IDEM_ERR_INVALID, "'%s' is not a JSON pointer", ptr);
 	try {
 		r = read(dec, ptr, scalar, out, &absent, err);

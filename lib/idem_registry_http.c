@@ -375,6 +375,32 @@ struct idem_registry_deps {
 	size_t bytes; /* of text, at most reg->max_answer */
 };
 
+/*
+ * A 200 answer's body for @what ("schema id 7", "schema id 7: reference ..."): the registry's
+ * JSON, an object with a "schema" string (*ret_schema); NULL with @res UNAVAILABLE if it is not,
+ * quoting what came (a proxy's page, say).
+ */
+static json_object *idem_registry_schema_doc(const idem_registry *reg,
+                                             const struct idem_registry_conn *conn,
+                                             const char *what, json_object **ret_schema,
+                                             struct idem_registry_result *res)
+{
+	json_object *doc = idem_registry_json(&conn->body);
+	char quote[IDEM_REGISTRY_QUOTE_BYTES * 4 + 32];
+
+	if (doc != NULL && json_object_is_type(doc, json_type_object) &&
+	    json_object_object_get_ex(doc, "schema", ret_schema) &&
+	    json_object_is_type(*ret_schema, json_type_string))
+		return doc;
+	json_object_put(doc);
+	idem__registry_quote(conn->body.data, conn->body.len, quote, sizeof(quote));
+	idem__registry_result_set(
+	        res, IDEM_REGISTRY_UNAVAILABLE,
+	        "%s: registry %s answered 200 OK without the registry's JSON (an object with a \"schema\" string)%s",
+	        what, reg->url, quote);
+	return NULL;
+}
+
 static void idem_registry_deps_done(struct idem_registry_deps *deps)
 {
 	for (size_t i = 0; i < deps->n; i++) {
@@ -457,20 +483,9 @@ static bool idem_registry_references(idem_registry *reg, struct idem_registry_co
 		curl_free(esc);
 		if (!idem_registry_request(reg, conn, path, what, res))
 			return false;
-		doc = idem_registry_json(&conn->body);
-		if (doc == NULL || !json_object_is_type(doc, json_type_object) ||
-		    !json_object_object_get_ex(doc, "schema", &schema) ||
-		    !json_object_is_type(schema, json_type_string)) {
-			char quote[IDEM_REGISTRY_QUOTE_BYTES * 4 + 32];
-
-			idem__registry_quote(conn->body.data, conn->body.len, quote, sizeof(quote));
-			idem__registry_result_set(
-			        res, IDEM_REGISTRY_UNAVAILABLE,
-			        "%s: registry %s answered 200 OK without the registry's JSON (an object with a \"schema\" string)%s",
-			        what, reg->url, quote);
-			json_object_put(doc);
+		doc = idem_registry_schema_doc(reg, conn, what, &schema, res);
+		if (doc == NULL)
 			return false;
-		}
 		if (!json_object_object_get_ex(doc, "schemaType", &type) ||
 		    !json_object_is_type(type, json_type_string) ||
 		    strcmp(json_object_get_string(type), "PROTOBUF") != 0) {
@@ -532,26 +547,17 @@ static bool idem_registry_references(idem_registry *reg, struct idem_registry_co
 static void idem_registry_answer_200(idem_registry *reg, struct idem_registry_conn *conn,
                                      int32_t id, struct idem_registry_result *res)
 {
-	json_object *doc = idem_registry_json(&conn->body), *schema = NULL, *type = NULL,
-	            *refs = NULL;
+	json_object *doc, *schema = NULL, *type = NULL, *refs = NULL;
 	enum { AVRO, JSON, PROTOBUF } kind = AVRO;
 	struct idem_registry_deps *deps = NULL;
-	char why[512] = "";
+	char why[512] = "", what[32];
 	idem_status st;
 	void *obj = NULL;
 
-	if (doc == NULL || !json_object_is_type(doc, json_type_object) ||
-	    !json_object_object_get_ex(doc, "schema", &schema) ||
-	    !json_object_is_type(schema, json_type_string)) {
-		char quote[IDEM_REGISTRY_QUOTE_BYTES * 4 + 32];
-
-		idem__registry_quote(conn->body.data, conn->body.len, quote, sizeof(quote));
-		idem__registry_result_set(
-		        res, IDEM_REGISTRY_UNAVAILABLE,
-		        "schema id %d: registry %s answered 200 OK without the registry's JSON (an object with a \"schema\" string)%s",
-		        (int)id, reg->url, quote);
-		goto out_put_doc;
-	}
+	snprintf(what, sizeof(what), "schema id %d", (int)id);
+	doc = idem_registry_schema_doc(reg, conn, what, &schema, res);
+	if (doc == NULL)
+		return;
 	if (json_object_object_get_ex(doc, "schemaType", &type) &&
 	    !json_object_is_type(type, json_type_null)) {
 		const char *t;
