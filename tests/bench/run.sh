@@ -10,7 +10,8 @@
 #                      [--latency-beside]
 #                      [--kafka-prop NAME=VALUE]... [--pg-setting NAME=VALUE]...
 #                      [--peer-batch N] [--peer-connections K] [--peer-arg ARG]...
-#                      [--modes row,set] [--avro] [--protobuf] [--profile] [--statements]
+#                      [--modes row,set] [--avro] [--protobuf] [--json-schema] [--profile]
+#                      [--statements]
 #                      [--skip-latency] [--build-dir DIR] [--out DIR]
 #                      [--partition-phases P1,P2,...] [--only-partitions]
 #                      [--partition-latency-rate R] [--partition-latency-seconds S]
@@ -58,6 +59,12 @@
 #   Gs with --protobuf: the same over payments_protobuf, the same payments as Confluent-framed
 #      Protobuf (tests/tools/proto_encode.py, python3-protobuf), idemd reading protobuf: fields
 #      (PB_set); PB_set/C_set is the cost of Protobuf against JSON (target >= 0.9);
+#   Js, Jv with --json-schema: the same over payments_json, the same JSON text behind the
+#      Confluent header (tests/tools/json_frame.py payments), value_format json-schema, idemd
+#      reading json: fields; Js (JS_set) with validate: false (the default: the schema id is
+#      looked up, the document not checked), Jv (JV_set) with validate: true (each document
+#      checked against json_frame.py payments-schema: types, required members, an enum, a
+#      pattern, bounds); JV_set/JS_set is what validation costs;
 #   Hs with --history-purge H: C_set over a claims table that holds H claims older than
 #      retention.keep, which idemd's retention purges while it applies the backlog (H_set):
 #      its rate against C_set's, and the purge's rate (claims deleted per second of the run)
@@ -123,6 +130,7 @@ skip_latency=0
 statements=0
 avro=0
 protobuf=0
+jsonschema=0
 build_dir=$src/build-bench
 out_dir=
 kafka_props=()
@@ -175,6 +183,7 @@ while [ $# -gt 0 ]; do
 	--modes) modes=$2 && shift 2 ;;
 	--avro) avro=1 && shift ;;
 	--protobuf) protobuf=1 && shift ;;
+	--json-schema) jsonschema=1 && shift ;;
 	--profile) profile=1 && shift ;;
 	--skip-latency) skip_latency=1 && shift ;;
 	--statements) statements=1 && shift ;;
@@ -212,8 +221,8 @@ fi
 run_row=0 run_set=0
 [[ $modes != *row* ]] || run_row=1
 [[ $modes != *set* ]] || run_set=1
-[ "$avro" = 0 ] && [ "$protobuf" = 0 ] || [ "$run_set" = 1 ] ||
-	{ echo "run.sh: --avro and --protobuf run set mode: they need --modes set or row,set" >&2 && exit 2; }
+[ "$avro" = 0 ] && [ "$protobuf" = 0 ] && [ "$jsonschema" = 0 ] || [ "$run_set" = 1 ] ||
+	{ echo "run.sh: --avro, --protobuf and --json-schema run set mode: they need --modes set or row,set" >&2 && exit 2; }
 pparts=()
 [ "$only_partitions" = 0 ] || [ -n "$partition_phases" ] || partition_phases=16,64,256
 if [ -n "$partition_phases" ]; then
@@ -224,8 +233,8 @@ if [ -n "$partition_phases" ]; then
 	[ "$(printf '%s\n' "${pparts[@]}" | sort -u | wc -l)" = ${#pparts[@]} ] ||
 		{ echo "run.sh: --partition-phases names a partition count twice" >&2 && exit 2; }
 fi
-if [ "$only_partitions" = 1 ] && { [ "$avro" = 1 ] || [ "$protobuf" = 1 ] || [ "$profile" = 1 ]; }; then
-	echo "run.sh: --only-partitions runs no other phase: drop --avro, --protobuf and --profile" >&2 && exit 2
+if [ "$only_partitions" = 1 ] && { [ "$avro" = 1 ] || [ "$protobuf" = 1 ] || [ "$jsonschema" = 1 ] || [ "$profile" = 1 ]; }; then
+	echo "run.sh: --only-partitions runs no other phase: drop --avro, --protobuf, --json-schema and --profile" >&2 && exit 2
 fi
 : "${out_dir:=$build_dir/bench-out/$(date +%Y%m%d-%H%M%S)}"
 
@@ -287,6 +296,7 @@ PM=$(head -n 1 "$IDEM_PGDATA/postmaster.pid")
 topics=("payments:$partitions")
 [ "$avro" = 0 ] || topics+=("payments_avro:$partitions")
 [ "$protobuf" = 0 ] || topics+=("payments_protobuf:$partitions")
+[ "$jsonschema" = 0 ] || topics+=("payments_json:$partitions")
 for ((r = 1; r <= runs && only_partitions == 0; r++)); do
 	topics+=("lat$r:$partitions" "klat$r:$partitions" "lats$r:$partitions" "klats$r:$partitions")
 	for ((i = 0; i < ${#rates[@]}; i++)); do
@@ -453,8 +463,8 @@ if [ "$only_partitions" = 0 ]; then
 	# The partition phases' checks borrow manifest.csv (pt_check): this is the one to restore.
 	cp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest-main.csv"
 fi
-# produce_framed FORMAT: the same payments in Avro or Protobuf to topic payments_FORMAT:
-# avro_encode.py (proto_encode.py) draws them as idem_produce's idem-kafkatool produce does (the
+# produce_framed FORMAT: the same payments in Avro, Protobuf or JSON Schema (json) to topic
+# payments_FORMAT: avro_encode.py (proto_encode.py, json_frame.py) draws them as idem_produce's idem-kafkatool produce does (the
 # same --count, --dup-ratio, --seed 1, --accounts, and the topic's partition count), each line
 # naming its partition; the manifest and each partition's count are checked to be those of
 # payments. Sets framed_id[FORMAT] (the schema id).
@@ -466,11 +476,14 @@ produce_framed() {
 	if [ "$fmt" = avro ]; then
 		idem_avro_encode payments-schema >"$IDEM_TMP/payments.avsc"
 		framed_id[$fmt]=$(idem_registry_register payments-value "$IDEM_TMP/payments.avsc")
-	else
+	elif [ "$fmt" = protobuf ]; then
 		idem_proto_encode payments-schema >"$IDEM_TMP/payments.proto"
 		framed_id[$fmt]=$(idem_registry_register payments-protobuf-value "$IDEM_TMP/payments.proto" --schema-type PROTOBUF)
+	else
+		idem_json_frame payments-schema >"$IDEM_TMP/payments.schema.json"
+		framed_id[$fmt]=$(idem_registry_register payments-json-value "$IDEM_TMP/payments.schema.json" --schema-type JSON)
 	fi
-	line=$("idem_${fmt/protobuf/proto}_encode" payments --count "$messages" --dup-ratio "$dup_ratio" --seed 1 \
+	line=$("idem_$(case $fmt in avro) echo avro_encode ;; protobuf) echo proto_encode ;; *) echo json_frame ;; esac)" payments --count "$messages" --dup-ratio "$dup_ratio" --seed 1 \
 		--accounts "$IDEM_ACCOUNTS" --partitions "$partitions" --schema-id "${framed_id[$fmt]}" \
 		--manifest "$IDEM_TMP/manifest-$fmt.csv" --output "$IDEM_TMP/payments-$fmt.txt")
 	[ "$line" = "produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE duplicates=$((IDEM_PRODUCED - IDEM_UNIQUE))" ] ||
@@ -490,6 +503,7 @@ produce_framed() {
 }
 [ "$avro" = 0 ] || produce_framed avro
 [ "$protobuf" = 0 ] || produce_framed protobuf
+[ "$jsonschema" = 0 ] || produce_framed json
 
 # The partition phases' backlogs: the same N payments as topic payments (idem-kafkatool produce,
 # seed 1, --dup-ratio, the same accounts), each in its Kafka pP over P partitions. Which
@@ -603,7 +617,8 @@ phase_p() {
 
 # phase_c RUN MODE PAYLOAD [PURGE]: C (row) or Cs (set) over topic payments (PAYLOAD json);
 # with PAYLOAD avro, Vs: set mode over topic payments_avro, the same payments in Avro, read
-# with avro: fields through the schema registry; with PURGE > 0, Hs: set mode (json) over a
+# with avro: fields through the schema registry (protobuf: Gs; json-schema and json-validate:
+# Js and Jv over payments_json, validate false and true); with PURGE > 0, Hs: set mode (json) over a
 # claims table that holds PURGE claims older than retention.keep (30 days, idemd's default),
 # which idemd's retention purges while it applies the backlog (it starts at once,
 # retention.batch rows per transaction, and has work the whole run if PURGE is large enough).
@@ -614,10 +629,21 @@ phase_c() {
 	[ "$purge" = 0 ] || ph=Hs
 	if [ "$payload" != json ]; then
 		[ "$ph" = Cs ] || idem_fail "phase_c: $payload runs in set mode without a purge only"
-		ph=Vs
-		[ "$payload" = avro ] || ph=Gs
-		topic=payments_$payload params="[business_key, \"$payload:/account\", \"$payload:/amount\"]"
-		opts=(--key "\${$payload:/payment_id}" --registry "url=\"$IDEM_REGISTRY_URL\"")
+		case $payload in
+		avro | protobuf)
+			ph=Vs
+			[ "$payload" = avro ] || ph=Gs
+			topic=payments_$payload params="[business_key, \"$payload:/account\", \"$payload:/amount\"]"
+			opts=(--key "\${$payload:/payment_id}")
+			;;
+		json-schema | json-validate)
+			ph=Js topic=payments_json
+			opts=(--key "\${json:/payment_id}" --route value_format=json-schema)
+			[ "$payload" = json-schema ] || ph=Jv opts+=(--route validate=true)
+			;;
+		*) idem_fail "phase_c: unknown payload '$payload'" ;;
+		esac
+		opts+=(--registry "url=\"$IDEM_REGISTRY_URL\"")
 	fi
 	name=${ph,,}$r
 	reset_db
@@ -983,6 +1009,12 @@ main_phases() {
 			phase_c "$r" set protobuf
 			rec "$r.GsCs" "$(calc "${V[$r.Gs.rate]} / ${V[$r.Cs.rate]}")"
 		fi
+		if [ "$jsonschema" = 1 ]; then
+			phase_c "$r" set json-schema
+			phase_c "$r" set json-validate
+			rec "$r.JsCs" "$(calc "${V[$r.Js.rate]} / ${V[$r.Cs.rate]}")"
+			rec "$r.JvJs" "$(calc "${V[$r.Jv.rate]} / ${V[$r.Js.rate]}")"
+		fi
 	fi
 	if [ "$run_row" = 1 ] && [ "$run_set" = 1 ]; then
 		rec "$r.CsC" "$(calc "${V[$r.Cs.rate]} / ${V[$r.C.rate]}")"
@@ -1041,6 +1073,8 @@ phase_name() {
 	Cs) echo C_set ;;
 	Vs) echo V_set ;;
 	Gs) echo PB_set ;;
+	Js) echo JS_set ;;
+	Jv) echo JV_set ;;
 	Hs) echo H_set ;;
 	*) echo "$1" ;;
 	esac
@@ -1078,6 +1112,7 @@ report() {
 	[ "$run_set" = 0 ] || phases+=(Ps Cs)
 	[ "$run_set" = 0 ] || [ "$avro" = 0 ] || phases+=(Vs)
 	[ "$run_set" = 0 ] || [ "$protobuf" = 0 ] || phases+=(Gs)
+	[ "$run_set" = 0 ] || [ "$jsonschema" = 0 ] || phases+=(Js Jv)
 	[ "$run_set" = 0 ] || [ "$history_purge" = 0 ] || phases+=(Hs)
 	if [ ${#rates[@]} -gt 0 ]; then
 		for rate in "${rates[@]}"; do
@@ -1105,6 +1140,10 @@ report() {
 	if [ "$protobuf" = 1 ]; then
 		echo "PB_set = C_set over topic payments_protobuf: the same payments as Confluent-framed Protobuf (written by"
 		echo "python3-protobuf), idemd reading protobuf:/payment_id, /account and /amount with the schema from the registry."
+	fi
+	if [ "$jsonschema" = 1 ]; then
+		echo "JS_set, JV_set = C_set over topic payments_json: the same JSON text behind the Confluent header, value_format"
+		echo "json-schema, validate false (JS_set) and true (JV_set: each document checked against json_frame.py payments-schema)."
 	fi
 	echo "cpu/1k = CPU seconds per 1,000 messages: 'consumer' = the consuming process, 'postgres' = whole cluster."
 	echo
@@ -1158,9 +1197,14 @@ report() {
 		echo "idemd CPU per 1,000 messages: PB_set $(fmt %.4f "$(per_run cpu1k Gs | median)") s, C_set $(fmt %.4f "$(per_run cpu1k Cs | median)") s" \
 			"(Postgres: $(fmt %.4f "$(per_run pg1k Gs | median)") s, $(fmt %.4f "$(per_run pg1k Cs | median)") s; medians)"
 	fi
+	if [ "$run_set" = 1 ] && [ "$jsonschema" = 1 ]; then
+		echo "JS_set/C_set (the Confluent header and the schema id's lookup): $(fmt %.3f "$(medof JsCs)") ($(for ((r = 1; r <= runs; r++)); do fmt %.3f "${V[$r.JsCs]}" && echo; done | paste -sd ' ' | sed 's/ /, /g'))"
+		echo "JV_set/JS_set (what validate: true costs): $(fmt %.3f "$(medof JvJs)") ($(for ((r = 1; r <= runs; r++)); do fmt %.3f "${V[$r.JvJs]}" && echo; done | paste -sd ' ' | sed 's/ /, /g'))"
+		echo "idemd CPU per 1,000 messages: JV_set $(fmt %.4f "$(per_run cpu1k Jv | median)") s, JS_set $(fmt %.4f "$(per_run cpu1k Js | median)") s, C_set $(fmt %.4f "$(per_run cpu1k Cs | median)") s (medians)"
+	fi
 	echo "(targets: C/A >= 0.85, C/B >= 15, C_set/A_set >= 0.9, C_set/C >= 3)"
 	echo
-	for ph in C Cs Vs Gs; do
+	for ph in C Cs Vs Gs Js Jv; do
 		[ -n "${V[1.$ph.rss]:-}" ] || continue
 		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (the prefetch holds up to 160,000 messages: README, \"Memory\")"
 	done

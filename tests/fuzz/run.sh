@@ -19,12 +19,14 @@ for f in "$src"/lib/idem_protobuf*.cc; do
 	pb+=("$out/$(basename "$f" .cc).o")
 done
 pblibs=(-fsanitize-link-c++-runtime -lprotoc $(pkg-config --libs protobuf) -lstdc++)
-field=("${pb[@]}" "$src/lib/idem_field.c" "$src/lib/idem_trace.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c")
+field=("${pb[@]}" "$src/lib/idem_field.c" "$src/lib/idem_trace.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c"
+	"$src/lib/idem_esc.c" "$src/lib/idem_jsonschema.c" "$src/lib/idem_jsonschema_check.c"
+	"$src/lib/idem_jsonschema_keywords.c" "$src/lib/idem_jsonschema_pattern.c")
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_key.c" "${field[@]}" \
 	$(pkg-config --cflags --libs json-c avro-c) "${pblibs[@]}" -lm -o "$out/fuzz_key"
 cfg=("$src/lib/idem_cfg.c" "$src/lib/idem_cfg_walk.c" "$src/lib/idem_cfg_ops.c"
 	"$src/lib/idem_cfg_registry.c" "$src/lib/idem_cfg_routes.c" "$src/lib/idem_cfg_secrets.c"
-	"$src/lib/idem_lex.c" "$src/lib/idem_log.c" "$src/lib/idem_esc.c" "$src/lib/idem_url.c")
+	"$src/lib/idem_lex.c" "$src/lib/idem_log.c" "$src/lib/idem_url.c")
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_cfg.c" "${cfg[@]}" "${field[@]}" \
 	$(pkg-config --cflags --libs yaml-0.1 json-c avro-c rdkafka libpq) "${pblibs[@]}" -lm -o "$out/fuzz_cfg"
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_decode.c" "$src/lib/idem_batch.c" "$src/lib/idem_bind.c" \
@@ -40,7 +42,12 @@ clang "${flags[@]}" "$src/tests/fuzz/fuzz_avro.c" "$src/lib/idem_avro.c" "$src/l
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_protobuf.c" "${pb[@]}" "$src/lib/idem_common.c" \
 	"${pblibs[@]}" -lm -o "$out/fuzz_protobuf"
 
-for t in key cfg decode json avro protobuf; do
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_jsonschema.c" "$src/lib/idem_jsonschema.c" \
+	"$src/lib/idem_jsonschema_check.c" "$src/lib/idem_jsonschema_keywords.c" \
+	"$src/lib/idem_jsonschema_pattern.c" "$src/lib/idem_esc.c" "$src/lib/idem_common.c" \
+	$(pkg-config --cflags --libs json-c) -lm -o "$out/fuzz_jsonschema"
+
+for t in key cfg decode json avro protobuf jsonschema; do
 	mkdir -p "$out/corpus-$t"
 	cp "$src/tests/fuzz/corpus/$t/"* "$out/corpus-$t/"
 	echo "fuzz_$t: ${secs}s"

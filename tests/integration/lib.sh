@@ -639,6 +639,13 @@ idem_proto_encode() {
 		idem_fail "proto_encode.py $* failed"
 }
 
+# idem_json_frame ARGS... : tests/tools/json_frame.py ARGS (see its docstring): JSON documents
+# behind the Confluent header, stdin and stdout passed through.
+idem_json_frame() {
+	"$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/json_frame.py" "$@" ||
+		idem_fail "json_frame.py $* failed"
+}
+
 # idem_avro_produce TOPIC FILE [--rate MSGS_PER_SEC] [--partition P] [-X PROP=VALUE]... : produce
 # the messages of FILE (KEYHEX<TAB>VALUEHEX[<TAB>PARTITION] lines, as avro_encode.py writes
 # them) to TOPIC of the test's Kafka, in order, and wait until all are delivered (see

@@ -60,7 +60,7 @@ manifest() { # FROM TO: the expected rows (payment_id,account,amount)
 	local i
 	for ((i = $1; i <= $2; i++)); do printf 'pay-%d,acct-%d,%d\n' "$i" $((i % 17)) $((i * 37 % 1000 + 1)); done
 }
-frame() { "$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/json_frame.py" --key-field payment_id --schema-id "$@"; }
+frame() { idem_json_frame --key-field payment_id --schema-id "$@"; }
 hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
 h() { printf '00%08x' "$1"; } # the Confluent header of schema id $1
 claims_in() { idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments' AND business_key IN (SELECT 'pay-' || g FROM generate_series($1, $2) g)"; }

@@ -5,6 +5,15 @@ KafkaJsonSchemaSerializer writes them.
 
     json_frame.py --schema-id N [--key-field NAME] [--input FILE] [--output FILE]
 
+    json_frame.py payments --count N --schema-id N [--dup-ratio R] [--seed S] [--accounts A]
+                  [--partitions P] [--manifest FILE] [--output FILE]
+    json_frame.py payments-schema
+
+payments: the payment stream of "idem-kafkatool produce" (payment_stream.py), each value the
+very JSON text idem-kafkatool writes behind the header; payments-schema prints a draft-07 schema
+of those payments, strict enough to cost what validation costs (types, required members, a
+pattern, bounds).
+
 One document per input line (stdin or --input; blank lines skipped), framed as it is: its bytes
 are not parsed again or re-serialized (so a line that is not JSON is framed too, for tests of bad
 input). Output: one message per line, KEYHEX<TAB>VALUEHEX, the format "idem-kafkatool
@@ -15,7 +24,43 @@ value as its JSON text); a line that is not a JSON object, or lacks the member, 
 
 import argparse
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import payment_stream  # noqa: E402
+
+PAYMENTS_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Payment",
+    "type": "object",
+    "properties": {
+        "payment_id": {"type": "string", "minLength": 1, "maxLength": 64},
+        "account": {"type": "string", "pattern": "^acct-[0-9]+$"},
+        "amount": {"type": "integer", "minimum": 1, "maximum": 1000000},
+        "currency": {"type": "string", "enum": ["EUR", "USD", "GBP"]},
+        "ts": {"type": "integer", "minimum": 0},
+    },
+    "required": ["payment_id", "account", "amount", "currency", "ts"],
+    "additionalProperties": False,
+}
+
+
+def header(schema_id):
+    return b"\x00" + schema_id.to_bytes(4, "big")
+
+
+def cmd_payments(argv):
+    p = payment_stream.parser("json_frame.py payments")
+    a = p.parse_args(argv)
+    h = header(a.schema_id)
+
+    def encode(pid, acct, amount, created_ms):
+        # Byte for byte idem_kafkatool.c's value.
+        doc = f'{{"payment_id":"{pid}","account":"{acct}","amount":{amount},"currency":"EUR","ts":{created_ms}}}'
+        return h + doc.encode()
+
+    return payment_stream.write(p, a, encode)
 
 
 def key_of(line, field):
@@ -32,6 +77,11 @@ def key_of(line, field):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "payments":
+        return cmd_payments(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "payments-schema":
+        print(json.dumps(PAYMENTS_SCHEMA, indent=1))
+        return 0
     p = argparse.ArgumentParser(prog="json_frame.py")
     p.add_argument("--schema-id", type=int, required=True)
     p.add_argument("--key-field")
@@ -40,7 +90,7 @@ def main():
     a = p.parse_args()
     if not 0 <= a.schema_id <= 0xFFFFFFFF:
         p.error("--schema-id must fit in 4 bytes")
-    header = b"\x00" + a.schema_id.to_bytes(4, "big")
+    hdr = header(a.schema_id)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "w") if a.output else sys.stdout
     for raw in src:
@@ -48,7 +98,7 @@ def main():
         if not line.strip():
             continue
         key = key_of(line, a.key_field)
-        out.write(f"{'-' if key is None else key.hex()}\t{(header + line).hex()}\n")
+        out.write(f"{'-' if key is None else key.hex()}\t{(hdr + line).hex()}\n")
     out.flush()
     return 0
 

@@ -1,5 +1,5 @@
 """payment_stream.py - the payment stream of "idem-kafkatool produce" (idem_kafkatool.c), for the
-encoders that write it in other formats (avro_encode.py, proto_encode.py): the same RNG and the
+encoders that write it in other formats (avro_encode.py, proto_encode.py, json_frame.py): the same RNG and the
 same draws, so that with --partitions equal to the topic's partition count the payment ids,
 accounts, amounts, partitions and duplicates are those of "idem-kafkatool produce" with the same
 --count --dup-ratio --seed --accounts.
