@@ -21,15 +21,17 @@ row | set) ;;
 esac
 export IDEM_HANDLER_MODE
 
-# IDEM_PAYLOAD (json, avro or protobuf, default json) is how the payments are written: with avro
-# (protobuf), idem_fixture starts a schema registry (tests/tools/registry.py) and registers the
-# payments schema, idem_write_config reads avro: (protobuf:) fields through it, and idem_produce
-# writes the same payments Confluent-framed, encoded by python3-avro (python3-protobuf). CTest
-# runs t_kill9 once more each way.
+# IDEM_PAYLOAD (json, avro, protobuf or json-schema, default json) is how the payments are
+# written: with avro (protobuf), idem_fixture starts a schema registry (tests/tools/registry.py)
+# and registers the payments schema, idem_write_config reads avro: (protobuf:) fields through it,
+# and idem_produce writes the same payments Confluent-framed, encoded by python3-avro
+# (python3-protobuf); with json-schema, the same JSON text behind the Confluent header
+# (json_frame.py), read by a route with value_format: json-schema and validate: true against
+# json_frame.py's payments schema. CTest runs t_kill9 once more each way.
 : "${IDEM_PAYLOAD:=json}"
 case $IDEM_PAYLOAD in
-json | avro | protobuf) ;;
-*) idem_fail "IDEM_PAYLOAD must be json, avro or protobuf, not '$IDEM_PAYLOAD'" ;;
+json | avro | protobuf | json-schema) ;;
+*) idem_fail "IDEM_PAYLOAD must be json, avro, protobuf or json-schema, not '$IDEM_PAYLOAD'" ;;
 esac
 export IDEM_PAYLOAD IDEM_BIN IDEM_SRC
 
@@ -82,7 +84,10 @@ idem_write_config() {
 	local -A kafka=() retry=() kafka_given=()
 	local kafka_order=() retry_order=() route=() pg=() limits=() outbox=() batch=() retention=()
 	local metrics= registry=()
-	if [ "$IDEM_PAYLOAD" != json ]; then
+	if [ "$IDEM_PAYLOAD" = json-schema ]; then
+		route=(value_format=json-schema validate=true)
+		registry=("url=\"$IDEM_REGISTRY_URL\"")
+	elif [ "$IDEM_PAYLOAD" != json ]; then
 		key="\${$IDEM_PAYLOAD:/payment_id}"
 		params="[business_key, \"$IDEM_PAYLOAD:/account\", \"$IDEM_PAYLOAD:/amount\"]"
 		registry=("url=\"$IDEM_REGISTRY_URL\"")
@@ -260,6 +265,11 @@ idem_fixture() {
 		idem_proto_encode payments-schema >"$IDEM_TMP/payments.proto"
 		IDEM_AVRO_PAYMENTS_ID=$(idem_registry_register payments-value "$IDEM_TMP/payments.proto" \
 			--schema-type PROTOBUF)
+	elif [ "$IDEM_PAYLOAD" = json-schema ]; then
+		idem_registry_start
+		idem_json_frame payments-schema >"$IDEM_TMP/payments.schema.json"
+		IDEM_AVRO_PAYMENTS_ID=$(idem_registry_register payments-value "$IDEM_TMP/payments.schema.json" \
+			--schema-type JSON)
 	fi
 	export IDEM_AVRO_PAYMENTS_ID IDEM_PAYMENTS_PARTITIONS
 	[ $# -gt 0 ] || return 0
@@ -396,11 +406,12 @@ idem__produce_cmd() {
 		idem_fail "$caller: --rate is required"
 	fi
 	if [ "$IDEM_PAYLOAD" != json ]; then
-		# The same payments (ids, accounts, amounts, partitions, duplicates) in Avro (Protobuf),
-		# encoded by python3-avro (python3-protobuf), then produced in order; prints what
-		# idem-kafkatool produce prints.
+		# The same payments (ids, accounts, amounts, partitions, duplicates) in Avro (Protobuf,
+		# framed JSON), encoded by python3-avro (python3-protobuf, json_frame.py), then produced
+		# in order; prints what idem-kafkatool produce prints.
 		local tool=avro_encode.py
-		[ "$IDEM_PAYLOAD" = avro ] || tool=proto_encode.py
+		[ "$IDEM_PAYLOAD" != protobuf ] || tool=proto_encode.py
+		[ "$IDEM_PAYLOAD" != json-schema ] || tool=json_frame.py
 		IDEM__PRODUCE_CMD=(env IDEM_ENCODER="$tool" bash -c 'set -euo pipefail
 			stats=$("$IDEM_AVRO_PYTHON" "$IDEM_SRC/tests/tools/$IDEM_ENCODER" payments \
 				--schema-id "$IDEM_AVRO_PAYMENTS_ID" --count "$1" --dup-ratio "$2" --seed "$3" \
