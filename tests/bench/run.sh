@@ -1337,7 +1337,7 @@ report() {
 	fi
 	echo
 	for ((r = 1; r <= runs; r++)); do
-		for ph in C Cs Vs Gs; do
+		for ph in C Cs Vs Gs Js Jv; do
 			[ -z "${V[$r.$ph.exactly_once]:-}" ] ||
 				what="${what:-}${what:+, }run $r $(phase_name "$ph") ${V[$r.$ph.exactly_once]}"
 		done
