@@ -11,7 +11,7 @@
 #                      [--kafka-prop NAME=VALUE]... [--pg-setting NAME=VALUE]...
 #                      [--peer-batch N] [--peer-connections K] [--peer-arg ARG]...
 #                      [--modes row,set] [--avro] [--protobuf] [--json-schema] [--profile]
-#                      [--statements]
+#                      [--statements] [--wal-stats]
 #                      [--skip-latency] [--build-dir DIR] [--out DIR]
 #                      [--partition-phases P1,P2,...] [--only-partitions]
 #                      [--partition-latency-rate R] [--partition-latency-seconds S]
@@ -85,6 +85,10 @@
 # --avro needs set mode).
 # --statements loads pg_stat_statements (planning tracked too) and reports, for each latency run,
 # every statement's calls and mean planning and execution time: where the commit stage goes.
+# --wal-stats keeps the WAL (wal_keep_size 4GB) and writes, for every P_set and idemd phase,
+# pg_waldump --stats=record over the WAL it wrote to --out (walstats-NAME.txt): the records and
+# bytes of each kind (heap insert, B-tree insert, commit, full-page images), theirs and idemd's.
+# Every run reports the WAL records and full-page images per message (pg_stat_wal).
 # --profile adds one more idemd pass over the N messages under `perf record -a` and prints
 # where the CPU goes. Results (report, raw lines, profile) are also written to --out.
 # --partition-phases 16,64,256 adds, in every run after the phases above, for each partition
@@ -126,6 +130,7 @@ naive_max=20000
 naive_seconds=20
 latency_seconds=20
 profile=0
+wal_stats=0
 skip_latency=0
 statements=0
 avro=0
@@ -185,6 +190,7 @@ while [ $# -gt 0 ]; do
 	--protobuf) protobuf=1 && shift ;;
 	--json-schema) jsonschema=1 && shift ;;
 	--profile) profile=1 && shift ;;
+	--wal-stats) wal_stats=1 && shift ;;
 	--skip-latency) skip_latency=1 && shift ;;
 	--statements) statements=1 && shift ;;
 	--build-dir) build_dir=$2 && shift 2 ;;
@@ -285,6 +291,7 @@ idem_psql -d postgres -c "ALTER SYSTEM SET track_commit_timestamp = on"
 if [ "$statements" = 1 ]; then
 	pg_settings=("shared_preload_libraries=pg_stat_statements" "${pg_settings[@]}")
 fi
+[ "$wal_stats" = 0 ] || pg_settings=("wal_keep_size=4GB" "${pg_settings[@]}")
 for s in "${pg_settings[@]}"; do
 	idem_psql -d postgres -c "ALTER SYSTEM SET ${s%%=*} = '${s#*=}'"
 done
@@ -429,6 +436,29 @@ drop_history() {
 # (every process's, exact at once, unlike pg_stat_wal, which backends flush when they go idle).
 wal_lsn() {
 	idem_psql -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+}
+
+# wal_kinds_reset; ... ; wal_kinds RUN PHASE: the WAL records and full-page images the phase
+# wrote (pg_stat_wal, reset before it). Read once the consumer's connections are closed, so that
+# their backends have flushed their counts (they do as they exit; the second's wait lets them).
+wal_kinds_reset() {
+	idem_psql -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+	wal_start=$(idem_psql -c "SELECT pg_current_wal_lsn()")
+}
+wal_kinds() {
+	local line end
+	if [ "$wal_stats" = 1 ]; then
+		end=$(idem_psql -c "SELECT pg_current_wal_insert_lsn()")
+		idem_psql -c "SELECT pg_switch_wal()" >/dev/null
+		"$IDEM_PG_BINDIR/pg_waldump" --stats=record -p "$IDEM_PGDATA/pg_wal" -s "$wal_start" -e "$end" \
+			>"$out_dir/walstats-$2-$1.txt" 2>&1 ||
+			echo "pg_waldump failed for run $1 $2: $(tail -1 "$out_dir/walstats-$2-$1.txt")" >>"$results"
+	fi
+	sleep 1
+	line=$(idem_psql -c "SELECT 'wal_records=' || wal_records || ' wal_fpi=' || wal_fpi || ' wal_bytes=' || wal_bytes FROM pg_stat_wal")
+	echo "run $1 $2: $line" >>"$results"
+	rec "$1.$2.walrec" "$(kv "$line" wal_records)"
+	rec "$1.$2.fpi" "$(kv "$line" wal_fpi)"
 }
 
 # ---- the messages ------------------------------------------------------------------------------
@@ -584,12 +614,14 @@ phase_p() {
 	reset_db
 	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 	wal0=$(wal_lsn)
+	wal_kinds_reset
 	idem_log "run $r: Ps hand-written peer (bench_peer, up to $peer_batch messages per transaction, $peer_connections connection(s)${peer_args[*]:+, ${peer_args[*]}})"
 	line=$("$BENCH_BIN/bench_peer" --conninfo "$IDEM_CONNINFO" --brokers "$IDEM_BROKERS" \
 		--topic payments --group "bench-peer-$r" --consumer payments --batch "$peer_batch" \
 		--connections "$peer_connections" --postmaster "$PM" "${peer_args[@]}" \
 		2>>"$out_dir/peer.log") || idem_fail "bench_peer failed: $(tail -3 "$out_dir/peer.log")"
 	rec "$r.Ps.wal" "$(($(wal_lsn) - wal0))"
+	wal_kinds "$r" Ps
 	if [[ " ${peer_args[*]} " != *" --idemd-claim "* ]]; then
 		idem_psql -c "VACUUM peer_claims"
 		rec "$r.Ps.bpc" "$(idem_psql -c "SELECT round(pg_total_relation_size('peer_claims')::numeric / greatest(count(*), 1), 1) FROM peer_claims")"
@@ -660,6 +692,7 @@ phase_c() {
 	pg0=$(kv "$("$BENCH_BIN/bench_watch" pgcpu --postmaster "$PM")" pg_cpu)
 	[ "$statements" = 0 ] || idem_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 	wal0=$(wal_lsn)
+	wal_kinds_reset
 	idemd_start "$name" "$IDEM_TMP/$name.yaml"
 	pid=$(idemd_pid "$name")
 	line=$("$BENCH_BIN/bench_watch" wait --conninfo "$IDEM_CONNINFO" --consumer payments \
@@ -667,6 +700,7 @@ phase_c() {
 		idem_fail "idemd did not process topic $topic"
 	idemd_stop "$name"
 	rec "$r.$ph.wal" "$(($(wal_lsn) - wal0))"
+	wal_kinds "$r" "$ph"
 	statements_dump "$name"
 	cp "$IDEM_TMP/idemd-$name.log" "$out_dir/"
 	echo "run $r $ph: $line" >>"$results"
@@ -1080,6 +1114,14 @@ phase_name() {
 	esac
 }
 
+# walk_rec RUN PHASE, walk_fpi RUN PHASE: WAL records and full-page images per message.
+walk_rec() {
+	calc "${V[$1.$2.walrec]} / ${V[$1.$2.msgs]}"
+}
+walk_fpi() {
+	calc "${V[$1.$2.fpi]} / ${V[$1.$2.msgs]}"
+}
+
 # per_run EXPR_FN PHASE: EXPR_FN RUN PHASE for each run, one per line (for median).
 per_run() {
 	local r
@@ -1214,6 +1256,10 @@ report() {
 	done
 	[ -z "${V[1.Ps.bpc]:-}" ] ||
 		echo "bytes per claim of the peer (peer_claims: consumer, business_key, processed_at, with its two indexes, vacuumed): median $(medof Ps.bpc)"
+	for ph in Ps C Cs Vs Gs Js Jv; do
+		[ -n "${V[1.$ph.fpi]:-}" ] || continue
+		echo "WAL of $(phase_name "$ph") per message (pg_stat_wal, medians): $(fmt %.2f "$(per_run walk_rec "$ph" | median)") records, $(fmt %.4f "$(per_run walk_fpi "$ph" | median)") full-page images"
+	done
 	if [ "$history_purge" -gt 0 ] && [ -n "${V[1.Hs.rate]:-}" ]; then
 		echo
 		echo "Claims history with retention purging: H_set = C_set over a claims table holding $history_purge claims older"
