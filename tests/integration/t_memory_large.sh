@@ -2,8 +2,11 @@
 # The memory bound as documented (ARCHITECTURE.md "Memory bound"): the bytes held in batches
 # are at most batch.max_bytes_total plus one message, however many partitions press on it.
 # 16 partitions, 3 payments of 16 MiB each (stored compressed: the embedded Kafka keeps 5 MiB
-# per partition), a budget of 48 MiB, and the ledger locked for the first seconds so that the
-# first batches wait in their transactions while the rest of the backlog arrives. The most
+# per partition), a budget of 48 MiB, and the 7 accounts the payments add to held by a
+# transaction (it inserts them and waits: idemd's handler, which adds to an account, waits on
+# them, while the tables stay unlocked for its start) until idemd holds the budget (at most 110 s,
+# however slow the fetch, say under ASan on a busy machine), so that the first batches wait in
+# their transactions while the rest of the backlog arrives. The most
 # bytes held at once (idemd_batch_bytes_held_max, kept at every message taken) must have
 # reached the budget (the bound was pressed) and stayed within it plus one message; every
 # payment is applied exactly once. Before the bound was exact, a partition took up to 64
@@ -51,15 +54,25 @@ IDEM_PRODUCED=$((PARTS * PER_PART))
 IDEM_UNIQUE=$IDEM_PRODUCED
 idem_log "produced $IDEM_PRODUCED messages of $VALUE_BYTES bytes over $PARTS partitions"
 
-idem_spawn lock psql -X -q -At -v ON_ERROR_STOP=1 \
-	-c "BEGIN; LOCK TABLE ledger IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(8); COMMIT;"
+idem_spawn lock env PGAPPNAME=idem-accounts-held psql -X -q -At -v ON_ERROR_STOP=1 \
+	-c "BEGIN; INSERT INTO accounts (id, balance) SELECT 'acct-' || g, 0 FROM generate_series(0, 6) g; SELECT pg_sleep(120); COMMIT;"
 lock_pid=$IDEM_LAST_PID
+lock_held() { test "$(idem_psql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idem-accounts-held' AND wait_event = 'PgSleep'")" = 1; }
+idem_wait_until 30 "the accounts to be held" lock_held
+metric() { curl -fsS "http://127.0.0.1:$port/metrics" 2>/dev/null | awk -v m="$1" '$1 == m { print $2 }'; }
+budget_held() {
+	local v
+	v=$(metric idemd_batch_bytes_held_max)
+	[ -n "$v" ] && [ "$v" -ge "$BUDGET" ]
+}
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4
 idemd_start a "$IDEM_CFG"
+# While the accounts are held nothing commits: idemd must fill its budget and stop there.
+idem_wait_until 110 "the bytes held to reach the budget while the accounts are held (the test pressed nothing)" budget_held
+idem_psql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'idem-accounts-held'" >/dev/null
 idem_wait_exit "$lock_pid" 30
 idem_wait_done g-meml 300
 sleep 1.5 # one publication interval, for the gauges
-metric() { curl -fsS "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 held_max=$(metric idemd_batch_bytes_held_max)
 budget=$(metric idemd_batch_bytes_budget)
 idemd_stop a
