@@ -7,10 +7,10 @@
  * the workers are busy. Each partition has at most one batch in flight, so its batches commit
  * in offset order; the next one fills meanwhile, and when it is full too the partition's queue
  * is not read until the one in flight is done (backpressure; librdkafka keeps prefetching it).
- * A batch is full at batch.max_messages (twice that while one is in flight) or batch.max_bytes;
- * once the bytes held in all batches reach batch.max_bytes_total, a partition with a batch in
- * flight is held the same way and one without dispatches what it has, so memory stays bounded
- * in bytes ("Memory bound").
+ * A batch is full at batch.max_messages (IDEM_BATCH_GROW times that while one is in flight) or
+ * batch.max_bytes; once the bytes held in all batches reach batch.max_bytes_total, a partition
+ * with a batch in flight is held the same way and one without dispatches what it has, so
+ * memory stays bounded in bytes ("Memory bound").
  * Everything Kafka-side (idem_consumer) happens on the consumer thread: a worker only commits
  * and reports back, and the consumer thread stores the offset after that commit. See
  * ARCHITECTURE.md, "Data flow".

@@ -17,9 +17,9 @@
 #include "idem_flush.h"
 
 /* Most batches one transaction carries, and most messages, in units of the most one batch can
- * hold (IDEM_BATCH_GROW x batch.max_messages): 32 batches, 4 x batch.max_messages by default. */
+ * hold (IDEM_BATCH_GROW x batch.max_messages): 32 batches, 4 x batch.max_messages. */
 #define GROUP_MAX_BATCHES 32
-#define GROUP_MAX_FULL    2
+#define GROUP_MAX_FULL    1
 /* How often an idle worker checks its connection (idem_flush_check()). */
 #define IDLE_CHECK_MS 1000
 
