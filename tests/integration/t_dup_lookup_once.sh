@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The duplicates' claims are looked up once per transaction and consumer, not once per batch: a
 # backlog on four partitions with upstream duplicates in every batch and one worker, so that
-# transactions carry several partitions' batches (ARCHITECTURE.md, "The transaction", 2).
+# transactions carry several partitions' batches (ARCHITECTURE.md, "The transaction", 2):
+# batch.max_bytes closes each batch at about a hundred messages, far below what a transaction
+# takes (4 x batch.max_messages, 800), so that it does whether or not a batch grew while its
+# partition's batch before it was in flight.
 # Postgres's own function counters (track_functions) must count one idem.claims_of() call per
 # transaction (one per batch before): at most one per transaction, and at least one per
 # transaction that certainly had a duplicate (once idemd's sessions are gone, so that all they
@@ -14,7 +17,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 idem_fixture --topics payments:4
 cfg=$IDEM_TMP/idemd.yaml
 port=$(idem_free_port)
-idem_write_config "$cfg" g-dup-lookup payments --workers 1 --max 200 --metrics "127.0.0.1:$port"
+idem_write_config "$cfg" g-dup-lookup payments --workers 1 --max 200 \
+	--batch max_bytes=32768 --metrics "127.0.0.1:$port"
 idem_setup_db "$cfg"
 idem_psql -c "ALTER SYSTEM SET track_functions = 'all'" >/dev/null
 idem_psql -c "SELECT pg_reload_conf()" >/dev/null
