@@ -16,10 +16,9 @@
 
 #include "idem_flush.h"
 
-/* Most batches one transaction carries, and most messages, in units of the most one batch can
- * hold (IDEM_BATCH_GROW x batch.max_messages): 32 batches, 4 x batch.max_messages. */
+/* Most batches one transaction carries; it carries at most as many messages as one grown batch
+ * holds (IDEM_BATCH_GROW x batch.max_messages, idem_batch.h). */
 #define GROUP_MAX_BATCHES 32
-#define GROUP_MAX_FULL    1
 /* How often an idle worker checks its connection (idem_flush_check()). */
 #define IDLE_CHECK_MS 1000
 
@@ -164,8 +163,7 @@ int64_t idem_pool_stalled_ms(const struct idem_parts *ps, int64_t now_ms)
 /* Take the next group of ready batches, under pool->mu. */
 static size_t take_group(idem_pool *pool, struct idem_part **group)
 {
-	size_t n = 0, msgs = 0,
-	       cap = (size_t)pool->cfg->batch_max_messages * IDEM_BATCH_GROW * GROUP_MAX_FULL;
+	size_t n = 0, msgs = 0, cap = (size_t)pool->cfg->batch_max_messages * IDEM_BATCH_GROW;
 
 	while (pool->ready != NULL && n < GROUP_MAX_BATCHES &&
 	       (n == 0 || msgs + pool->ready->inflight.n_msgs <= cap)) {

@@ -2,7 +2,7 @@
 # The duplicates' claims are looked up once per transaction and consumer, not once per batch: a
 # backlog on four partitions with upstream duplicates in every batch and one worker, so that
 # transactions carry several partitions' batches (ARCHITECTURE.md, "The transaction", 2):
-# batch.max_bytes closes each batch at about a hundred messages, far below what a transaction
+# batch.max_bytes closes each batch at about 170 messages, far below what a transaction
 # takes (4 x batch.max_messages, 800), so that it does whether or not a batch grew while its
 # partition's batch before it was in flight.
 # Postgres's own function counters (track_functions) must count one idem.claims_of() call per
