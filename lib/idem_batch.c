@@ -502,6 +502,29 @@ ssize_t idem_batch_find_key(const struct idem_batch *b, const char *k, size_t kl
 	return pos < b->n_order ? (ssize_t)b->order[pos] : -1;
 }
 
+ssize_t idem_batch_find_offset(const struct idem_batch *b, int64_t offset)
+{
+	size_t lo = 0, hi = b->n_msgs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (b->msgs[mid].offset < offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < b->n_msgs && b->msgs[lo].offset == offset; lo++) {
+		if (b->msgs[lo].state == IDEM_MSG_PENDING)
+			return (ssize_t)lo;
+	}
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		if (b->msgs[i].offset == offset && b->msgs[i].state == IDEM_MSG_PENDING)
+			return (ssize_t)i;
+	}
+	return -1;
+}
+
 /* Shorten a hex hash for a message. */
 static void short_hash(const struct idem_batch *b, struct idem_span h, char *buf, size_t len)
 {

@@ -244,6 +244,13 @@ size_t idem_batch_lower_bound(const struct idem_batch *b, const size_t *idx, siz
 /* @brief Index in b->msgs of the PENDING message with business key @k (in b->order), or -1. */
 ssize_t idem_batch_find_key(const struct idem_batch *b, const char *k, size_t klen);
 
+/*
+ * @brief Index in b->msgs of the PENDING message at Kafka offset @offset, or -1: what a claim's
+ * returned row names. Messages are in offset order as consumed (a binary search); should they
+ * not be, every message is looked at.
+ */
+ssize_t idem_batch_find_offset(const struct idem_batch *b, int64_t offset);
+
 /* @brief Pointer to span @s in the arena (valid until the next add). */
 static inline const char *idem_batch_ptr(const struct idem_batch *b, struct idem_span s)
 {

@@ -98,33 +98,62 @@ idem_status idem_bind_text_elem(struct idem_buf *a, const char *s, size_t n, boo
 	return idem_pgarray_add(a, s, n, null);
 }
 
-idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b, const size_t *idx,
-                            size_t n, const char **ret_vals)
+/* A claim's parameter @k: a text one, or the binary array in @a. */
+static void claim_text(struct idem_bind_claim *c, int k, const char *v)
 {
-	if (idem_pgarray_open(&bd->keys) || idem_pgarray_open(&bd->offs) ||
-	    idem_pgarray_open(&bd->hashes))
+	c->vals[k] = v;
+	c->lens[k] = 0;
+	c->fmts[k] = 0;
+}
+
+static void claim_array(struct idem_bind_claim *c, int k, const struct idem_buf *a)
+{
+	c->vals[k] = a->data;
+	c->lens[k] = (int)a->len;
+	c->fmts[k] = 1;
+}
+
+/*
+ * Message @m's key and payload hash onto the claim's arrays. A business key is valid UTF-8
+ * without NUL bytes (idem_key_build() hex-encodes any other), as the server's text needs; the
+ * hash is the batch's hex, sent as its bytes.
+ */
+static idem_status claim_key_hash(struct idem_bind *bd, const struct idem_batch *b,
+                                  const struct idem_batch_msg *m)
+{
+	if (idem_pgbin_add(&bd->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	return idem_pgbin_add_hex(&bd->hashes, idem_batch_ptr(b, m->hash), m->hash.len,
+	                          m->hash.null);
+}
+
+idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b, const size_t *idx,
+                            size_t n, struct idem_bind_claim *ret)
+{
+	idem_status r;
+
+	if (idem_pgbin_open(&bd->keys, IDEM_OID_TEXT) ||
+	    idem_pgbin_open(&bd->offs, IDEM_OID_INT8) ||
+	    idem_pgbin_open(&bd->hashes, IDEM_OID_BYTEA))
 		return IDEM_ERR_NOMEM;
 	for (size_t k = 0; k < n; k++) {
 		const struct idem_batch_msg *m = &b->msgs[idx[k]];
-		char off[24];
-		int len = snprintf(off, sizeof(off), "%" PRId64, m->offset);
 
-		if (idem_pgarray_add(&bd->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-		    idem_pgarray_add(&bd->offs, off, (size_t)len, false) ||
-		    idem_pgarray_add(&bd->hashes, idem_batch_ptr(b, m->hash), m->hash.len,
-		                     m->hash.null))
+		if ((r = claim_key_hash(bd, b, m)) != IDEM_OK)
+			return r;
+		if (idem_pgbin_add_int8(&bd->offs, m->offset) != IDEM_OK)
 			return IDEM_ERR_NOMEM;
 	}
-	if (idem_pgarray_close(&bd->keys) || idem_pgarray_close(&bd->offs) ||
-	    idem_pgarray_close(&bd->hashes))
-		return IDEM_ERR_NOMEM;
+	idem_pgbin_close(&bd->keys);
+	idem_pgbin_close(&bd->offs);
+	idem_pgbin_close(&bd->hashes);
 	snprintf(bd->part, sizeof(bd->part), "%" PRId32, b->partition);
-	ret_vals[0] = b->route->consumer;
-	ret_vals[1] = b->topic;
-	ret_vals[2] = bd->part;
-	ret_vals[3] = bd->keys.data;
-	ret_vals[4] = bd->offs.data;
-	ret_vals[5] = bd->hashes.data;
+	claim_text(ret, 0, b->route->consumer);
+	claim_text(ret, 1, b->topic);
+	claim_text(ret, 2, bd->part);
+	claim_array(ret, 3, &bd->keys);
+	claim_array(ret, 4, &bd->offs);
+	claim_array(ret, 5, &bd->hashes);
 	return IDEM_OK;
 }
 
@@ -149,26 +178,25 @@ static idem_status claim_many_add(struct idem_bind *bd, const struct idem_bind_r
 {
 	const struct idem_batch *b = x->b;
 	const struct idem_batch_msg *m = &b->msgs[x->i];
-	char off[24], part[16];
-	int olen = snprintf(off, sizeof(off), "%" PRId64, m->offset);
-	int plen = snprintf(part, sizeof(part), "%" PRId32, b->partition);
+	idem_status r;
 
+	if ((r = claim_key_hash(bd, b, m)) != IDEM_OK)
+		return r;
 	if ((!one &&
-	     idem_pgarray_add(&bd->cons, b->route->consumer, strlen(b->route->consumer), false)) ||
-	    idem_pgarray_add(&bd->keys, idem_batch_ptr(b, m->bkey), m->bkey.len, false) ||
-	    (!one && idem_pgarray_add(&bd->topics, b->topic, strlen(b->topic), false)) ||
-	    idem_pgarray_add(&bd->parts, part, (size_t)plen, false) ||
-	    idem_pgarray_add(&bd->offs, off, (size_t)olen, false) ||
-	    idem_pgarray_add(&bd->hashes, idem_batch_ptr(b, m->hash), m->hash.len, m->hash.null))
+	     (idem_pgbin_add(&bd->cons, b->route->consumer, strlen(b->route->consumer), false) ||
+	      idem_pgbin_add(&bd->topics, b->topic, strlen(b->topic), false))) ||
+	    idem_pgbin_add_int4(&bd->parts, b->partition) ||
+	    idem_pgbin_add_int8(&bd->offs, m->offset))
 		return IDEM_ERR_NOMEM;
 	return IDEM_OK;
 }
 
 idem_status idem_bind_claim_many(struct idem_bind *bd, const struct idem_batch *const *b, size_t n,
-                                 size_t n_keys, const char **ret_vals, bool *ret_one)
+                                 size_t n_keys, struct idem_bind_claim *ret, bool *ret_one)
 {
 	size_t n_refs = 0;
 	bool one = true;
+	idem_status r;
 
 	if (need_refs(bd, n_keys) != IDEM_OK)
 		return IDEM_ERR_NOMEM;
@@ -180,24 +208,34 @@ idem_status idem_bind_claim_many(struct idem_bind *bd, const struct idem_batch *
 			bd->refs[n_refs++] = (struct idem_bind_ref){ b[k], k, b[k]->order[j] };
 	}
 	qsort(bd->refs, n_refs, sizeof(*bd->refs), ref_cmp);
-	if (idem_pgarray_open(&bd->cons) || idem_pgarray_open(&bd->keys) ||
-	    idem_pgarray_open(&bd->topics) || idem_pgarray_open(&bd->parts) ||
-	    idem_pgarray_open(&bd->offs) || idem_pgarray_open(&bd->hashes))
+	if (idem_pgbin_open(&bd->cons, IDEM_OID_TEXT) ||
+	    idem_pgbin_open(&bd->keys, IDEM_OID_TEXT) ||
+	    idem_pgbin_open(&bd->topics, IDEM_OID_TEXT) ||
+	    idem_pgbin_open(&bd->parts, IDEM_OID_INT4) ||
+	    idem_pgbin_open(&bd->offs, IDEM_OID_INT8) ||
+	    idem_pgbin_open(&bd->hashes, IDEM_OID_BYTEA))
 		return IDEM_ERR_NOMEM;
 	for (size_t k = 0; k < n_refs; k++) {
-		if (claim_many_add(bd, &bd->refs[k], one) != IDEM_OK)
-			return IDEM_ERR_NOMEM;
+		if ((r = claim_many_add(bd, &bd->refs[k], one)) != IDEM_OK)
+			return r;
 	}
-	if (idem_pgarray_close(&bd->cons) || idem_pgarray_close(&bd->keys) ||
-	    idem_pgarray_close(&bd->topics) || idem_pgarray_close(&bd->parts) ||
-	    idem_pgarray_close(&bd->offs) || idem_pgarray_close(&bd->hashes))
-		return IDEM_ERR_NOMEM;
-	ret_vals[0] = one ? b[0]->route->consumer : bd->cons.data;
-	ret_vals[1] = bd->keys.data;
-	ret_vals[2] = one ? b[0]->topic : bd->topics.data;
-	ret_vals[3] = bd->parts.data;
-	ret_vals[4] = bd->offs.data;
-	ret_vals[5] = bd->hashes.data;
+	idem_pgbin_close(&bd->cons);
+	idem_pgbin_close(&bd->keys);
+	idem_pgbin_close(&bd->topics);
+	idem_pgbin_close(&bd->parts);
+	idem_pgbin_close(&bd->offs);
+	idem_pgbin_close(&bd->hashes);
+	if (one) {
+		claim_text(ret, 0, b[0]->route->consumer);
+		claim_text(ret, 2, b[0]->topic);
+	} else {
+		claim_array(ret, 0, &bd->cons);
+		claim_array(ret, 2, &bd->topics);
+	}
+	claim_array(ret, 1, &bd->keys);
+	claim_array(ret, 3, &bd->parts);
+	claim_array(ret, 4, &bd->offs);
+	claim_array(ret, 5, &bd->hashes);
 	*ret_one = one;
 	return IDEM_OK;
 }

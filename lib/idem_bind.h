@@ -55,24 +55,37 @@ void idem_bind_init(struct idem_bind *bd);
 void idem_bind_done(struct idem_bind *bd);
 
 /*
+ * A claim's parameters as libpq takes them: its arrays are in binary (idem_pgbin_open()), so
+ * the server neither parses them nor decodes the hashes' hex (measured in tests/bench/README.md,
+ * "Where each message's cost goes").
+ */
+#define IDEM_BIND_CLAIM_PARAMS 6
+struct idem_bind_claim {
+	const char *vals[IDEM_BIND_CLAIM_PARAMS];
+	int lens[IDEM_BIND_CLAIM_PARAMS];
+	int fmts[IDEM_BIND_CLAIM_PARAMS];
+};
+
+/*
  * @brief The claim (IDEM_SQL_CLAIM) of the keys of messages idx[0..n) of @b, in that order,
- * into ret_vals[0..6).
+ * into @ret.
  */
 IDEM_NODISCARD idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b,
-                                           const size_t *idx, size_t n, const char **ret_vals);
+                                           const size_t *idx, size_t n,
+                                           struct idem_bind_claim *ret);
 
 /*
  * @brief The combined claim (IDEM_SQL_CLAIM_MANY) of the keys (b[k]->order) of the batches
- * b[0..n), @n_keys in all, into ret_vals[0..6). Keys are claimed in one global order: by key
+ * b[0..n), @n_keys in all, into @ret. Keys are claimed in one global order: by key
  * bytes like a single batch's (idem_batch_collapse()), so that it never crosses the order of
  * another transaction's claims and both cannot deadlock; then by consumer, as a key is locked
  * per consumer; then by batch, the first one winning a key that two batches of one consumer
  * carry, as if it had been flushed first on its own. *ret_one: the batches share one consumer
- * and one topic, given once in ret_vals[0] and ret_vals[2] for IDEM_SQL_CLAIM_PARTS.
+ * and one topic, given once in ret->vals[0] and ret->vals[2] for IDEM_SQL_CLAIM_PARTS.
  */
 IDEM_NODISCARD idem_status idem_bind_claim_many(struct idem_bind *bd,
                                                 const struct idem_batch *const *b, size_t n,
-                                                size_t n_keys, const char **ret_vals,
+                                                size_t n_keys, struct idem_bind_claim *ret,
                                                 bool *ret_one);
 
 /*

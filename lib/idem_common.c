@@ -475,6 +475,168 @@ idem_status idem_pgarray_close(struct idem_buf *a)
 	return idem_buf_append(a, "}", 1);
 }
 
+/*
+ * The binary array's header: number of dimensions (1), whether it has NULLs, element type, and
+ * for its one dimension the element count and lower bound (1). The count is kept in host
+ * order while elements are added and written in network order by idem_pgbin_close().
+ */
+#define PGBIN_HEADER 20
+#define PGBIN_FLAGS  4
+#define PGBIN_COUNT  12
+
+static void put_be32(char *p, uint32_t v)
+{
+	p[0] = (char)(v >> 24);
+	p[1] = (char)(v >> 16);
+	p[2] = (char)(v >> 8);
+	p[3] = (char)v;
+}
+
+static void put_be64(char *p, uint64_t v)
+{
+	put_be32(p, (uint32_t)(v >> 32));
+	put_be32(p + 4, (uint32_t)v);
+}
+
+idem_status idem_pgbin_open(struct idem_buf *a, uint32_t elem_oid)
+{
+	uint32_t zero = 0;
+
+	idem_buf_reset(a);
+	if (idem_buf_reserve(a, PGBIN_HEADER) != IDEM_OK)
+		return IDEM_ERR_NOMEM;
+	put_be32(a->data, 1);
+	put_be32(a->data + PGBIN_FLAGS, 0);
+	put_be32(a->data + 8, elem_oid);
+	memcpy(a->data + PGBIN_COUNT, &zero, sizeof(zero));
+	put_be32(a->data + 16, 1);
+	a->len = PGBIN_HEADER;
+	return IDEM_OK;
+}
+
+/* Room for an element of @n bytes after its length word, counted; where its bytes go. */
+static char *pgbin_elem(struct idem_buf *a, size_t n, bool null)
+{
+	uint32_t count;
+	char *p;
+
+	if (n > INT32_MAX || idem_buf_reserve(a, 4 + n) != IDEM_OK)
+		return NULL;
+	memcpy(&count, a->data + PGBIN_COUNT, sizeof(count));
+	count++;
+	memcpy(a->data + PGBIN_COUNT, &count, sizeof(count));
+	p = a->data + a->len;
+	put_be32(p, null ? UINT32_MAX : (uint32_t)n); /* -1: NULL */
+	if (null)
+		put_be32(a->data + PGBIN_FLAGS, 1);
+	a->len += 4 + n;
+	return p + 4;
+}
+
+idem_status idem_pgbin_add(struct idem_buf *a, const void *p, size_t n, bool null)
+{
+	char *e = pgbin_elem(a, null ? 0 : n, null);
+
+	if (e == NULL)
+		return IDEM_ERR_NOMEM;
+	if (!null && n > 0)
+		memcpy(e, p, n);
+	return IDEM_OK;
+}
+
+idem_status idem_pgbin_add_hex(struct idem_buf *a, const char *s, size_t n, bool null)
+{
+	char *e;
+
+	if (!null && n % 2 != 0)
+		return IDEM_ERR_INVALID;
+	if ((e = pgbin_elem(a, null ? 0 : n / 2, null)) == NULL)
+		return IDEM_ERR_NOMEM;
+	for (size_t i = 0; !null && i < n; i += 2) {
+		int hi = idem_hex_digit(s[i]), lo = idem_hex_digit(s[i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return IDEM_ERR_INVALID;
+		*e++ = (char)(hi << 4 | lo);
+	}
+	return IDEM_OK;
+}
+
+idem_status idem_pgbin_add_int4(struct idem_buf *a, int32_t v)
+{
+	char *e = pgbin_elem(a, 4, false);
+
+	if (e == NULL)
+		return IDEM_ERR_NOMEM;
+	put_be32(e, (uint32_t)v);
+	return IDEM_OK;
+}
+
+idem_status idem_pgbin_add_int8(struct idem_buf *a, int64_t v)
+{
+	char *e = pgbin_elem(a, 8, false);
+
+	if (e == NULL)
+		return IDEM_ERR_NOMEM;
+	put_be64(e, (uint64_t)v);
+	return IDEM_OK;
+}
+
+static uint32_t get_be32(const char *p)
+{
+	const unsigned char *u = (const unsigned char *)p;
+
+	return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
+}
+
+bool idem_pgbin_get(const char *a, size_t len, size_t k, const char **ret_p, size_t *ret_n,
+                    bool *ret_null, size_t *ret_count)
+{
+	size_t count, pos = PGBIN_HEADER;
+
+	if (len < 12 || get_be32(a) > 1)
+		return false;
+	count = get_be32(a) == 0 ? 0 : len < PGBIN_HEADER ? SIZE_MAX : get_be32(a + PGBIN_COUNT);
+	if (count == SIZE_MAX)
+		return false;
+	if (ret_count != NULL)
+		*ret_count = count;
+	if (k >= count)
+		return false;
+	for (size_t i = 0;; i++) {
+		uint32_t n;
+
+		if (len - pos < 4)
+			return false;
+		n = get_be32(a + pos);
+		pos += 4;
+		if (n != UINT32_MAX && n > len - pos)
+			return false;
+		if (i == k) {
+			*ret_p = a + pos;
+			*ret_n = n == UINT32_MAX ? 0 : n;
+			*ret_null = n == UINT32_MAX;
+			return true;
+		}
+		if (n != UINT32_MAX)
+			pos += n;
+	}
+}
+
+void idem_pgbin_close(struct idem_buf *a)
+{
+	uint32_t count;
+
+	memcpy(&count, a->data + PGBIN_COUNT, sizeof(count));
+	if (count == 0) {
+		/* An empty array has no dimensions. */
+		put_be32(a->data, 0);
+		a->len = 12;
+		return;
+	}
+	put_be32(a->data + PGBIN_COUNT, count);
+}
+
 bool idem_int_parse(const char *s, int64_t min, int64_t max, int64_t *ret_v)
 {
 	bool neg = *s == '-';

@@ -172,6 +172,34 @@ IDEM_NODISCARD idem_status idem_pgarray_add(struct idem_buf *a, const char *s, s
 IDEM_NODISCARD idem_status idem_pgarray_close(struct idem_buf *a);
 
 /*
+ * Postgres binary-format arrays (what array_recv() reads), for the statements idemd sends
+ * most: nothing for the server to parse or unquote, and numbers and bytes as they are.
+ * idem_pgbin_open() resets @a to an empty one-dimensional array of element type @elem_oid
+ * (IDEM_OID_*: the parameter's SQL cast must name the same type), the _add functions append an
+ * element, idem_pgbin_close() writes the count; the parameter is a->data, a->len long, in
+ * format 1. idem_pgbin_add_hex() appends the bytes that hex digits @s[0..n) spell (for a bytea
+ * array; IDEM_ERR_INVALID if they do not).
+ */
+#define IDEM_OID_BYTEA 17
+#define IDEM_OID_INT8  20
+#define IDEM_OID_INT4  23
+#define IDEM_OID_TEXT  25
+IDEM_NODISCARD idem_status idem_pgbin_open(struct idem_buf *a, uint32_t elem_oid);
+IDEM_NODISCARD idem_status idem_pgbin_add(struct idem_buf *a, const void *p, size_t n, bool null);
+IDEM_NODISCARD idem_status idem_pgbin_add_hex(struct idem_buf *a, const char *s, size_t n,
+                                              bool null);
+IDEM_NODISCARD idem_status idem_pgbin_add_int4(struct idem_buf *a, int32_t v);
+IDEM_NODISCARD idem_status idem_pgbin_add_int8(struct idem_buf *a, int64_t v);
+void idem_pgbin_close(struct idem_buf *a);
+/*
+ * @brief Element @k of the binary array @a[0..len) (as idem_pgbin_close() leaves it): its bytes
+ * in *ret_p, *ret_n, and whether it is NULL; false if the array is malformed or has no element
+ * @k. *ret_count (if not NULL): how many elements it has.
+ */
+bool idem_pgbin_get(const char *a, size_t len, size_t k, const char **ret_p, size_t *ret_n,
+                    bool *ret_null, size_t *ret_count);
+
+/*
  * @brief Parse a duration: a non-negative integer with an optional unit s, m, h or d
  * ("30d", "90m", "3600"; no unit means seconds).
  * @returns false if @s is not one (out of range included).

@@ -79,9 +79,12 @@ static enum fast_outcome fast_send_fail(idem_flush *pg, idem_status r, idem_erro
 static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_t n,
                               bool *ret_claim)
 {
-	const char *v[6];
+	const char *v[3];
+	struct idem_bind_claim c;
 	size_t n_keys = 0;
+	enum idem_sql_id id = IDEM_SQL_CLAIM;
 	bool one;
+	idem_status r;
 
 	if (!PQsendQueryParams(pg->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
 		return IDEM_ERR_PG;
@@ -95,48 +98,54 @@ static idem_status send_begin(idem_flush *pg, const struct flush_ctx *ctx, size_
 	if (n_keys == 0)
 		return IDEM_OK;
 	if (n == 1) {
-		if (idem_bind_claim(&pg->bind, ctx->b, ctx->b->order, ctx->b->n_order, v) !=
-		    IDEM_OK)
-			return IDEM_ERR_NOMEM;
-		return idem_sql_send(pg->conn, IDEM_SQL_CLAIM, v, NULL, NULL) ? IDEM_OK
-		                                                              : IDEM_ERR_PG;
+		r = idem_bind_claim(&pg->bind, ctx->b, ctx->b->order, ctx->b->n_order, &c);
+	} else {
+		r = idem_bind_claim_many(&pg->bind, idem__flush_batch_list(pg, ctx, n), n, n_keys,
+		                         &c, &one);
+		id = one ? IDEM_SQL_CLAIM_PARTS : IDEM_SQL_CLAIM_MANY;
 	}
-	if (idem_bind_claim_many(&pg->bind, idem__flush_batch_list(pg, ctx, n), n, n_keys, v,
-	                         &one) != IDEM_OK)
-		return IDEM_ERR_NOMEM;
-	return idem_sql_send(pg->conn, one ? IDEM_SQL_CLAIM_PARTS : IDEM_SQL_CLAIM_MANY, v, NULL,
-	                     NULL)
-	               ? IDEM_OK
-	               : IDEM_ERR_PG;
+	if (r != IDEM_OK)
+		return r;
+	return idem_sql_send(pg->conn, id, c.vals, c.lens, c.fmts) ? IDEM_OK : IDEM_ERR_PG;
 }
 
 /*
- * Mark APPLIED the messages whose keys the claim inserted (the combined claim returns each key's
- * topic and partition too, telling its batch). A key that is no message's would be claimed
- * without its handler running: that fails the flush.
+ * Mark APPLIED the messages whose keys the claim inserted: each row is the offset of one
+ * (IDEM_SQL_CLAIM), with its partition first when several batches were claimed at once, and
+ * its topic after when their topics differ (IDEM_SQL_CLAIM_MANY). An offset that is no
+ * message's being claimed would have its claim committed without its handler running: that
+ * fails the flush.
  */
 idem_status idem__flush_mark_claimed(struct flush_ctx *ctx, size_t n, const PGresult *res,
                                      idem_error *err)
 {
+	int f_off = n > 1 ? 1 : 0;
+	bool topics = n > 1 && PQnfields(res) > 2;
+
 	for (int row = 0; row < PQntuples(res); row++) {
-		const char *k = PQgetvalue(res, row, 0);
 		struct flush_ctx *owner = ctx;
+		int64_t off = -1;
+		int32_t part = ctx->b->partition;
 		ssize_t i = -1;
 
-		if (n > 1)
-			owner = idem__flush_ctx_find(
-			        ctx, n, PQgetvalue(res, row, 1),
-			        (int32_t)strtol(PQgetvalue(res, row, 2), NULL, 10));
-		if (owner != NULL)
-			i = idem_batch_find_key(owner->b, k, (size_t)PQgetlength(res, row, 0));
-		if (i < 0) {
-			char key[1024];
+		if (!idem_int_parse(PQgetvalue(res, row, f_off), 0, INT64_MAX, &off))
+			off = -1;
+		if (n > 1) {
+			int64_t p = -1;
 
-			return idem_error_set(
-			        err, IDEM_ERR_PG,
-			        "claim returned business key '%s' of no message being flushed",
-			        idem_esc_str(key, sizeof(key), k, IDEM_ESC_QUOTE));
+			if (!idem_int_parse(PQgetvalue(res, row, 0), 0, INT32_MAX, &p))
+				p = -1;
+			part = (int32_t)p;
+			owner = idem__flush_ctx_find(
+			        ctx, n, topics ? PQgetvalue(res, row, 2) : ctx->b->topic, part);
 		}
+		if (owner != NULL && off >= 0)
+			i = idem_batch_find_offset(owner->b, off);
+		if (i < 0)
+			return idem_error_set(err, IDEM_ERR_PG,
+			                      "claim returned partition %" PRId32
+			                      " offset %s of no message being flushed",
+			                      part, PQgetvalue(res, row, f_off));
 		owner->b->msgs[i].state = IDEM_MSG_APPLIED;
 	}
 	return IDEM_OK;

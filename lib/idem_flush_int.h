@@ -147,9 +147,10 @@ IDEM_NODISCARD idem_status idem__flush_close_batch(idem_flush *pg, struct flush_
 /* idem_flush.c: reading the round trips' answers (external so that tests/unit reaches them) */
 
 /*
- * Mark APPLIED the messages of the batches of ctx[0..n) whose keys the claim's @res returned
- * (IDEM_SQL_CLAIM, or IDEM_SQL_CLAIM_MANY whose rows name topic and partition when n > 1);
- * IDEM_ERR_PG for a key of no message being flushed.
+ * Mark APPLIED the messages of the batches of ctx[0..n) whose keys the claim's @res newly
+ * claimed: rows of their offsets (IDEM_SQL_CLAIM), or when n > 1 of partition and offset
+ * (IDEM_SQL_CLAIM_PARTS) and topic (IDEM_SQL_CLAIM_MANY); IDEM_ERR_PG for an offset of no
+ * message being flushed.
  */
 IDEM_NODISCARD idem_status idem__flush_mark_claimed(struct flush_ctx *ctx, size_t n,
                                                     const PGresult *res, idem_error *err);

@@ -133,7 +133,8 @@ static idem_status slow_one(idem_flush *pg, struct idem_batch *b, size_t i, cons
 {
 	struct idem_batch_msg *m = &b->msgs[i];
 	int max = pg->cfg->max_attempts;
-	const char *cv[6], *state;
+	struct idem_bind_claim cv;
+	const char *state;
 	char why[768] = "";
 	PGresult *res;
 	idem_status r;
@@ -142,9 +143,9 @@ static idem_status slow_one(idem_flush *pg, struct idem_batch *b, size_t i, cons
 		m->attempts = attempt;
 		if ((r = idem_pg_exec(pg->conn, "SAVEPOINT idem_msg", "savepoint", err)) != IDEM_OK)
 			return r;
-		if (idem_bind_claim(&pg->bind, b, &i, 1, cv) != IDEM_OK)
+		if (idem_bind_claim(&pg->bind, b, &i, 1, &cv) != IDEM_OK)
 			return idem_error_nomem(err);
-		if (exec_stmt(pg, IDEM_SQL_CLAIM, cv, NULL, NULL, &res) != IDEM_OK) {
+		if (exec_stmt(pg, IDEM_SQL_CLAIM, cv.vals, cv.lens, cv.fmts, &res) != IDEM_OK) {
 			state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 			if (!idem_pg_timeout(state) || b->claim_timeouts < max) {
 				if (idem_pg_timeout(state))

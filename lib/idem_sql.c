@@ -7,12 +7,18 @@
 
 #include "idem_pg.h"
 
+/*
+ * The claims' arrays come in binary (idem_bind_claim()), the hashes as bytea; each returns the
+ * offset of every key it newly claimed (with its partition, and its topic when the batches'
+ * topics differ), which names the message: a number, cheaper to return and to look up than the
+ * key (measured in tests/bench/README.md, "Where each message's cost goes").
+ */
 static const char sql_claim[] =
         "INSERT INTO idem.processed_messages"
         " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, $2, $3, u.o, decode(u.h, 'hex')"
-        " FROM unnest($4::text[], $5::bigint[], $6::text[]) AS u(k, o, h)"
-        " ON CONFLICT DO NOTHING RETURNING business_key";
+        " SELECT $1, u.k, $2, $3, u.o, u.h"
+        " FROM unnest($4::text[], $5::bigint[], $6::bytea[]) AS u(k, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING \"offset\"";
 
 /*
  * The claim of several partitions' keys at once (idem_flush_many()): each row carries its own
@@ -22,23 +28,23 @@ static const char sql_claim[] =
 static const char sql_claim_many[] =
         "INSERT INTO idem.processed_messages"
         " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT u.c, u.k, u.t, u.p, u.o, decode(u.h, 'hex')"
-        " FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::text[])"
+        " SELECT u.c, u.k, u.t, u.p, u.o, u.h"
+        " FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::bytea[])"
         " AS u(c, k, t, p, o, h)"
-        " ON CONFLICT DO NOTHING RETURNING business_key, topic, partition";
+        " ON CONFLICT DO NOTHING RETURNING partition, \"offset\", topic";
 
 /*
  * The same when the batches share one consumer and one topic (the common case: one route's
  * partitions), with both given once rather than once per key: the parameters are in
  * sql_claim_many's order, so one binding serves both (less to parse per claim row: measured
- * in tests/bench/README.md).
+ * in tests/bench/README.md). Its rows have no topic: it is the batches' one.
  */
 static const char sql_claim_parts[] =
         "INSERT INTO idem.processed_messages"
         " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, $3, u.p, u.o, decode(u.h, 'hex')"
-        " FROM unnest($2::text[], $4::int[], $5::bigint[], $6::text[]) AS u(k, p, o, h)"
-        " ON CONFLICT DO NOTHING RETURNING business_key, topic, partition";
+        " SELECT $1, u.k, $3, u.p, u.o, u.h"
+        " FROM unnest($2::text[], $4::int[], $5::bigint[], $6::bytea[]) AS u(k, p, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING partition, \"offset\"";
 
 /*
  * Results and the claims of duplicates go through functions that pin an index probe per key
@@ -515,10 +521,17 @@ int idem_sql_send(PGconn *conn, enum idem_sql_id id, const char *const *vals, co
 idem_status idem_sql_exec(PGconn *conn, enum idem_sql_id id, const char *const *vals,
                           const char *what, PGresult **ret_res, idem_error *err)
 {
+	return idem_sql_exec_bin(conn, id, vals, NULL, NULL, what, ret_res, err);
+}
+
+idem_status idem_sql_exec_bin(PGconn *conn, enum idem_sql_id id, const char *const *vals,
+                              const int *lens, const int *fmts, const char *what,
+                              PGresult **ret_res, idem_error *err)
+{
 	const struct idem_sql_stmt *s = &stmts[id];
 
 	return idem_pg_result(conn,
-	                      PQexecParams(conn, s->text, s->n_params, NULL, vals, NULL, NULL, 0),
+	                      PQexecParams(conn, s->text, s->n_params, NULL, vals, lens, fmts, 0),
 	                      what, ret_res, err);
 }
 

@@ -18,11 +18,12 @@ enum idem_sql_id {
 	/* The batch transaction (idem_flush.c), prepared on every worker connection
 	   (idem_session.c). */
 	IDEM_SQL_CLAIM,          /* claim one partition's keys: consumer, topic, partition, keys[],
-	                            offsets[], hashes[] -> the keys newly claimed */
+	                            offsets[], hashes[] (binary arrays: idem_bind_claim) -> the
+	                            offsets newly claimed */
 	IDEM_SQL_CLAIM_MANY,     /* claim several partitions' keys: consumers[], keys[], topics[],
-	                            partitions[], offsets[], hashes[] -> key, topic, partition */
+	                            partitions[], offsets[], hashes[] -> partition, offset, topic */
 	IDEM_SQL_CLAIM_PARTS,    /* the same for one consumer and topic: consumer, keys[], topic,
-	                            partitions[], offsets[], hashes[] */
+	                            partitions[], offsets[], hashes[] -> partition, offset */
 	IDEM_SQL_RESULTS,        /* store handler results: consumer, keys[], results[] */
 	IDEM_SQL_PROGRESS_GET,   /* partitions' next_offset, replay_to, reapply_to: consumers[],
 	                            topics[], partitions[] (also read by idem_resume) */
@@ -134,6 +135,12 @@ int idem_sql_send(PGconn *conn, enum idem_sql_id id, const char *const *vals, co
  */
 IDEM_NODISCARD idem_status idem_sql_exec(PGconn *conn, enum idem_sql_id id, const char *const *vals,
                                          const char *what, PGresult **ret_res, idem_error *err);
+
+/* @brief idem_sql_exec() with parameters' @lens and @fmts (binary ones: idem_bind_claim()). */
+IDEM_NODISCARD idem_status idem_sql_exec_bin(PGconn *conn, enum idem_sql_id id,
+                                             const char *const *vals, const int *lens,
+                                             const int *fmts, const char *what, PGresult **ret_res,
+                                             idem_error *err);
 
 /*
  * @brief Run statement @id as idem_sql_send() sends it and check it succeeded, as

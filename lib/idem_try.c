@@ -488,19 +488,20 @@ static idem_status progress(struct run *rn, int64_t *ret_replay_to)
 	return r;
 }
 
-/* The claim of every key; the keys it returns are new, their messages APPLIED. */
+/* The claim of every key; the offsets it returns are new claims, their messages APPLIED. */
 static idem_status claim(struct run *rn)
 {
 	struct idem_batch *b = &rn->rep->b;
 	idem_error e = { 0 };
-	const char *v[6];
+	struct idem_bind_claim c;
 	PGresult *res = NULL;
 	idem_status r;
 
 	if (b->n_order > 0) {
-		if (idem_bind_claim(&rn->bind, b, b->order, b->n_order, v) != IDEM_OK)
+		if (idem_bind_claim(&rn->bind, b, b->order, b->n_order, &c) != IDEM_OK)
 			return idem_error_nomem(rn->err);
-		r = idem_sql_exec(rn->conn, IDEM_SQL_CLAIM, v, "claim", &res, &e);
+		r = idem_sql_exec_bin(rn->conn, IDEM_SQL_CLAIM, c.vals, c.lens, c.fmts, "claim",
+		                      &res, &e);
 		if (r != IDEM_OK && idem_pg_timeout(e.sqlstate))
 			r = idem_error_set(
 			        rn->err, r,
@@ -509,8 +510,7 @@ static idem_status claim(struct run *rn)
 		else if (r != IDEM_OK && rn->err != NULL)
 			*rn->err = e;
 		for (int row = 0; r == IDEM_OK && row < PQntuples(res); row++) {
-			ssize_t i = idem_batch_find_key(b, PQgetvalue(res, row, 0),
-			                                (size_t)PQgetlength(res, row, 0));
+			ssize_t i = idem_batch_find_offset(b, num(res, row, 0));
 
 			if (i >= 0)
 				b->msgs[i].state = IDEM_MSG_APPLIED;

@@ -345,55 +345,61 @@ void bench_batch_collapse(struct bench_batch *b)
 	b->n_applied = 0;
 }
 
-static ssize_t find_key(const struct bench_batch *b, const char *k)
+/*
+ * The message at @offset whose key was claimed (PENDING), or -1: a binary search, as a batch is
+ * in offset order (as idem_batch_find_offset()), and every message should it not be.
+ */
+static ssize_t find_offset(const struct bench_batch *b, int64_t offset)
 {
-	size_t lo = 0, hi = b->n_order;
+	size_t lo = 0, hi = b->n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(b->msgs[b->order[mid]].pay.payment_id, k);
 
-		if (c == 0)
-			return (ssize_t)b->order[mid];
-		if (c < 0)
+		if (b->msgs[mid].offset < offset)
 			lo = mid + 1;
 		else
 			hi = mid;
+	}
+	if (lo < b->n && b->msgs[lo].offset == offset && b->state[lo] == BENCH_PENDING)
+		return (ssize_t)lo;
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->msgs[i].offset == offset && b->state[i] == BENCH_PENDING)
+			return (ssize_t)i;
 	}
 	return -1;
 }
 
 void bench_claim_params(const struct bench_batch *b, const char *consumer, const char *topic,
-                        struct bench_bufs *bf, char part[16], const char *cv[6])
+                        struct bench_bufs *bf, char part[16], struct idem_bind_claim *cv)
 {
-	bench_check(idem_pgarray_open(&bf->keys));
-	bench_check(idem_pgarray_open(&bf->offs));
-	bench_check(idem_pgarray_open(&bf->hashes));
+	bench_check(idem_pgbin_open(&bf->keys, IDEM_OID_TEXT));
+	bench_check(idem_pgbin_open(&bf->offs, IDEM_OID_INT8));
+	bench_check(idem_pgbin_open(&bf->hashes, IDEM_OID_BYTEA));
 	for (size_t k = 0; k < b->n_order; k++) {
 		const struct bench_msg *m = &b->msgs[b->order[k]];
-		char off[24];
 
-		snprintf(off, sizeof(off), "%" PRId64, m->offset);
-		bench_check(bench_arr_add(&bf->keys, m->pay.payment_id));
-		bench_check(bench_arr_add(&bf->offs, off));
-		bench_check(bench_arr_add(&bf->hashes, m->pay.hash));
+		bench_check(idem_pgbin_add(&bf->keys, m->pay.payment_id, strlen(m->pay.payment_id),
+		                           false));
+		bench_check(idem_pgbin_add_int8(&bf->offs, m->offset));
+		bench_check(
+		        idem_pgbin_add_hex(&bf->hashes, m->pay.hash, strlen(m->pay.hash), false));
 	}
-	bench_check(idem_pgarray_close(&bf->keys));
-	bench_check(idem_pgarray_close(&bf->offs));
-	bench_check(idem_pgarray_close(&bf->hashes));
+	idem_pgbin_close(&bf->keys);
+	idem_pgbin_close(&bf->offs);
+	idem_pgbin_close(&bf->hashes);
 	snprintf(part, 16, "%" PRId32, b->msgs[0].partition);
-	cv[0] = consumer;
-	cv[1] = topic;
-	cv[2] = part;
-	cv[3] = bf->keys.data;
-	cv[4] = bf->offs.data;
-	cv[5] = bf->hashes.data;
+	*cv = (struct idem_bind_claim){
+		.vals = { consumer, topic, part, bf->keys.data, bf->offs.data, bf->hashes.data },
+		.lens = { 0, 0, 0, (int)bf->keys.len, (int)bf->offs.len, (int)bf->hashes.len },
+		.fmts = { 0, 0, 0, 1, 1, 1 },
+	};
 }
 
 void bench_batch_claimed(struct bench_batch *b, const PGresult *res)
 {
 	for (int r = 0; r < PQntuples(res); r++) {
-		ssize_t i = find_key(b, PQgetvalue(res, r, 0));
+		ssize_t i = find_offset(b, strtoll(PQgetvalue(res, r, 0), NULL, 10));
 
 		if (i >= 0)
 			b->state[i] = BENCH_APPLIED;
@@ -405,15 +411,15 @@ void bench_batch_claimed(struct bench_batch *b, const PGresult *res)
 	}
 }
 
-bool bench_claim_round_trip(PGconn *conn, struct bench_batch *b, const char *const cv[6])
+bool bench_claim_round_trip(PGconn *conn, struct bench_batch *b, const struct idem_bind_claim *cv)
 {
 	PGresult *res;
 
 	if (!PQenterPipelineMode(conn))
 		bench_die("enter pipeline mode: %s", PQerrorMessage(conn));
 	if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) ||
-	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv, NULL, NULL) || !PQsendFlushRequest(conn) ||
-	    PQflush(conn) != 0)
+	    !idem_sql_send(conn, IDEM_SQL_CLAIM, cv->vals, cv->lens, cv->fmts) ||
+	    !PQsendFlushRequest(conn) || PQflush(conn) != 0)
 		bench_die("send claim: %s", PQerrorMessage(conn));
 	if ((res = bench_next_result(conn, PGRES_COMMAND_OK, "begin")) == NULL)
 		return false;

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "idem_batch.h"
+#include "idem_bind.h"
 #include "idem_common.h"
 #include "idem_sql.h"
 
@@ -89,9 +90,9 @@ struct bench_batch {
 	size_t n_applied;
 };
 
-/* The array literals a batch binds, reused from batch to batch. */
+/* The arrays a batch binds, reused from batch to batch. */
 struct bench_bufs {
-	struct idem_buf keys, offs, hashes;     /* the claim */
+	struct idem_buf keys, offs, hashes;     /* the claim's (binary, as idem_bind_claim()) */
 	struct idem_buf ids, accounts, amounts; /* the set handler's text[] */
 };
 
@@ -103,9 +104,9 @@ void bench_batch_collapse(struct bench_batch *b);
  * @cv[0..5].
  */
 void bench_claim_params(const struct bench_batch *b, const char *consumer, const char *topic,
-                        struct bench_bufs *bf, char part[16], const char *cv[6]);
+                        struct bench_bufs *bf, char part[16], struct idem_bind_claim *cv);
 
-/* @brief The claim's rows (the keys newly claimed) applied: b->applied, in offset order. */
+/* @brief The claim's rows (the offsets newly claimed) applied: b->applied, in offset order. */
 void bench_batch_claimed(struct bench_batch *b, const PGresult *res);
 
 /*
@@ -113,7 +114,7 @@ void bench_batch_claimed(struct bench_batch *b, const PGresult *res);
  * claim with parameters @cv, then bench_batch_claimed(). false: a deadlock or serialization
  * failure; the caller then calls bench_pipeline_abort(conn, false) and runs the batch again.
  */
-bool bench_claim_round_trip(PGconn *conn, struct bench_batch *b, const char *const cv[6]);
+bool bench_claim_round_trip(PGconn *conn, struct bench_batch *b, const struct idem_bind_claim *cv);
 
 /* @brief The set handler's text[] parameters over b->applied: @sv[0..2]. */
 void bench_set_params(const struct bench_batch *b, struct bench_bufs *bf, const char *sv[3]);

@@ -264,14 +264,15 @@ static int send_handler(PGconn *conn, const struct peer_opts *o, const char *con
 static bool run_tx_pipeline(struct peer_thread *t, struct bench_batch *b, struct bench_bufs *bf)
 {
 	PGconn *conn = t->conn;
-	const char *cv[6], *sv[3];
+	struct idem_bind_claim cv;
+	const char *sv[3];
 	char part[16];
 	bool sync_sent = false;
 	PGresult *res;
 
-	bench_claim_params(b, t->o->consumer, t->o->topic, bf, part, cv);
+	bench_claim_params(b, t->o->consumer, t->o->topic, bf, part, &cv);
 	/* Round trip 1: BEGIN and the claim. */
-	if (!bench_claim_round_trip(conn, b, cv))
+	if (!bench_claim_round_trip(conn, b, &cv))
 		goto retry;
 	/* Round trip 2: the set handler over the newly claimed messages, COMMIT. */
 	if (b->n_applied > 0) {
@@ -306,14 +307,17 @@ static bool run_tx_plain(struct peer_thread *t, struct bench_batch *b, struct be
 {
 	const struct idem_sql_stmt *claim = idem_sql(IDEM_SQL_CLAIM);
 	PGconn *conn = t->conn;
-	const char *cv[6], *sv[3];
+	struct idem_bind_claim cv;
+	const char *sv[3];
 	char part[16];
 	PGresult *res;
 
-	bench_claim_params(b, t->o->consumer, t->o->topic, bf, part, cv);
+	bench_claim_params(b, t->o->consumer, t->o->topic, bf, part, &cv);
 	PQclear(exec_one(conn, PQexec(conn, "BEGIN"), PGRES_COMMAND_OK, "begin"));
-	res = exec_one(conn, PQexecPrepared(conn, claim->name, claim->n_params, cv, NULL, NULL, 0),
-	               PGRES_TUPLES_OK, "claim");
+	res = exec_one(
+	        conn,
+	        PQexecPrepared(conn, claim->name, claim->n_params, cv.vals, cv.lens, cv.fmts, 0),
+	        PGRES_TUPLES_OK, "claim");
 	if (res == NULL)
 		return false;
 	bench_batch_claimed(b, res);

@@ -179,16 +179,17 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct bench_batch
                       uint64_t *dups)
 {
 	char part[16], pr[IDEM_BIND_PROGRESS_PARAMS][64];
-	const char *cv[6], *pv[IDEM_BIND_PROGRESS_PARAMS], *hv[3];
+	struct idem_bind_claim cv;
+	const char *pv[IDEM_BIND_PROGRESS_PARAMS], *hv[3];
 	uint64_t n_app = 0, n_dup = 0;
 	bool sync_sent = false, any_result = false;
 	PGresult *res;
 
 	bench_batch_collapse(b);
 	memset(rs->has_result, 0, b->n * sizeof(*rs->has_result));
-	bench_claim_params(b, o->consumer, o->topic, &bf->c, part, cv);
+	bench_claim_params(b, o->consumer, o->topic, &bf->c, part, &cv);
 	/* Round trip 1: BEGIN and the claim. */
-	if (!bench_claim_round_trip(conn, b, cv))
+	if (!bench_claim_round_trip(conn, b, &cv))
 		goto retry;
 	n_app = b->n_applied;
 	n_dup = b->n - b->n_applied;

@@ -174,21 +174,73 @@ static void test_row(void **state)
 	assert_null(fx->bd.vals[2]);
 }
 
+/* Element @k of the claim's binary array parameter @p, as text (numbers as 8-byte values). */
+static const char *claim_elem(const struct idem_bind_claim *c, int p, size_t k, size_t *ret_n)
+{
+	const char *e;
+	bool null;
+
+	assert_int_equal(c->fmts[p], 1);
+	assert_true(idem_pgbin_get(c->vals[p], (size_t)c->lens[p], k, &e, ret_n, &null, NULL));
+	assert_false(null);
+	return e;
+}
+
+static int64_t be64(const char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | (unsigned char)p[i];
+	return (int64_t)v;
+}
+
+/*
+ * The claim's parameters: consumer, topic and partition as text; keys (text), offsets (bigint)
+ * and payload hashes (the hash's bytes, not its hex) as binary arrays, in key order.
+ */
 static void test_claim(void **state)
 {
 	struct fixture *fx = *state;
 	struct idem_batch *b = &fx->b;
-	const char *v[6];
+	struct idem_bind_claim c;
+	const char *e;
+	size_t n, count;
+	bool null;
 
 	add(fx, 10, "b\"", 2, "v1", NULL);
 	add(fx, 11, "a", 1, "v2", NULL);
 	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
-	assert_int_equal(idem_bind_claim(&fx->bd, b, b->order, b->n_order, v), IDEM_OK);
-	assert_string_equal(v[0], "c");
-	assert_string_equal(v[1], "payments");
-	assert_string_equal(v[2], "3");
-	assert_string_equal(v[3], "{\"a\",\"b\\\"\"}");
-	assert_string_equal(v[4], "{\"11\",\"10\"}");
+	assert_int_equal(idem_bind_claim(&fx->bd, b, b->order, b->n_order, &c), IDEM_OK);
+	assert_string_equal(c.vals[0], "c");
+	assert_string_equal(c.vals[1], "payments");
+	assert_string_equal(c.vals[2], "3");
+	for (int p = 0; p < 3; p++)
+		assert_int_equal(c.fmts[p], 0);
+	e = claim_elem(&c, 3, 0, &n);
+	assert_int_equal(n, 1);
+	assert_memory_equal(e, "a", 1);
+	e = claim_elem(&c, 3, 1, &n);
+	assert_int_equal(n, 2);
+	assert_memory_equal(e, "b\"", 2);
+	assert_false(idem_pgbin_get(c.vals[3], (size_t)c.lens[3], 2, &e, &n, &null, &count));
+	assert_int_equal(count, 2);
+	e = claim_elem(&c, 4, 0, &n);
+	assert_int_equal(n, 8);
+	assert_int_equal(be64(e), 11);
+	e = claim_elem(&c, 4, 1, &n);
+	assert_int_equal(be64(e), 10);
+	for (size_t k = 0; k < 2; k++) {
+		const struct idem_batch_msg *m = &b->msgs[b->order[k]];
+		const char *hex = idem_batch_ptr(b, m->hash);
+
+		e = claim_elem(&c, 5, k, &n);
+		assert_int_equal(n * 2, m->hash.len);
+		for (size_t i = 0; i < n; i++)
+			assert_int_equal((unsigned char)e[i],
+			                 idem_hex_digit(hex[2 * i]) * 16 +
+			                         idem_hex_digit(hex[2 * i + 1]));
+	}
 }
 
 /*

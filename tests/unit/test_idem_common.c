@@ -94,6 +94,70 @@ static void test_pgarray(void **state)
 	idem_buf_done(&a);
 }
 
+/*
+ * Binary arrays, byte for byte as array_recv() reads them: one dimension, the NULL flag, the
+ * element type, count and lower bound, then each element's length (-1: NULL) and bytes; an
+ * empty array has no dimension. Read back with idem_pgbin_get().
+ */
+static void test_pgbin(void **state)
+{
+	static const unsigned char ints[] = {
+		0, 0, 0, 1, 0,    0,    0,    0,    0,    0,    0,    20,
+		0, 0, 0, 2, 0,    0,    0,    1,                            /* header */
+		0, 0, 0, 8, 0,    0,    0,    0,    0,    0,    1,    2,    /* 258 */
+		0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* -1 */
+	};
+	static const unsigned char mixed[] = {
+		0,    0,    0,    1,    0,    0,    0, 1, 0, 0,
+		0,    17,   0,    0,    0,    3,    0, 0, 0, 1, /* has a NULL */
+		0,    0,    0,    2,    0xab, 0x01,             /* "ab01" */
+		0xff, 0xff, 0xff, 0xff,                         /* NULL */
+		0,    0,    0,    0,                            /* empty */
+	};
+	static const unsigned char empty[] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 23 };
+	struct idem_buf a = { 0 };
+	const char *p;
+	size_t n, count;
+	bool null;
+
+	(void)state;
+	assert_int_equal(idem_pgbin_open(&a, IDEM_OID_INT8), IDEM_OK);
+	assert_int_equal(idem_pgbin_add_int8(&a, 258), IDEM_OK);
+	assert_int_equal(idem_pgbin_add_int8(&a, -1), IDEM_OK);
+	idem_pgbin_close(&a);
+	assert_int_equal(a.len, sizeof(ints));
+	assert_memory_equal(a.data, ints, sizeof(ints));
+	assert_true(idem_pgbin_get(a.data, a.len, 1, &p, &n, &null, &count));
+	assert_int_equal(count, 2);
+	assert_int_equal(n, 8);
+	assert_memory_equal(p, ints + 36, 8);
+	assert_false(idem_pgbin_get(a.data, a.len, 2, &p, &n, &null, NULL));
+	assert_false(idem_pgbin_get(a.data, a.len - 1, 1, &p, &n, &null, NULL)); /* cut short */
+
+	assert_int_equal(idem_pgbin_open(&a, IDEM_OID_BYTEA), IDEM_OK);
+	assert_int_equal(idem_pgbin_add_hex(&a, "aB01", 4, false), IDEM_OK);
+	assert_int_equal(idem_pgbin_add_hex(&a, NULL, 0, true), IDEM_OK);
+	assert_int_equal(idem_pgbin_add(&a, "", 0, false), IDEM_OK);
+	idem_pgbin_close(&a);
+	assert_int_equal(a.len, sizeof(mixed));
+	assert_memory_equal(a.data, mixed, sizeof(mixed));
+	assert_true(idem_pgbin_get(a.data, a.len, 1, &p, &n, &null, NULL));
+	assert_true(null);
+	assert_true(idem_pgbin_get(a.data, a.len, 2, &p, &n, &null, NULL));
+	assert_false(null);
+	assert_int_equal(n, 0);
+	assert_int_equal(idem_pgbin_add_hex(&a, "abc", 3, false), IDEM_ERR_INVALID);
+	assert_int_equal(idem_pgbin_add_hex(&a, "zz", 2, false), IDEM_ERR_INVALID);
+
+	assert_int_equal(idem_pgbin_open(&a, IDEM_OID_INT4), IDEM_OK);
+	idem_pgbin_close(&a);
+	assert_int_equal(a.len, sizeof(empty));
+	assert_memory_equal(a.data, empty, sizeof(empty));
+	assert_false(idem_pgbin_get(a.data, a.len, 0, &p, &n, &null, &count));
+	assert_int_equal(count, 0);
+	idem_buf_done(&a);
+}
+
 static void test_duration(void **state)
 {
 	int64_t v = -1;
@@ -510,6 +574,7 @@ int main(void)
 		cmocka_unit_test(test_utf8),
 		cmocka_unit_test(test_error_set),
 		cmocka_unit_test(test_pgarray),
+		cmocka_unit_test(test_pgbin),
 		cmocka_unit_test(test_duration),
 		cmocka_unit_test(test_int_parse),
 		cmocka_unit_test(test_cond_deadline),

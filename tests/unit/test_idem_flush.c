@@ -14,6 +14,7 @@
 
 /* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,16 +163,17 @@ static PGresult *result(int nf, int nrows, const char *const *cells)
 }
 
 /*
- * The claim's answer for one batch (IDEM_SQL_CLAIM: business_key): exactly the keys it returns
- * are APPLIED, in offset order whatever the rows' order; the other claimed keys ran into a
- * claim (DUPLICATE); an in-batch duplicate and an undecodable message keep their state.
+ * The claim's answer for one batch (IDEM_SQL_CLAIM: the offsets newly claimed): exactly the
+ * messages at the offsets it returns are APPLIED, in offset order whatever the rows' order; the
+ * other claimed keys ran into a claim (DUPLICATE); an in-batch duplicate and an undecodable
+ * message keep their state.
  */
 static void test_claim_single_batch(void **state)
 {
 	struct fixture *fx = *state;
 	struct flush_ctx *ctx = ctx_of(fx, 0);
 	struct idem_batch *b = ctx->b;
-	static const char *const rows[] = { "c", "a" };
+	static const char *const rows[] = { "13", "10" };
 	PGresult *res;
 	idem_error err = { 0 };
 
@@ -220,29 +222,84 @@ static void test_claim_nothing_new(void **state)
 }
 
 /*
- * A key the claim returns that no message being flushed has (nor a prefix or an extension of
- * one) fails the flush: its claim would commit without its handler.
+ * An offset the claim returns that is no message's being claimed fails the flush: its claim
+ * would commit without its handler. So does the offset of a message that was not claimed (an
+ * in-batch duplicate), and text that is no offset.
  */
-static void test_claim_unknown_key_fails(void **state)
+static void test_claim_unknown_offset_fails(void **state)
 {
 	struct fixture *fx = *state;
 	struct flush_ctx *ctx = ctx_of(fx, 0);
-	static const char *const prefix[] = { "a" }, *const longer[] = { "abc" };
+	static const char *const other[] = { "2" }, *const in_batch[] = { "3" },
+	                         *const junk[] = { "1x" };
 	PGresult *res;
 	idem_error err = { 0 };
 
 	add(fx, 0, 1, "ab", "v");
+	add(fx, 0, 3, "ab", "v");
 	prep(fx, 0);
-	res = result(1, 1, prefix);
+	res = result(1, 1, other);
 	assert_int_equal(idem__flush_mark_claimed(ctx, 1, res, &err), IDEM_ERR_PG);
 	PQclear(res);
 	assert_int_equal(err.code, IDEM_ERR_PG);
-	assert_non_null(strstr(err.msg, "business key 'a' of no message"));
-	res = result(1, 1, longer);
+	assert_non_null(strstr(err.msg, "partition 0 offset 2 of no message"));
+	res = result(1, 1, in_batch);
 	assert_int_equal(idem__flush_mark_claimed(ctx, 1, res, &err), IDEM_ERR_PG);
 	PQclear(res);
-	assert_non_null(strstr(err.msg, "'abc'"));
+	assert_non_null(strstr(err.msg, "offset 3 of no message"));
+	res = result(1, 1, junk);
+	assert_int_equal(idem__flush_mark_claimed(ctx, 1, res, &err), IDEM_ERR_PG);
+	PQclear(res);
+	assert_non_null(strstr(err.msg, "offset 1x of no message"));
 	assert_int_equal(ctx->b->msgs[0].state, IDEM_MSG_PENDING);
+}
+
+/* How many elements the claim's binary array parameter @p of element type @oid has. */
+static size_t bin_count(const struct idem_bind_claim *c, int p, uint32_t oid)
+{
+	const unsigned char *u = (const unsigned char *)c->vals[p];
+	const char *e;
+	size_t n, count = 0;
+	bool null;
+
+	assert_int_equal(c->fmts[p], 1);
+	assert_true(c->lens[p] >= 12);
+	assert_int_equal((uint32_t)u[8] << 24 | (uint32_t)u[9] << 16 | (uint32_t)u[10] << 8 | u[11],
+	                 oid);
+	(void)idem_pgbin_get(c->vals[p], (size_t)c->lens[p], 0, &e, &n, &null, &count);
+	return count;
+}
+
+/* The claim's binary array parameter @p as {a,b,...} in @out[256]: text as is, numbers. */
+static const char *bin_text(const struct idem_bind_claim *c, int p, uint32_t oid, char *out)
+{
+	size_t count = bin_count(c, p, oid), len = 0;
+
+	out[len++] = '{';
+	for (size_t k = 0; k < count; k++) {
+		const char *e;
+		size_t n;
+		bool null;
+		int64_t v = 0;
+
+		assert_true(idem_pgbin_get(c->vals[p], (size_t)c->lens[p], k, &e, &n, &null, NULL));
+		assert_false(null);
+		if (k > 0)
+			out[len++] = ',';
+		if (oid == IDEM_OID_TEXT) {
+			assert_true(len + n < 250);
+			memcpy(out + len, e, n);
+			len += n;
+			continue;
+		}
+		assert_int_equal(n, oid == IDEM_OID_INT4 ? 4 : 8);
+		for (size_t i = 0; i < n; i++)
+			v = v << 8 | (unsigned char)e[i];
+		len += (size_t)snprintf(out + len, 256 - len, "%" PRId64, v);
+	}
+	out[len++] = '}';
+	out[len] = '\0';
+	return out;
 }
 
 /*
@@ -254,7 +311,8 @@ static void test_claim_many_arrays(void **state)
 {
 	struct fixture *fx = *state;
 	const struct idem_batch *const *list;
-	const char *v[6];
+	struct idem_bind_claim c;
+	char t[256];
 	bool one = true;
 
 	add(fx, 0, 5, "k", "v");
@@ -267,23 +325,27 @@ static void test_claim_many_arrays(void **state)
 	list = idem__flush_batch_list(fx->pg, fx->pg->many, 3);
 	assert_ptr_equal(list, fx->pg->many_b);
 	assert_ptr_equal(list[1], &fx->b[1]);
-	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 3, 5, v, &one), IDEM_OK);
+	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 3, 5, &c, &one), IDEM_OK);
 	assert_false(one);
-	assert_string_equal(v[0], "{\"c1\",\"c1\",\"c2\",\"c1\",\"c1\"}");
-	assert_string_equal(v[1], "{\"k\",\"k\",\"k\",\"m\",\"n\"}");
-	assert_string_equal(v[2],
-	                    "{\"payments\",\"payments\",\"orders\",\"payments\",\"payments\"}");
-	assert_string_equal(v[3], "{\"0\",\"1\",\"0\",\"1\",\"0\"}");
-	assert_string_equal(v[4], "{\"5\",\"7\",\"1\",\"8\",\"6\"}");
+	assert_string_equal(bin_text(&c, 0, IDEM_OID_TEXT, t), "{c1,c1,c2,c1,c1}");
+	assert_string_equal(bin_text(&c, 1, IDEM_OID_TEXT, t), "{k,k,k,m,n}");
+	assert_string_equal(bin_text(&c, 2, IDEM_OID_TEXT, t),
+	                    "{payments,payments,orders,payments,payments}");
+	assert_string_equal(bin_text(&c, 3, IDEM_OID_INT4, t), "{0,1,0,1,0}");
+	assert_string_equal(bin_text(&c, 4, IDEM_OID_INT8, t), "{5,7,1,8,6}");
+	assert_int_equal(bin_count(&c, 5, IDEM_OID_BYTEA), 5);
 	/* The first two batches share consumer c1 and topic payments: IDEM_SQL_CLAIM_PARTS takes
-	 * both once, the rest per key as before. */
-	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 2, 4, v, &one), IDEM_OK);
+	 * both once, as text, the rest per key as before. */
+	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 2, 4, &c, &one), IDEM_OK);
 	assert_true(one);
-	assert_string_equal(v[0], "c1");
-	assert_string_equal(v[1], "{\"k\",\"k\",\"m\",\"n\"}");
-	assert_string_equal(v[2], "payments");
-	assert_string_equal(v[3], "{\"0\",\"1\",\"1\",\"0\"}");
-	assert_string_equal(v[4], "{\"5\",\"7\",\"8\",\"6\"}");
+	assert_string_equal(c.vals[0], "c1");
+	assert_int_equal(c.fmts[0], 0);
+	assert_string_equal(bin_text(&c, 1, IDEM_OID_TEXT, t), "{k,k,m,n}");
+	assert_string_equal(c.vals[2], "payments");
+	assert_int_equal(c.fmts[2], 0);
+	assert_string_equal(bin_text(&c, 3, IDEM_OID_INT4, t), "{0,1,1,0}");
+	assert_string_equal(bin_text(&c, 4, IDEM_OID_INT8, t), "{5,7,8,6}");
+	assert_int_equal(bin_count(&c, 5, IDEM_OID_BYTEA), 4);
 	/* One batch alone uses pg->one's list. */
 	fx->pg->one.b = &fx->b[3];
 	list = idem__flush_batch_list(fx->pg, &fx->pg->one, 1);
@@ -292,9 +354,10 @@ static void test_claim_many_arrays(void **state)
 }
 
 /*
- * IDEM_SQL_CLAIM_MANY's answer (business_key, topic, partition): each row marks the message of
- * the batch it names, by topic and partition both; the same key in another batch is a
- * duplicate. A row naming a partition not in the transaction fails.
+ * IDEM_SQL_CLAIM_MANY's answer (partition, offset, topic): each row marks the message of the
+ * batch it names, by topic and partition both; the same key in another batch is a duplicate. A
+ * row naming a partition not in the transaction fails. IDEM_SQL_CLAIM_PARTS's rows have no
+ * topic: it is the batches' one.
  */
 static void test_claim_many_rows_name_their_batch(void **state)
 {
@@ -303,13 +366,15 @@ static void test_claim_many_rows_name_their_batch(void **state)
 	struct idem_batch *b = fx->b;
 	/* The server's answer to test_claim_many_arrays' claim, out of order. */
 	static const char *const first[] = {
-		"n", "payments", "0", "k", "orders",   "0",
-		"m", "payments", "1", "k", "payments", "0",
+		"0", "6", "payments", "0", "1", "orders",
+		"1", "8", "payments", "0", "5", "payments",
 	};
 	/* Had the answer named payments/1 for k, its message would be the one applied: the
 	 * row decides, not the order of the batches. */
-	static const char *const second[] = { "k", "payments", "1" };
-	static const char *const stranger[] = { "k", "payments", "9" };
+	static const char *const second[] = { "1", "7", "payments" };
+	static const char *const stranger[] = { "9", "7", "payments" };
+	/* The same answers without topics (IDEM_SQL_CLAIM_PARTS): batches 0 and 1 only. */
+	static const char *const parts[] = { "1", "8", "0", "5" };
 	PGresult *res;
 	idem_error err = { 0 };
 
@@ -355,7 +420,19 @@ static void test_claim_many_rows_name_their_batch(void **state)
 	res = result(3, 1, stranger);
 	assert_int_equal(idem__flush_mark_claimed(ctx, 3, res, &err), IDEM_ERR_PG);
 	PQclear(res);
-	assert_non_null(strstr(err.msg, "business key 'k' of no message"));
+	assert_non_null(strstr(err.msg, "partition 9 offset 7 of no message"));
+
+	for (size_t k = 0; k < 2; k++)
+		prep(fx, k);
+	res = result(2, 2, parts);
+	assert_int_equal(idem__flush_mark_claimed(ctx, 2, res, &err), IDEM_OK);
+	PQclear(res);
+	for (size_t k = 0; k < 2; k++)
+		idem__flush_split_claimed(&ctx[k]);
+	assert_int_equal(b[0].msgs[0].state, IDEM_MSG_APPLIED);
+	assert_int_equal(b[0].msgs[1].state, IDEM_MSG_DUPLICATE);
+	assert_int_equal(b[1].msgs[0].state, IDEM_MSG_DUPLICATE);
+	assert_int_equal(b[1].msgs[1].state, IDEM_MSG_APPLIED);
 }
 
 /* The batch of a combined transaction with a topic and a partition: both must match. */
@@ -460,7 +537,7 @@ static void test_dup_classification(void **state)
 	struct fixture *fx = *state;
 	struct flush_ctx *ctx = ctx_of(fx, 0);
 	struct idem_batch *b = ctx->b;
-	static const char *const claimed[] = { "x" };
+	static const char *const claimed[] = { "8" };
 	static const char zero_hash[] = "00000000000000000000000000000000";
 	PGresult *res;
 	idem_error err = { 0 };
@@ -1087,7 +1164,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_claim_single_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim_nothing_new, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_claim_unknown_key_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claim_unknown_offset_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim_many_arrays, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim_many_rows_name_their_batch, setup,
 		                                teardown),
