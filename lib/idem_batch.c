@@ -82,10 +82,6 @@ void idem_batch_done(struct idem_batch *b)
 
 void idem_batch_reset(struct idem_batch *b)
 {
-	/* An arena that large messages grew goes; one that many small ones filled stays. */
-	bool free_arena = b->arena.cap > IDEM_BATCH_KEEP_BYTES &&
-	                  b->arena.cap / IDEM_BATCH_KEEP_PER_MSG > b->n_msgs;
-
 	b->n_msgs = 0;
 	b->n_hdrs = 0;
 	b->n_params = 0;
@@ -97,7 +93,7 @@ void idem_batch_reset(struct idem_batch *b)
 	b->bytes = 0;
 	/* A batch of large messages must not keep its memory once they are committed: the bytes
 	 * held (batch.max_bytes_total) are then what the process holds. */
-	if (free_arena) {
+	if (b->arena.cap > IDEM_BATCH_KEEP_BYTES) {
 		idem_buf_done(&b->arena);
 		/* The JSON parser keeps a buffer as large as the longest string it read. */
 		idem_jsondoc_done(&b->doc);

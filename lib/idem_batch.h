@@ -4,9 +4,9 @@
  * Messages are copied into one arena per batch at add time (librdkafka's message is released
  * at once, and the arena is reused from batch to batch, so the hot path does not allocate per
  * message once warmed up; an arena that grew beyond IDEM_BATCH_KEEP_BYTES for large messages is
- * freed when the batch is reset, so that memory follows the bytes held: IDEM_BATCH_KEEP_PER_MSG).
- * Business key and handler parameters are extracted at add time; a message whose key cannot be
- * extracted is kept with its reason, for quarantine.
+ * freed when the batch is reset, so that memory follows the bytes held). Business key and
+ * handler parameters are extracted at add time; a message whose key cannot be extracted is kept
+ * with its reason, for quarantine.
  */
 #ifndef IDEM_BATCH_H
 #define IDEM_BATCH_H
@@ -147,17 +147,8 @@ struct idem_batch {
  */
 #define IDEM_BATCH_GROW 4
 
-/*
- * Arena and scratch memory a reset batch keeps for the next one. Larger buffers are freed,
- * except an arena of at most IDEM_BATCH_KEEP_PER_MSG bytes per message it held: one that many
- * small messages filled (a batch grown under a backlog: 2,000 payments take about 400 KiB). Its
- * partition's next batch is then as large as a rule, and growing it again from nothing, copy
- * after copy into freshly faulted pages, cost idemd about a fifth of its CPU (tests/bench/
- * README.md, "Where idemd's own CPU goes"). A batch of few or large messages frees it as
- * before, so memory follows the bytes held once the load falls.
- */
-#define IDEM_BATCH_KEEP_BYTES   ((size_t)256 * 1024)
-#define IDEM_BATCH_KEEP_PER_MSG ((size_t)512)
+/* Arena and scratch memory a reset batch keeps for the next one; larger buffers are freed. */
+#define IDEM_BATCH_KEEP_BYTES ((size_t)256 * 1024)
 
 /* @brief Initialise an empty batch for @topic/@partition served by @route. */
 IDEM_NODISCARD idem_status idem_batch_init(struct idem_batch *b, const struct idem_route *route,
@@ -165,8 +156,7 @@ IDEM_NODISCARD idem_status idem_batch_init(struct idem_batch *b, const struct id
 void idem_batch_done(struct idem_batch *b);
 /*
  * @brief Forget every message (and the claim timeouts counted for them); keep the memory, up to
- * IDEM_BATCH_KEEP_BYTES of arena and of scratch, or an arena of IDEM_BATCH_KEEP_PER_MSG a
- * message held (larger ones are freed).
+ * IDEM_BATCH_KEEP_BYTES of arena and of scratch (larger ones are freed).
  */
 void idem_batch_reset(struct idem_batch *b);
 

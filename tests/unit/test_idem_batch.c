@@ -237,50 +237,6 @@ static void test_bytes_counted_and_large_arena_freed(void **state)
 	assert_non_null(b->arena.data);
 }
 
-/*
- * An arena beyond IDEM_BATCH_KEEP_BYTES that many small messages filled (a batch grown under a
- * backlog) is kept for the partition's next batch, so that it does not grow again from nothing;
- * once a batch of few messages is reset, it goes.
- */
-static void test_arena_of_many_small_messages_kept(void **state)
-{
-	struct fixture *fx = *state;
-	struct idem_batch *b = &fx->b;
-	static char value[120];
-	char key[32];
-	const char *arena;
-	size_t cap;
-	int n = 0;
-
-	memset(value, 'v', sizeof(value));
-	while (b->arena.cap <= IDEM_BATCH_KEEP_BYTES ||
-	       (size_t)n * IDEM_BATCH_KEEP_PER_MSG < b->arena.cap) {
-		snprintf(key, sizeof(key), "pay-%d", n);
-		add(fx, n, key, value, sizeof(value));
-		n++;
-	}
-	assert_true(n < 4000); /* messages of about 250 bytes in the arena */
-	arena = b->arena.data;
-	cap = b->arena.cap;
-	idem_batch_reset(b);
-	assert_ptr_equal(b->arena.data, arena);
-	assert_int_equal(b->arena.cap, cap);
-	assert_int_equal(b->arena.len, 0);
-	/* The next batch fills it without growing it. */
-	for (int i = 0; i < n; i++) {
-		snprintf(key, sizeof(key), "pay-%d", i);
-		add(fx, 1000000 + i, key, value, sizeof(value));
-	}
-	assert_ptr_equal(b->arena.data, arena);
-	assert_string_equal(bkey(b, 1), "pay-1");
-	idem_batch_reset(b);
-	/* A batch of one message: the large arena goes. */
-	add(fx, 5000000, "last", "v", 1);
-	idem_batch_reset(b);
-	assert_null(b->arena.data);
-	assert_int_equal(b->arena.cap, 0);
-}
-
 static void test_invalid_utf8_parameter(void **state)
 {
 	struct fixture *fx = *state;
@@ -438,8 +394,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_params_and_hash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reset_reuses_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bytes_counted_and_large_arena_freed, setup,
-		                                teardown),
-		cmocka_unit_test_setup_teardown(test_arena_of_many_small_messages_kept, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_invalid_utf8_parameter, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_set_reason_keeps_own_sqlstate, setup,
