@@ -492,12 +492,6 @@ static void put_be32(char *p, uint32_t v)
 	p[3] = (char)v;
 }
 
-static void put_be64(char *p, uint64_t v)
-{
-	put_be32(p, (uint32_t)(v >> 32));
-	put_be32(p + 4, (uint32_t)v);
-}
-
 idem_status idem_pgbin_open(struct idem_buf *a, uint32_t elem_oid)
 {
 	uint32_t zero = 0;
@@ -562,24 +556,26 @@ idem_status idem_pgbin_add_hex(struct idem_buf *a, const char *s, size_t n, bool
 	return IDEM_OK;
 }
 
-idem_status idem_pgbin_add_int4(struct idem_buf *a, int32_t v)
+/* A number of @n bytes, in network order. */
+static idem_status pgbin_add_be(struct idem_buf *a, uint64_t v, size_t n)
 {
-	char *e = pgbin_elem(a, 4, false);
+	char *e = pgbin_elem(a, n, false);
 
 	if (e == NULL)
 		return IDEM_ERR_NOMEM;
-	put_be32(e, (uint32_t)v);
+	for (size_t i = 0; i < n; i++)
+		e[i] = (char)(v >> (8 * (n - 1 - i)));
 	return IDEM_OK;
+}
+
+idem_status idem_pgbin_add_int4(struct idem_buf *a, int32_t v)
+{
+	return pgbin_add_be(a, (uint32_t)v, 4);
 }
 
 idem_status idem_pgbin_add_int8(struct idem_buf *a, int64_t v)
 {
-	char *e = pgbin_elem(a, 8, false);
-
-	if (e == NULL)
-		return IDEM_ERR_NOMEM;
-	put_be64(e, (uint64_t)v);
-	return IDEM_OK;
+	return pgbin_add_be(a, (uint64_t)v, 8);
 }
 
 static uint32_t get_be32(const char *p)
