@@ -1,13 +1,14 @@
 /*
  * idem_bind.h - turning a batch's messages into the parameters of the statements of
- * idem_sql.h and of the handlers: array literals for the claims and results, one row of
- * parameters for a row-mode handler, one text[] per parameter for a set-mode handler, the
- * quarantine row, the progress row.
+ * idem_sql.h and of the handlers: binary arrays for the claims (struct idem_bind_claim), array
+ * literals for the results, one row of parameters for a row-mode handler, one text[] per
+ * parameter for a set-mode handler, the quarantine row, the progress row.
  *
  * Message data reaches SQL only as bound parameters: text parameters (NUL-terminated, so a NUL
  * inside is refused, as idem_batch_add() already refuses it in handler parameters) or binary
- * bytea for the quarantined key and value. Array literals quote every element, so '{', '}', ',',
- * '"', '\\' and whitespace survive; NULL elements stand for absent fields.
+ * ones (the claims' arrays; bytea for the quarantined key and value). Array literals quote
+ * every element, so '{', '}', ',', '"', '\\' and whitespace survive; NULL elements stand for
+ * absent fields.
  *
  * A struct idem_bind is scratch space owned by one flush session (one thread): every call
  * rebuilds what it fills, and the pointers it hands out stay valid until the next call that

@@ -34,7 +34,6 @@
 #include <string.h>
 
 #include "idem_bind.h"
-#include "idem_esc.h"
 #include "idem_flush_int.h"
 #include "idem_log.h"
 #include "idem_pg.h"
