@@ -335,6 +335,7 @@ void idem_jsondoc_reset(struct idem_jsondoc *doc)
 	json_object_put(doc->root);
 	doc->root = NULL;
 	doc->parsed = false;
+	doc->members_of = NULL;
 	doc->invalid = false;
 	doc->errmsg[0] = '\0';
 	doc->frame_read = false;

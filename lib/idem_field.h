@@ -14,6 +14,7 @@
 
 #include "idem_avro.h"
 #include "idem_common.h"
+#include "idem_json.h"
 #include "idem_protobuf.h"
 #include "idem_trace.h"
 
@@ -168,6 +169,10 @@ struct idem_jsondoc {
 	void *tok;        /* json_tokener *, owned, reused */
 	bool json_c_only; /* never idem_json_scalar(): tests compare the two readers */
 	bool parsed;
+	/* The value read once by idem_json_members_read() for this message's json: fields. */
+	struct idem_json_members members;
+	const void *members_of; /* the document it was read from (NULL: not read yet) */
+	size_t members_len;
 	bool invalid;
 	char errmsg[160];
 

@@ -266,13 +266,27 @@ static idem_status json_append(struct idem_buf *out, json_object *val)
 /*
  * The scalar json field @f names in @m, read without json-c (idem_json.h), or false when that
  * reader does not vouch for it: json-c then gives the answer, or the error. Once json-c has
- * parsed the value for another field of this message, its tree answers.
+ * parsed the value for another field of this message, its tree answers. The value is read once
+ * for all the message's fields named by one-segment pointers (idem_json_members_read()); any
+ * other pointer reads it on its own.
  */
 static bool json_fast(const struct idem_field *f, const struct idem_msgview *m,
-                      const struct idem_jsondoc *doc, const char **ret_p, size_t *ret_n)
+                      struct idem_jsondoc *doc, const char **ret_p, size_t *ret_n)
 {
 	if (m->value == NULL || doc->parsed || doc->json_c_only)
 		return false;
+	if (f->arg[0] == '/' && strchr(f->arg + 1, '/') == NULL &&
+	    (doc->members_of != m->value || doc->members_len != m->value_len)) {
+		(void)idem_json_members_read(m->value, m->value_len, &doc->members);
+		doc->members_of = m->value;
+		doc->members_len = m->value_len;
+	}
+	if (doc->members_of == m->value && doc->members_len == m->value_len) {
+		int r = idem_json_members_scalar(&doc->members, f->arg, ret_p, ret_n);
+
+		if (r >= 0)
+			return r == 1;
+	}
 	return idem_json_scalar(m->value, m->value_len, f->arg, ret_p, ret_n);
 }
 

@@ -36,6 +36,13 @@ struct scan {
 	int hits;
 	bool minus_zero;
 	bool twice; /* an object on the path names the pointer's segment twice */
+
+	/* The value just read (by value()), and where the root object's members are noted. */
+	const unsigned char *last;
+	size_t last_n;
+	enum kind last_kind;
+	bool last_minus_zero;
+	struct idem_json_members *members;
 };
 
 static void skip_ws(struct scan *s)
@@ -145,6 +152,24 @@ static bool delimited(const struct scan *s)
 
 static bool value(struct scan *s, size_t depth, bool on_path);
 
+/* A member of the root object, with the value value() just read. */
+static void note_member(struct idem_json_members *ms, const unsigned char *k, size_t kn,
+                        const struct scan *s)
+{
+	struct idem_json_member *m;
+
+	if (ms->n == IDEM_JSON_MEMBERS) {
+		ms->overflow = true;
+		return;
+	}
+	m = &ms->m[ms->n++];
+	m->name = (const char *)k;
+	m->name_n = kn;
+	m->text = (const char *)s->last;
+	m->text_n = s->last_n;
+	m->scalar = s->last_kind != K_OTHER && !s->last_minus_zero;
+}
+
 static bool object(struct scan *s, size_t depth, bool on_path)
 {
 	int matches = 0;
@@ -172,6 +197,8 @@ static bool object(struct scan *s, size_t depth, bool on_path)
 		s->p++;
 		if (!value(s, depth + 1, member_on))
 			return false;
+		if (depth == 0 && s->members != NULL)
+			note_member(s->members, k, kn, s);
 		skip_ws(s);
 		if (s->p == s->end)
 			return false;
@@ -255,6 +282,10 @@ static bool value(struct scan *s, size_t depth, bool on_path)
 	}
 	if (!ok)
 		return false;
+	s->last_kind = kind;
+	s->last_minus_zero = minus_zero;
+	s->last = kind == K_STRING ? str : start;
+	s->last_n = kind == K_STRING ? str_n : (size_t)(s->p - start);
 	if (on_path && depth == s->n_seg) {
 		s->hits++;
 		s->hit_kind = kind;
@@ -312,4 +343,56 @@ bool idem_json_scalar(const char *s, size_t n, const char *ptr, const char **ret
 	*ret_p = (const char *)sc.hit;
 	*ret_n = sc.hit_n;
 	return true;
+}
+
+bool idem_json_members_read(const char *s, size_t n, struct idem_json_members *ret)
+{
+	struct scan sc;
+
+	memset(&sc, 0, sizeof(sc));
+	ret->n = 0;
+	ret->overflow = false;
+	ret->plain = false;
+	ret->object = false;
+	if (n > INT32_MAX)
+		return false;
+	sc.p = (const unsigned char *)s;
+	sc.end = sc.p + n;
+	sc.members = ret;
+	skip_ws(&sc);
+	ret->object = sc.p < sc.end && *sc.p == '{';
+	if (!value(&sc, 0, false))
+		return false;
+	skip_ws(&sc);
+	if (sc.p != sc.end)
+		return false;
+	ret->plain = true;
+	return true;
+}
+
+int idem_json_members_scalar(const struct idem_json_members *ms, const char *ptr,
+                             const char **ret_p, size_t *ret_n)
+{
+	struct seg g;
+	const struct idem_json_member *hit = NULL;
+
+	if (!ms->plain)
+		return 0;
+	if (!ms->object || ms->overflow || ptr[0] != '/' || strchr(ptr + 1, '/') != NULL)
+		return -1;
+	g.p = ptr + 1;
+	g.n = strlen(g.p);
+	g.index = -1;
+	for (size_t i = 0; i < ms->n; i++) {
+		if (!seg_equal(&g, (const unsigned char *)ms->m[i].name, ms->m[i].name_n))
+			continue;
+		if (hit != NULL)
+			return 0; /* named twice */
+		hit = &ms->m[i];
+	}
+	if (hit == NULL || !hit->scalar)
+		return 0;
+	*ret_p = hit->text;
+	*ret_n = hit->text_n;
+	return 1;
 }

@@ -33,4 +33,45 @@
  */
 bool idem_json_scalar(const char *s, size_t n, const char *ptr, const char **ret_p, size_t *ret_n);
 
+/* Members of a root object noted by idem_json_members_read(); beyond that, it answers -1. */
+#define IDEM_JSON_MEMBERS 32
+
+struct idem_json_member {
+	const char *name; /* as in the document (no escapes: the narrow form has none) */
+	size_t name_n;
+	const char *text; /* its value's text, as idem_json_scalar() gives it */
+	size_t text_n;
+	bool scalar; /* a value idem_json_scalar() vouches for (not null, a container or -0) */
+};
+
+/*
+ * One pass over a message's value for all its json: fields (a route reads several: the
+ * business key and the parameters): the document checked once, and its root object's members
+ * noted, so that each field named by a one-segment pointer ("/account") is a lookup among
+ * them instead of another pass over the value.
+ */
+struct idem_json_members {
+	bool plain;    /* the document is in the narrow form (whatever the pointer) */
+	bool object;   /* ... and its root is an object */
+	bool overflow; /* ... of more than IDEM_JSON_MEMBERS members */
+	size_t n;
+	struct idem_json_member m[IDEM_JSON_MEMBERS];
+};
+
+/*
+ * @brief Read the JSON text @s[0..n) once into @ret, which points into @s.
+ * @return ret->plain.
+ */
+bool idem_json_members_read(const char *s, size_t n, struct idem_json_members *ret);
+
+/*
+ * @brief idem_json_scalar() of the document @ms was read from, at pointer @ptr, without reading
+ * it again.
+ * @return 1 with @ret_p, @ret_n set, as idem_json_scalar() would; 0 where idem_json_scalar()
+ * answers false; -1 when @ms cannot tell (a pointer of other than one segment, a root that is
+ * not an object, or more members than were noted): ask idem_json_scalar().
+ */
+int idem_json_members_scalar(const struct idem_json_members *ms, const char *ptr,
+                             const char **ret_p, size_t *ret_n);
+
 #endif

@@ -30,8 +30,9 @@
  *
  * It stops once every partition is consumed up to the high watermark it had at the start (the
  * benchmark's topic is produced before: a backlog). Messages are decoded as the benchmark's
- * route does (json:/payment_id, json:/account, json:/amount, SHA-256 of the value), with a
- * one-pass scanner for plain documents (json-c for anything else), as a tuned consumer would.
+ * route does (json:/payment_id, json:/account, json:/amount; with --idemd-claim, SHA-256 of the
+ * value too), with idemd's reader for plain documents (idem_json_members_read(): one pass for
+ * all three fields; json-c for anything else), as a tuned consumer would.
  *
  * Kafka properties: bootstrap.servers, group.id, enable.auto.commit=false,
  * enable.auto.offset.store=false, auto.offset.reset=earliest, session.timeout.ms=6000 and
@@ -129,6 +130,7 @@ struct peer_thread {
 	int nparts;
 	PGconn *conn;
 	EVP_MD_CTX *md_ctx;
+	struct idem_json_members members; /* of the message being decoded */
 	double first_begin, last_commit;
 	uint64_t messages, applied, dups, batches, retries;
 };
@@ -185,13 +187,20 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	atomic_store(&g_assigned, 1);
 }
 
-/* json:/NAME of a plain document, else false (the caller asks json-c). */
-static bool scalar(const rd_kafka_message_t *rkm, const char *ptr, char *out, size_t outlen)
+/*
+ * json:/NAME of a plain document read once for all its fields (@ms), as idemd reads it, else
+ * false (the caller asks json-c).
+ */
+static bool scalar(const struct idem_json_members *ms, const rd_kafka_message_t *rkm,
+                   const char *ptr, char *out, size_t outlen)
 {
 	const char *p;
 	size_t n;
+	int r = idem_json_members_scalar(ms, ptr, &p, &n);
 
-	if (!idem_json_scalar(rkm->payload, rkm->len, ptr, &p, &n) || n >= outlen)
+	if (r < 0)
+		r = idem_json_scalar(rkm->payload, rkm->len, ptr, &p, &n);
+	if (r != 1 || n >= outlen)
 		return false;
 	memcpy(out, p, n);
 	out[n] = '\0';
@@ -222,9 +231,11 @@ static void decode(struct peer_thread *t, const rd_kafka_message_t *rkm, struct 
 	if (rkm->payload == NULL)
 		bench_die("partition %" PRId32 " offset %" PRId64 ": no value", rkm->partition,
 		          rkm->offset);
-	if (!scalar(rkm, "/payment_id", m->pay.payment_id, sizeof(m->pay.payment_id)) ||
-	    !scalar(rkm, "/account", m->pay.account, sizeof(m->pay.account)) ||
-	    !scalar(rkm, "/amount", m->pay.amount, sizeof(m->pay.amount)) ||
+	(void)idem_json_members_read(rkm->payload, rkm->len, &t->members);
+	if (!scalar(&t->members, rkm, "/payment_id", m->pay.payment_id,
+	            sizeof(m->pay.payment_id)) ||
+	    !scalar(&t->members, rkm, "/account", m->pay.account, sizeof(m->pay.account)) ||
+	    !scalar(&t->members, rkm, "/amount", m->pay.amount, sizeof(m->pay.amount)) ||
 	    !integer_text(m->pay.amount)) {
 		if (!bench_payment_decode(rkm->payload, rkm->len, &m->pay, why, sizeof(why)))
 			bench_die("partition %" PRId32 " offset %" PRId64 ": %s", rkm->partition,

@@ -7,7 +7,8 @@
  * message: with a document that may use the fast reader and with one that uses json-c only.
  * Status, NULL-ness, the bytes produced and the error message must be identical (abort when
  * not). The fast reader answering at all is also checked against json-c on its own: whatever
- * it vouches for, json-c must accept and read to the same bytes.
+ * it vouches for, json-c must accept and read to the same bytes; and the value read once for all
+ * fields (idem_json_members_read()) must answer as a pass of its own does.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +19,8 @@
 #include "idem_json.h"
 
 #define FUZZ_SEP 0x1e
+
+static struct idem_json_members members;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -76,6 +79,18 @@ static void try_pointer(const char *ptr, const struct idem_msgview *m)
 	    (slow.r != IDEM_OK || slow.null || slow.out.len != n ||
 	     memcmp(slow.out.data, p, n) != 0))
 		abort();
+	/* The value read once for all fields answers as a pass of its own would. */
+	if (m->value != NULL) {
+		bool alone = idem_json_scalar(m->value, m->value_len, f.arg, &p, &n);
+		const char *q = NULL;
+		size_t qn = 0;
+		int r;
+
+		(void)idem_json_members_read(m->value, m->value_len, &members);
+		r = idem_json_members_scalar(&members, f.arg, &q, &qn);
+		if (r >= 0 && ((r == 1) != alone || (alone && (q != p || qn != n))))
+			abort();
+	}
 	idem_field_done(&f);
 	if (idem_template_parse(name, &t, NULL, 0) == IDEM_OK) {
 		run(NULL, &t, m, false, &fast);

@@ -180,12 +180,185 @@ static void test_same_as_json_c(void **state)
 	}
 }
 
+/* A one-segment pointer: "/name", nothing after. */
+static bool one_segment(const char *ptr)
+{
+	return ptr[0] == '/' && strchr(ptr + 1, '/') == NULL;
+}
+
+/*
+ * The value read once (idem_json_members_read()) answers every case of a one-segment pointer
+ * into a root object exactly as a pass of its own (idem_json_scalar()) would, and leaves only
+ * the rest to it.
+ */
+static void test_members_cases(void **state)
+{
+	size_t answered = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct jcase *c = &cases[i];
+		struct idem_json_members ms;
+		const char *p = NULL, *q = NULL;
+		size_t n = 0, qn = 0;
+		bool plain = idem_json_members_read(c->doc, strlen(c->doc), &ms);
+		bool alone = idem_json_scalar(c->doc, strlen(c->doc), c->ptr, &q, &qn);
+		int r = idem_json_members_scalar(&ms, c->ptr, &p, &n);
+
+		print_message("case %zu: %s at '%s' -> %d\n", i, c->doc, c->ptr, r);
+		assert_int_equal(plain, ms.plain);
+		if (r < 0) {
+			/* Only what the members cannot tell goes to a pass of its own. */
+			assert_true(plain);
+			assert_true(!one_segment(c->ptr) || !ms.object);
+			continue;
+		}
+		/* Every one-segment pointer into a plain root object is answered here. */
+		answered++;
+		assert_int_equal(r == 1, alone);
+		if (r == 1) {
+			assert_int_equal(n, qn);
+			assert_ptr_equal(p, q);
+		}
+		if (plain && ms.object)
+			assert_true(one_segment(c->ptr));
+		if (!plain) /* a document not in the narrow form is json-c's, for every pointer */
+			assert_int_equal(r, 0);
+	}
+	assert_true(answered >= 30); /* 36 of the 48 */
+}
+
+/* Every member of a root object, and the cases where the members cannot tell. */
+static void test_members_doc(void **state)
+{
+	static const char doc[] =
+	        " {\"payment_id\" : \"pay-7\", \"account\":\"acct-1\",\"amount\":250, \"n\":null,"
+	        "\"o\":{\"amount\":1},\"a\":[1],\"z\":-0,\"t\":true,\"a~b\":\"tilde\",\"c/d\":\"slash\"}";
+	struct idem_json_members ms;
+	const char *p;
+	size_t n;
+	char big[2048], *w = big;
+
+	(void)state;
+	assert_true(idem_json_members_read(doc, sizeof(doc) - 1, &ms));
+	assert_true(ms.object);
+	assert_false(ms.overflow);
+	assert_int_equal(ms.n, 10);
+	assert_int_equal(idem_json_members_scalar(&ms, "/payment_id", &p, &n), 1);
+	assert_int_equal(n, 5);
+	assert_memory_equal(p, "pay-7", 5);
+	assert_int_equal(idem_json_members_scalar(&ms, "/account", &p, &n), 1);
+	assert_memory_equal(p, "acct-1", 6);
+	assert_int_equal(idem_json_members_scalar(&ms, "/amount", &p, &n), 1);
+	assert_int_equal(n, 3);
+	assert_memory_equal(p, "250", 3);
+	assert_int_equal(idem_json_members_scalar(&ms, "/t", &p, &n), 1);
+	assert_memory_equal(p, "true", 4);
+	assert_int_equal(idem_json_members_scalar(&ms, "/a~0b", &p, &n), 1);
+	assert_memory_equal(p, "tilde", 5);
+	assert_int_equal(idem_json_members_scalar(&ms, "/c~1d", &p, &n), 1);
+	assert_memory_equal(p, "slash", 5);
+	/* null, containers, -0 and absent names are json-c's to answer; deeper pointers are
+	 * not the members'. */
+	assert_int_equal(idem_json_members_scalar(&ms, "/n", &p, &n), 0);
+	assert_int_equal(idem_json_members_scalar(&ms, "/o", &p, &n), 0);
+	assert_int_equal(idem_json_members_scalar(&ms, "/a", &p, &n), 0);
+	assert_int_equal(idem_json_members_scalar(&ms, "/z", &p, &n), 0);
+	assert_int_equal(idem_json_members_scalar(&ms, "/nope", &p, &n), 0);
+	assert_int_equal(idem_json_members_scalar(&ms, "/o/amount", &p, &n), -1);
+	assert_int_equal(idem_json_members_scalar(&ms, "", &p, &n), -1);
+
+	/* More members than are noted: a name could come again past them. */
+	w += sprintf(w, "{");
+	for (int i = 0; i < IDEM_JSON_MEMBERS + 8; i++)
+		w += sprintf(w, "%s\"k%d\":%d", i > 0 ? "," : "", i % (IDEM_JSON_MEMBERS + 4), i);
+	sprintf(w, "}");
+	assert_true(idem_json_members_read(big, strlen(big), &ms));
+	assert_true(ms.overflow);
+	assert_int_equal(idem_json_members_scalar(&ms, "/k1", &p, &n), -1);
+	assert_false(idem_json_scalar(big, strlen(big), "/k1", &p, &n)); /* named twice */
+	assert_true(idem_json_scalar(big, strlen(big), "/k5", &p, &n));
+
+	/* A root that is not an object. */
+	assert_true(idem_json_members_read("[1,2]", 5, &ms));
+	assert_false(ms.object);
+	assert_int_equal(idem_json_members_scalar(&ms, "/0", &p, &n), -1);
+}
+
+/*
+ * Several json: fields of one message through one document, then the next message in the same
+ * buffer: each field reads its own message (the value is read once per message, and
+ * idem_jsondoc_reset() forgets it), the same as json-c alone.
+ */
+static void test_fields_of_one_message(void **state)
+{
+	static const char *const names[] = { "json:/id",  "json:/account", "json:/amount",
+		                             "json:/a/b", "json:/nope",    "json:/amount" };
+	static const char *const docs[] = {
+		"{\"id\":\"pay-1\",\"account\":\"acct-1\",\"amount\":10,\"a\":{\"b\":\"deep\"}}",
+		"{\"amount\":2000,\"account\":\"acct-two\",\"id\":\"pay-2\",\"a\":{\"b\":\"DEEP\"}}",
+		"{\"id\":\"pay-3\",\"id\":\"x\",\"amount\":\"30\",\"a\":{\"b\":null}}",
+		"{\"id\":\"pay-4\",\"account\":\"\\u0041\",\"amount\":40,\"a\":{\"b\":4}}",
+	};
+	struct idem_jsondoc fast, slow;
+	struct idem_field f[6];
+	char buf[128];
+	struct idem_msgview m = { 0 };
+
+	(void)state;
+	for (size_t k = 0; k < 6; k++)
+		assert_int_equal(idem_field_parse(names[k], &f[k], NULL, 0), IDEM_OK);
+	idem_jsondoc_init(&fast);
+	idem_jsondoc_init(&slow);
+	slow.json_c_only = true;
+	m.topic = "t";
+	m.timestamp_ms = -1;
+	m.value = buf;
+	for (size_t d = 0; d < 4; d++) {
+		/* The same address and the same length for every message. */
+		memset(buf, ' ', sizeof(buf));
+		memcpy(buf, docs[d], strlen(docs[d]));
+		m.value_len = sizeof(buf);
+		idem_jsondoc_reset(&fast);
+		idem_jsondoc_reset(&slow);
+		for (size_t k = 0; k < 6; k++) {
+			struct outcome a = { 0 }, b = { 0 };
+
+			a.r = idem_field_get(&f[k], &m, &fast, NULL, &a.out, &a.null, &a.err);
+			b.r = idem_field_get(&f[k], &m, &slow, NULL, &b.out, &b.null, &b.err);
+			print_message("doc %zu field %s\n", d, names[k]);
+			assert_same(&a, &b);
+			idem_buf_done(&a.out);
+			idem_buf_done(&b.out);
+		}
+	}
+	/* The second message's fields are its own. */
+	{
+		struct idem_buf out = { 0 };
+		bool null = false;
+		idem_error err = { 0 };
+
+		memset(buf, ' ', sizeof(buf));
+		memcpy(buf, docs[1], strlen(docs[1]));
+		idem_jsondoc_reset(&fast);
+		assert_int_equal(idem_field_get(&f[0], &m, &fast, NULL, &out, &null, &err),
+		                 IDEM_OK);
+		assert_int_equal(out.len, 5);
+		assert_memory_equal(out.data, "pay-2", 5);
+		idem_buf_done(&out);
+	}
+	for (size_t k = 0; k < 6; k++)
+		idem_field_done(&f[k]);
+	idem_jsondoc_done(&fast);
+	idem_jsondoc_done(&slow);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_scalar_cases),
-		cmocka_unit_test(test_nul_byte),
-		cmocka_unit_test(test_same_as_json_c),
+		cmocka_unit_test(test_scalar_cases),   cmocka_unit_test(test_nul_byte),
+		cmocka_unit_test(test_same_as_json_c), cmocka_unit_test(test_members_cases),
+		cmocka_unit_test(test_members_doc),    cmocka_unit_test(test_fields_of_one_message),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
