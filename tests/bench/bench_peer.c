@@ -71,13 +71,14 @@
 
 /*
  * The peer's own claim table: what a hand-written consumer keeps, the key and when it was
- * applied (retention purges by age, hence the index), nothing else.
+ * applied (retention purges by age, hence the index), nothing else; its key compares as bytes,
+ * as idemd's does (sql/0010_claim_keys_bytes.sql), whatever the database's collation.
  */
 static const char peer_sql_table[] =
-        "CREATE TABLE IF NOT EXISTS peer_claims (consumer text NOT NULL, business_key text NOT "
-        "NULL, processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, "
-        "business_key)); CREATE INDEX IF NOT EXISTS peer_claims_processed_at ON peer_claims "
-        "(processed_at)";
+        "CREATE TABLE IF NOT EXISTS peer_claims (consumer text COLLATE \"C\" NOT NULL, "
+        "business_key text COLLATE \"C\" NOT NULL, processed_at timestamptz NOT NULL DEFAULT "
+        "now(), PRIMARY KEY (consumer, business_key)); CREATE INDEX IF NOT EXISTS "
+        "peer_claims_processed_at ON peer_claims (processed_at)";
 
 /*
  * A batch in one statement, so one round trip and one implicit transaction: the batch's

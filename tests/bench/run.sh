@@ -89,6 +89,10 @@
 # pg_waldump --stats=record over the WAL it wrote to --out (walstats-NAME.txt): the records and
 # bytes of each kind (heap insert, B-tree insert, commit, full-page images), theirs and idemd's.
 # Every run reports the WAL records and full-page images per message (pg_stat_wal).
+# --db-locale L creates the database idemd, the peer and the handler use with that collation
+# (a libc locale such as C.UTF-8, or icu:en-US for an ICU one) instead of the fixture's "C"
+# (initdb --no-locale): what text comparisons (claims' primary keys, the accounts) cost on a
+# database created with a language's rules, as most are.
 # --profile adds one more idemd pass over the N messages under `perf record -a` and prints
 # where the CPU goes. Results (report, raw lines, profile) are also written to --out.
 # --partition-phases 16,64,256 adds, in every run after the phases above, for each partition
@@ -138,6 +142,7 @@ protobuf=0
 jsonschema=0
 build_dir=$src/build-bench
 out_dir=
+db_locale=
 kafka_props=()
 pg_settings=()
 # What --batch, --workers, --max-wait-ms, --latency-max-wait-ms and --latency-fetch-wait-ms set
@@ -193,6 +198,7 @@ while [ $# -gt 0 ]; do
 	--wal-stats) wal_stats=1 && shift ;;
 	--skip-latency) skip_latency=1 && shift ;;
 	--statements) statements=1 && shift ;;
+	--db-locale) db_locale=$2 && shift 2 ;;
 	--build-dir) build_dir=$2 && shift 2 ;;
 	--out) out_dir=$2 && shift 2 ;;
 	--partition-phases) partition_phases=$2 && shift 2 ;;
@@ -299,6 +305,14 @@ idem_pg_restart_immediate
 [ "$(idem_psql -c 'SHOW track_commit_timestamp')" = on ] || idem_fail "track_commit_timestamp is off"
 [ "$(idem_psql -c 'SHOW fsync')" = on ] || idem_fail "fsync is off"
 PM=$(head -n 1 "$IDEM_PGDATA/postmaster.pid")
+if [ -n "$db_locale" ]; then
+	case $db_locale in
+	icu:*) db_loc="LOCALE_PROVIDER icu ICU_LOCALE '${db_locale#icu:}' LOCALE 'C.UTF-8'" ;;
+	*) db_loc="LOCALE '$db_locale'" ;;
+	esac
+	idem_psql -d postgres -c "DROP DATABASE idem"
+	idem_psql -d postgres -c "CREATE DATABASE idem TEMPLATE template0 ENCODING 'UTF8' $db_loc"
+fi
 
 topics=("payments:$partitions")
 [ "$avro" = 0 ] || topics+=("payments_avro:$partitions")
@@ -1167,7 +1181,8 @@ report() {
 	echo
 	echo "idemd benchmark: $messages messages ($IDEM_UNIQUE unique) over $partitions partitions," \
 		"dup-ratio $dup_ratio, $runs run(s); Postgres $("$IDEM_PG_BINDIR/postgres" --version | awk '{ print $3 }')" \
-		"fsync=on synchronous_commit=on; $(nproc) CPUs; claims history $history"
+		"fsync=on synchronous_commit=on; database collation ${db_locale:-C}; $(nproc) CPUs;" \
+		"claims history $history"
 	echo "idemd in C and C_set: $(settings_text backlog)."
 	echo "A = raw Postgres (idemd's batch SQL via libpq, no Kafka; $((2 * batch)) messages per transaction, $workers"
 	echo "connection(s)), row handler; A_set = the same with the set handler once per transaction; B = naive consumer"
