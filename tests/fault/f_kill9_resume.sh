@@ -32,7 +32,9 @@ max=20
 idem_fixture --topics payments:8 --config idemd.yaml g-resume payments \
 	--max $max --workers $workers --kafka-prop session.timeout.ms=2500 \
 	--kafka-prop partition.assignment.strategy="$assignor" --log-level debug
-idem_produce_bg --count 75000 --dup-ratio 0.3 --seed 111 --rate 1500
+# The stream lasts 90 s: ten kills, each waiting for its victim to be assigned again, take up to
+# a minute with incremental rebalances, and every kill must land while payments still arrive.
+idem_produce_bg --count 90000 --dup-ratio 0.3 --seed 111 --rate 1000
 
 # owns NAME: instance NAME (its current run) has been assigned partitions.
 owns() {

@@ -10,7 +10,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 
 idem_fixture --topics payments:8 \
 	--config idemd.yaml g-terminate payments --max 50 --retry max_ms=500
-idem_produce_bg --count 50000 --dup-ratio 0.3 --seed 71 --rate 2000
+# The stream lasts 50 s: the 25 terminations (and idemd's first batch) take 15 to 30 s, and the
+# last of them must come while payments still arrive.
+idem_produce_bg --count 50000 --dup-ratio 0.3 --seed 71 --rate 1000
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "first payments applied" idem_claims_above 0
