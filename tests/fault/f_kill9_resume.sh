@@ -32,9 +32,10 @@ max=20
 idem_fixture --topics payments:8 --config idemd.yaml g-resume payments \
 	--max $max --workers $workers --kafka-prop session.timeout.ms=2500 \
 	--kafka-prop partition.assignment.strategy="$assignor" --log-level debug
-# The stream lasts 90 s: ten kills, each waiting for its victim to be assigned again, take up to
-# a minute with incremental rebalances, and every kill must land while payments still arrive.
-idem_produce_bg --count 90000 --dup-ratio 0.3 --seed 111 --rate 1000
+# Every kill must land while payments still arrive, and ten kills, each waiting for its victim
+# to be assigned again, take from 30 s to over a minute: the stream runs until 5 s after the
+# last restart (idem_produce_stop), at most 10 minutes.
+idem_produce_bg --count 600000 --dup-ratio 0.3 --seed 111 --rate 1000
 
 # owns NAME: instance NAME (its current run) has been assigned partitions.
 owns() {
@@ -66,7 +67,8 @@ for i in $(seq 1 "$kills"); do
 done
 idem_log "$landed of $kills kills landed while the victim applied"
 [ "$landed" -ge $((kills / 2)) ] || idem_fail "only $landed of $kills kills landed while applying"
-idem_produce_wait 180
+sleep 5
+idem_produce_stop 180
 idem_wait_done g-resume 180
 idemd_stop a
 idemd_stop b

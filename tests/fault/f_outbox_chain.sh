@@ -20,7 +20,8 @@ idem_fixture --durable-commits --topics "payments:8 payment-applied:8" \
 idem_write_downstream_config "$IDEM_TMP/b.yaml" g-chain-b "${common[@]}"
 idem_create_downstream_table
 idem_create_emit_fn
-idem_produce_bg --count 12000 --dup-ratio 0.2 --seed 131 --rate 200
+# The stream runs until 3 s after the last kill (idem_produce_stop), at most 10 minutes.
+idem_produce_bg --count 120000 --dup-ratio 0.2 --seed 131 --rate 200
 
 count() { idem_psql -c "SELECT count(*) FROM $1"; }
 # kill9_when_busy NAME CONFIG TABLE N: once NAME has its partitions and TABLE grows (NAME is
@@ -51,7 +52,8 @@ for i in $(seq 1 "$kills"); do
 	fi
 done
 idem_producer_running || idem_fail "the stream ended before the last kill"
-idem_produce_wait 180
+sleep 3
+idem_produce_stop 180
 idem_wait_done g-chain-a 240
 drained() { [ "$(idem_psql -c 'SELECT count(*) FROM idem.outbox WHERE published_at IS NULL')" = 0 ]; }
 idem_wait_until 120 "outbox drained" drained

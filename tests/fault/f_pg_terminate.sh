@@ -10,9 +10,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 
 idem_fixture --topics payments:8 \
 	--config idemd.yaml g-terminate payments --max 50 --retry max_ms=500
-# The stream lasts 50 s: the 25 terminations (and idemd's first batch) take 15 to 30 s, and the
-# last of them must come while payments still arrive.
-idem_produce_bg --count 50000 --dup-ratio 0.3 --seed 71 --rate 1000
+# The last termination must come while payments still arrive, and the 25 (with idemd's first
+# batch) take 15 to 30 s: the stream runs until 3 s after the last (idem_produce_stop), at most
+# 10 minutes.
+idem_produce_bg --count 600000 --dup-ratio 0.3 --seed 71 --rate 1000
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "first payments applied" idem_claims_above 0
@@ -25,7 +26,8 @@ done
 idem_log "terminated $killed backends"
 [ "$killed" -ge 20 ] || idem_fail "only $killed backends terminated"
 idem_producer_running || idem_fail "the stream ended before the last termination"
-idem_produce_wait 120
+sleep 3
+idem_produce_stop 120
 idem_wait_done g-terminate 180
 idemd_stop a
 

@@ -9,7 +9,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/common.sh"
 
 idem_fixture --topics payments:8 --config idemd.yaml g-rebalance payments --max 50
-idem_produce_bg --count 60000 --dup-ratio 0.3 --seed 91 --rate 1500
+# The stream runs until 3 s after b's death is survived (idem_produce_stop), at most 5 minutes.
+idem_produce_bg --count 450000 --dup-ratio 0.3 --seed 91 --rate 1500
 
 # owns NAME: true once instance NAME was assigned a partition (to pace the test only).
 owns() {
@@ -34,7 +35,8 @@ idem_log "SIGKILL b (claims: $(idem_psql -c 'SELECT count(*) FROM idem.processed
 idemd_kill9 b
 progress "a and c go on after b died"
 idem_producer_running || idem_fail "the stream ended before b was killed"
-idem_produce_wait 120
+sleep 3
+idem_produce_stop 120
 idem_wait_done g-rebalance 180
 idemd_stop a
 idemd_stop c

@@ -541,6 +541,14 @@ idem_produce_wait() {
 	[ -n "$IDEM_PRODUCED" ] && [ -n "$IDEM_UNIQUE" ] || idem_fail "unexpected producer output: $out"
 }
 
+# idem_produce_stop TIMEOUT: end the background producer's stream now (it writes no more and
+# waits for what it wrote), then as idem_produce_wait. For a stream started with a count larger
+# than any test needs, so that it outlasts the faults however slow the machine is.
+idem_produce_stop() {
+	kill -TERM "$IDEM_PRODUCER_PID" 2>/dev/null || true
+	idem_produce_wait "$1"
+}
+
 # idem_producer_running: true while the background producer runs.
 idem_producer_running() {
 	idem__alive "$IDEM_PRODUCER_PID"

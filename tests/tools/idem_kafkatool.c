@@ -20,6 +20,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -153,6 +154,8 @@ static void usage_produce(FILE *f)
 	        "  --rate R           at most R messages per second\n"
 	        "%s"
 	        "\n"
+	        "On SIGTERM or SIGINT it writes no more messages, waits for those written and says so\n"
+	        "as at the end (a stream that runs until the test is done with it).\n"
 	        "Prints produced=N unique=U duplicates=D; exits 1 if any message was not delivered.\n",
 	        common_help);
 }
@@ -1258,14 +1261,23 @@ struct kt_produce_opts {
 	double rate;
 };
 
+/* Set by SIGTERM or SIGINT: the stream ends after the message being written. */
+static volatile sig_atomic_t produce_stop;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	produce_stop = 1;
+}
+
 /*
  * Queue the payment stream (see usage_produce) and write the manifest. Delivery is not yet
- * confirmed on return. @ret_unique and @ret_dups (KT_DUP_KINDS counters) are written on
- * success. Returns 0 or -1.
+ * confirmed on return. @ret_produced (fewer than the count if told to stop), @ret_unique and
+ * @ret_dups (KT_DUP_KINDS counters) are written on success. Returns 0 or -1.
  */
 static int produce_stream(rd_kafka_t *rk, const struct kt_common *cm,
-                          const struct kt_produce_opts *po, int nparts, uint64_t *ret_unique,
-                          uint64_t *ret_dups)
+                          const struct kt_produce_opts *po, int nparts, int64_t *ret_produced,
+                          uint64_t *ret_unique, uint64_t *ret_dups)
 {
 	static char source[] = "idemd-demo";
 	uint64_t dups[KT_DUP_KINDS] = { 0 };
@@ -1273,6 +1285,7 @@ static int produce_stream(rd_kafka_t *rk, const struct kt_common *cm,
 	uint64_t unique = 0, rng = (uint64_t)po->seed;
 	double start = now_s();
 	FILE *manifest = NULL;
+	int64_t i;
 	int rc = -1;
 
 	pay = malloc((size_t)(po->count > 0 ? po->count : 1) * sizeof(*pay));
@@ -1288,7 +1301,7 @@ static int produce_stream(rd_kafka_t *rk, const struct kt_common *cm,
 			goto out_free;
 		}
 	}
-	for (int64_t i = 0; i < po->count; i++) {
+	for (i = 0; i < po->count && !produce_stop; i++) {
 		char id[64], acct[32], value[256];
 		uint64_t idx;
 		int32_t partition;
@@ -1339,7 +1352,7 @@ static int produce_stream(rd_kafka_t *rk, const struct kt_common *cm,
 		if (po->rate > 0) {
 			double due = start + (double)i / po->rate;
 
-			while (now_s() < due) {
+			while (now_s() < due && !produce_stop) {
 				rd_kafka_poll(rk, 0);
 				sleep_s(due - now_s() < 0.01 ? due - now_s() : 0.01);
 			}
@@ -1374,6 +1387,7 @@ static int produce_stream(rd_kafka_t *rk, const struct kt_common *cm,
 			goto out_free;
 		}
 	}
+	*ret_produced = i;
 	*ret_unique = unique;
 	memcpy(ret_dups, dups, sizeof(dups));
 	rc = 0;
@@ -1414,6 +1428,7 @@ static int cmd_produce(int argc, char **argv, struct kt_common *cm)
 	};
 	struct kt_delivery dv = { 0 };
 	uint64_t unique, dups[KT_DUP_KINDS];
+	int64_t produced = 0;
 	rd_kafka_t *rk;
 	int c, nparts, rc = 1;
 
@@ -1463,7 +1478,9 @@ static int cmd_produce(int argc, char **argv, struct kt_common *cm)
 	if (rk == NULL)
 		return 1;
 	nparts = topic_partitions(rk, cm->topic, KT_REQUEST_MS);
-	if (nparts > 0 && produce_stream(rk, cm, &po, nparts, &unique, dups) == 0) {
+	signal(SIGTERM, on_stop_signal);
+	signal(SIGINT, on_stop_signal);
+	if (nparts > 0 && produce_stream(rk, cm, &po, nparts, &produced, &unique, dups) == 0) {
 		if (producer_finish(rk, &dv) == 0) {
 			fprintf(stderr,
 			        "%s: duplicates: immediate=%" PRIu64 " far=%" PRIu64
@@ -1471,7 +1488,7 @@ static int cmd_produce(int argc, char **argv, struct kt_common *cm)
 			        prog_cmd, dups[KT_DUP_IMMEDIATE], dups[KT_DUP_FAR],
 			        dups[KT_DUP_CROSS]);
 			printf("produced=%" PRId64 " unique=%" PRIu64 " duplicates=%" PRIu64 "\n",
-			       po.count, unique, (uint64_t)po.count - unique);
+			       produced, unique, (uint64_t)produced - unique);
 			rc = 0;
 		}
 	} else {
