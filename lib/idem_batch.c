@@ -73,6 +73,7 @@ void idem_batch_done(struct idem_batch *b)
 	free(b->hdrs);
 	free(b->params);
 	free(b->order);
+	free(b->keyset);
 	idem_buf_done(&b->arena);
 	idem_buf_done(&b->scratch);
 	EVP_MD_CTX_free(b->md_ctx);
@@ -100,6 +101,12 @@ void idem_batch_reset(struct idem_batch *b)
 	}
 	if (b->scratch.cap > IDEM_BATCH_KEEP_BYTES)
 		idem_buf_done(&b->scratch);
+	if (b->cap_keyset * sizeof(*b->keyset) > IDEM_BATCH_KEEP_BYTES) {
+		free(b->keyset);
+		b->keyset = NULL;
+		b->cap_keyset = 0;
+	}
+	b->keyset_mask = 0;
 	idem_buf_reset(&b->arena);
 }
 
@@ -388,6 +395,102 @@ idem_status idem_batch_add(struct idem_batch *b, const struct idem_msgview *m,
 	}
 	b->bytes += b->arena.len - before;
 	return r;
+}
+
+/*
+ * A business key's 64-bit hash for the key sets: eight bytes at a time, each mixed in by a
+ * multiply, then finished as MurmurHash3's fmix64. It need not resist an adversary: two keys
+ * that agree by chance only change the order of a claim. Never 0, the empty slot.
+ */
+static uint64_t key_hash(const unsigned char *p, size_t n)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, v;
+
+	for (; n >= 8; p += 8, n -= 8) {
+		memcpy(&v, p, 8);
+		h = (h ^ v) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	if (n > 0) {
+		v = 0;
+		memcpy(&v, p, n);
+		h = (h ^ v) * 0xc4ceb9fe1a85ec53ULL;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return h != 0 ? h : 1;
+}
+
+static bool claims_key(const struct idem_batch_msg *m)
+{
+	return m->state == IDEM_MSG_PENDING && !m->bkey.null;
+}
+
+idem_status idem_batch_keyset(struct idem_batch *b)
+{
+	size_t n = 0, cap = 16;
+
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		b->msgs[i].late = false;
+		n += claims_key(&b->msgs[i]);
+	}
+	/* At most half full: a probe ends at an empty slot soon. */
+	while (cap < 2 * n)
+		cap *= 2;
+	if (cap > b->cap_keyset) {
+		uint64_t *v = realloc(b->keyset, cap * sizeof(*v));
+
+		if (v == NULL) {
+			b->keyset_mask = 0;
+			return IDEM_ERR_NOMEM;
+		}
+		b->keyset = v;
+		b->cap_keyset = cap;
+	}
+	memset(b->keyset, 0, cap * sizeof(*b->keyset));
+	b->keyset_mask = cap - 1;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+		size_t k;
+
+		if (!claims_key(m))
+			continue;
+		m->khash =
+		        key_hash((const unsigned char *)b->arena.data + m->bkey.off, m->bkey.len);
+		for (k = m->khash & b->keyset_mask; b->keyset[k] != 0 && b->keyset[k] != m->khash;
+		     k = (k + 1) & b->keyset_mask)
+			;
+		b->keyset[k] = m->khash;
+	}
+	return IDEM_OK;
+}
+
+static bool keyset_has(const struct idem_batch *b, uint64_t h)
+{
+	for (size_t k = h & b->keyset_mask; b->keyset[k] != 0; k = (k + 1) & b->keyset_mask) {
+		if (b->keyset[k] == h)
+			return true;
+	}
+	return false;
+}
+
+size_t idem_batch_mark_late(struct idem_batch *b, const struct idem_batch *other)
+{
+	size_t n = 0;
+
+	if (b->keyset_mask == 0 || other->keyset_mask == 0 ||
+	    strcmp(b->route->consumer, other->route->consumer) != 0)
+		return 0;
+	for (size_t i = 0; i < b->n_msgs; i++) {
+		struct idem_batch_msg *m = &b->msgs[i];
+
+		if (claims_key(m) && !m->late && keyset_has(other, m->khash)) {
+			m->late = true;
+			n++;
+		}
+	}
+	return n;
 }
 
 /* qsort has no context argument in C11: the batch being sorted is passed through this. */

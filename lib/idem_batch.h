@@ -75,6 +75,9 @@ struct idem_batch_msg {
 	bool mismatch;                 /* a duplicate whose payload differs from its claim's */
 	bool quarantined_before;       /* BAD, and idem.quarantine had its position already */
 	struct idem_batch_claim claim; /* DUPLICATE: the claim it ran into */
+	uint64_t khash;                /* its business key's hash (idem_batch_keyset()) */
+	bool late; /* claimed after the batch's other keys: a transaction in flight claims its key
+	              too (idem_batch_mark_late()) */
 };
 
 struct idem_batch_hdr {
@@ -98,6 +101,10 @@ struct idem_batch {
 	size_t n_params, cap_params;
 	size_t *order; /* after collapse: indices of unique PENDING keys, sorted by key bytes */
 	size_t n_order, cap_order;
+	/* The hashes of the business keys it claims, an open-addressing set (0: an empty slot) of
+	 * keyset_mask + 1 slots, none before idem_batch_keyset() (keyset_mask 0). */
+	uint64_t *keyset;
+	size_t keyset_mask, cap_keyset;
 	struct idem_buf arena;
 	size_t bytes; /* arena bytes taken by idem_batch_add() (messages, keys, parameters,
 	                 hashes): what counts against batch.max_bytes and batch.max_bytes_total;
@@ -177,7 +184,7 @@ IDEM_NODISCARD idem_status idem_batch_add(struct idem_batch *b, const struct ide
 /*
  * @brief Mark in-batch duplicates (the lowest offset of a key wins) and fill b->order with
  * the winners sorted by key bytes, the order claims are made in (so that concurrent claimants
- * lock keys in one global order and cannot deadlock).
+ * lock keys in one global order; but for the late keys, idem_bind_claim()).
  */
 IDEM_NODISCARD idem_status idem_batch_collapse(struct idem_batch *b);
 
@@ -230,6 +237,21 @@ bool idem_batch_payload_differs(const struct idem_batch *b, size_t i,
 IDEM_NODISCARD idem_status idem_batch_set_claim(struct idem_batch *b, size_t i, const char *topic,
                                                 int32_t partition, int64_t offset, const char *hash,
                                                 size_t hash_len);
+
+/*
+ * @brief Note the business keys @b's PENDING messages claim: each message's key hash (khash),
+ * and the set of them, for idem_batch_mark_late(); every message not late. Called as the batch
+ * is handed to the workers (idem_pool_submit()).
+ */
+IDEM_NODISCARD idem_status idem_batch_keyset(struct idem_batch *b);
+
+/*
+ * @brief Mark late each PENDING message of @b whose key @other claims too (one consumer, the
+ * claims' namespace, and a key hash in @other's set: never missed, and by chance for two
+ * different keys about once in 2^64 pairs, which only changes the order of a claim). Both
+ * sets built by idem_batch_keyset(). Returns how many it marked.
+ */
+size_t idem_batch_mark_late(struct idem_batch *b, const struct idem_batch *other);
 
 /* @brief Sort @idx[0..n) (indices into b->msgs) by business key bytes, then offset. */
 void idem_batch_sort_by_key(const struct idem_batch *b, size_t *idx, size_t n);

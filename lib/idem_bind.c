@@ -136,13 +136,18 @@ idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b, co
 	    idem_pgbin_open(&bd->offs, IDEM_OID_INT8) ||
 	    idem_pgbin_open(&bd->hashes, IDEM_OID_BYTEA))
 		return IDEM_ERR_NOMEM;
-	for (size_t k = 0; k < n; k++) {
-		const struct idem_batch_msg *m = &b->msgs[idx[k]];
+	/* The keys another transaction in flight claims too come last (idem_bind.h). */
+	for (int late = 0; late < 2; late++) {
+		for (size_t k = 0; k < n; k++) {
+			const struct idem_batch_msg *m = &b->msgs[idx[k]];
 
-		if ((r = claim_key_hash(bd, b, m)) != IDEM_OK)
-			return r;
-		if (idem_pgbin_add_int8(&bd->offs, m->offset) != IDEM_OK)
-			return IDEM_ERR_NOMEM;
+			if (m->late != (late == 1))
+				continue;
+			if ((r = claim_key_hash(bd, b, m)) != IDEM_OK)
+				return r;
+			if (idem_pgbin_add_int8(&bd->offs, m->offset) != IDEM_OK)
+				return IDEM_ERR_NOMEM;
+		}
 	}
 	idem_pgbin_close(&bd->keys);
 	idem_pgbin_close(&bd->offs);
@@ -161,10 +166,13 @@ idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b, co
 static int ref_cmp(const void *p, const void *q)
 {
 	const struct idem_bind_ref *x = p, *y = q;
-	const struct idem_span *kx = &x->b->msgs[x->i].bkey, *ky = &y->b->msgs[y->i].bkey;
-	int c = memcmp(idem_batch_ptr(x->b, *kx), idem_batch_ptr(y->b, *ky),
-	               kx->len < ky->len ? kx->len : ky->len);
+	const struct idem_batch_msg *mx = &x->b->msgs[x->i], *my = &y->b->msgs[y->i];
+	const struct idem_span *kx = &mx->bkey, *ky = &my->bkey;
+	int c = (mx->late > my->late) - (mx->late < my->late);
 
+	if (c == 0)
+		c = memcmp(idem_batch_ptr(x->b, *kx), idem_batch_ptr(y->b, *ky),
+		           kx->len < ky->len ? kx->len : ky->len);
 	if (c == 0)
 		c = (kx->len > ky->len) - (kx->len < ky->len);
 	if (c == 0)

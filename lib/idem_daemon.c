@@ -765,7 +765,8 @@ static void publish(idem_daemon *d)
 		idem_schemas_stats(d->schemas, &rs);
 		idem_metrics_registry(d->metrics, rs.fetches, rs.failures, rs.unknown, rs.cached);
 	}
-	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held);
+	idem_metrics_workers(d->metrics, idem_pool_size(d->pool), busy, held,
+	                     idem_pool_late(d->pool));
 	idem_metrics_bytes(d->metrics, d->cfg->batch_max_bytes_total, d->bytes_held,
 	                   d->bytes_held_max);
 }

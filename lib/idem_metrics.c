@@ -78,6 +78,7 @@ struct idem_metrics {
 	idem_metrics_probe_fn connected_fn; /* asked at each request */
 	const void *connected_arg;
 	size_t workers, in_flight, held;
+	uint64_t late; /* idem_pool_late() */
 	size_t bytes_budget, bytes_held, bytes_held_max;
 	double oldest_claim_age;
 	bool outbox; /* the relay runs: its metrics are shown */
@@ -368,11 +369,13 @@ void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted)
 	pthread_mutex_unlock(&m->lock);
 }
 
-void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held)
+void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held,
+                          uint64_t late)
 {
 	if (m == NULL)
 		return;
 	pthread_mutex_lock(&m->lock);
+	m->late = late;
 	m->workers = workers;
 	m->in_flight = in_flight;
 	m->held = held;
@@ -693,8 +696,10 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            o,
 	            "# HELP idemd_workers Workers committing batches, one Postgres connection each.\n# TYPE idemd_workers gauge\nidemd_workers %zu\n"
 	            "# HELP idemd_batches_in_flight Batches handed to the workers and not yet committed.\n# TYPE idemd_batches_in_flight gauge\nidemd_batches_in_flight %zu\n"
-	            "# HELP idemd_partitions_held Partitions paused because their next batch is full while one commits.\n# TYPE idemd_partitions_held gauge\nidemd_partitions_held %zu\n",
-	            m->workers, m->in_flight, m->held) ||
+	            "# HELP idemd_partitions_held Partitions paused because their next batch is full while one commits.\n# TYPE idemd_partitions_held gauge\nidemd_partitions_held %zu\n"
+	            "# HELP idemd_claims_late_total Keys a transaction claimed after its others because another transaction in flight claimed them too.\n# TYPE idemd_claims_late_total counter\nidemd_claims_late_total %" PRIu64
+	            "\n",
+	            m->workers, m->in_flight, m->held, m->late) ||
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_batch_bytes_budget Bytes all batches may hold before partitions pause (batch.max_bytes_total).\n# TYPE idemd_batch_bytes_budget gauge\nidemd_batch_bytes_budget %zu\n"

@@ -102,8 +102,13 @@ void idem_metrics_partition_assigned(idem_metrics *m, const char *topic, int32_t
 typedef bool (*idem_metrics_probe_fn)(const void *arg);
 void idem_metrics_connected_probe(idem_metrics *m, idem_metrics_probe_fn fn, const void *arg);
 void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted);
-/* The worker pool: its size, batches being committed, partitions paused for backpressure. */
-void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held);
+/*
+ * The worker pool: its size, batches being committed, partitions paused for backpressure, and
+ * the keys claimed late because another transaction in flight claimed them too
+ * (idem_pool_late(), a running total).
+ */
+void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held,
+                          uint64_t late);
 /* Bytes held in batches (idem_part_bytes() of every partition) and their budget,
  * batch.max_bytes_total. */
 void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held, size_t held_max);

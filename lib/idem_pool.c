@@ -29,6 +29,9 @@ struct worker {
 	bool started;
 	int connected;     /* idem_flush_connected() after the last commit or idle check (atomic) */
 	uint64_t connects; /* idem_flush_connects() as last seen */
+	/* The batches of its transaction, under the pool's mu (take_group()). */
+	struct idem_part *group[GROUP_MAX_BATCHES];
+	size_t n_group;
 };
 
 struct idem_pool {
@@ -45,6 +48,7 @@ struct idem_pool {
 	struct idem_part *done, **done_tail;
 	bool quit;
 	uint64_t reconnects; /* connections the workers opened again (atomic) */
+	uint64_t late;       /* keys claimed late: in flight in another transaction (atomic) */
 };
 
 /* Count the connections @w opened since it last looked (its first one is no reconnect). */
@@ -104,6 +108,9 @@ size_t idem_pool_size(const idem_pool *pool)
 
 void idem_pool_submit(idem_pool *pool, struct idem_part *p)
 {
+	/* Without its key set (out of memory) its keys are claimed in key order, none late. */
+	if (idem_batch_keyset(&p->inflight) != IDEM_OK)
+		p->inflight.keyset_mask = 0;
 	pthread_mutex_lock(&pool->mu);
 	*pool->ready_tail = p;
 	pool->ready_tail = &p->job.next;
@@ -138,6 +145,11 @@ uint64_t idem_pool_reconnects(const idem_pool *pool)
 	return __atomic_load_n(&pool->reconnects, __ATOMIC_RELAXED);
 }
 
+uint64_t idem_pool_late(const idem_pool *pool)
+{
+	return __atomic_load_n(&pool->late, __ATOMIC_RELAXED);
+}
+
 bool idem_pool_connected(const idem_pool *pool)
 {
 	for (size_t i = 0; i < pool->n_workers; i++) {
@@ -160,10 +172,15 @@ int64_t idem_pool_stalled_ms(const struct idem_parts *ps, int64_t now_ms)
 	return oldest;
 }
 
-/* Take the next group of ready batches, under pool->mu. */
-static size_t take_group(idem_pool *pool, struct idem_part **group)
+/*
+ * Take the next group of ready batches into @w's transaction, under pool->mu, and mark late the
+ * keys that another worker's transaction claims too (idem_batch_mark_late()): @w's claim takes
+ * them after its other keys (idem_bind_claim()), ARCHITECTURE.md "Workers".
+ */
+static size_t take_group(idem_pool *pool, struct worker *w)
 {
-	size_t n = 0, msgs = 0, cap = (size_t)pool->cfg->batch_max_messages * IDEM_BATCH_GROW;
+	size_t n = 0, msgs = 0, late = 0;
+	size_t cap = (size_t)pool->cfg->batch_max_messages * IDEM_BATCH_GROW;
 
 	while (pool->ready != NULL && n < GROUP_MAX_BATCHES &&
 	       (n == 0 || msgs + pool->ready->inflight.n_msgs <= cap)) {
@@ -173,8 +190,20 @@ static size_t take_group(idem_pool *pool, struct idem_part **group)
 		if (pool->ready == NULL)
 			pool->ready_tail = &pool->ready;
 		msgs += p->inflight.n_msgs;
-		group[n++] = p;
+		w->group[n++] = p;
 	}
+	w->n_group = n;
+	for (size_t o = 0; o < pool->n_workers; o++) {
+		const struct worker *other = &pool->workers[o];
+
+		for (size_t j = 0; other != w && j < other->n_group; j++) {
+			for (size_t i = 0; i < n; i++)
+				late += idem_batch_mark_late(&w->group[i]->inflight,
+				                             &other->group[j]->inflight);
+		}
+	}
+	if (late > 0)
+		__atomic_add_fetch(&pool->late, late, __ATOMIC_RELAXED);
 	return n;
 }
 
@@ -182,7 +211,6 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	idem_pool *pool = w->pool;
-	struct idem_part *group[GROUP_MAX_BATCHES];
 	struct idem_batch *batches[GROUP_MAX_BATCHES];
 	struct idem_flush_stats st[GROUP_MAX_BATCHES];
 	idem_status rs[GROUP_MAX_BATCHES];
@@ -212,12 +240,12 @@ static void *worker_main(void *arg)
 		}
 		if (pool->ready == NULL)
 			break;
-		n = take_group(pool, group);
+		n = take_group(pool, w);
 		pthread_mutex_unlock(&pool->mu);
 
 		begin_us = idem_mono_us();
 		for (size_t i = 0; i < n; i++)
-			batches[i] = &group[i]->inflight;
+			batches[i] = &w->group[i]->inflight;
 		idem_flush_many(w->pg, batches, n, st, rs, errs);
 		end_us = idem_mono_us();
 		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
@@ -225,7 +253,7 @@ static void *worker_main(void *arg)
 
 		pthread_mutex_lock(&pool->mu);
 		for (size_t i = 0; i < n; i++) {
-			struct idem_part *p = group[i];
+			struct idem_part *p = w->group[i];
 
 			p->job.r = rs[i];
 			p->job.st = st[i];
@@ -236,6 +264,7 @@ static void *worker_main(void *arg)
 			*pool->done_tail = p;
 			pool->done_tail = &p->job.next;
 		}
+		w->n_group = 0;
 		pthread_cond_signal(&pool->done_cv);
 		/* Wake the consumer thread out of its poll. */
 		rd_kafka_queue_yield(pool->cq);

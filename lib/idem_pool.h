@@ -72,6 +72,8 @@ bool idem_pool_connected(const idem_pool *pool);
  * checks every partition's position when it grows (a reconnect may reach a promoted standby).
  */
 uint64_t idem_pool_reconnects(const idem_pool *pool);
+/* Keys claimed late because another transaction in flight claims them too (take_group()). */
+uint64_t idem_pool_late(const idem_pool *pool);
 
 /*
  * @brief How long, in milliseconds at @now_ms, the oldest batch of @ps in a worker's hands has

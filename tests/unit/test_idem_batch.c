@@ -133,6 +133,107 @@ static void test_prefix_keys_are_distinct(void **state)
 	assert_int_equal(idem_batch_find_key(b, "", 0), -1);
 }
 
+/* A batch of @n keys "pay-<first>" .. "pay-<first + n - 1>" of @route, its key set built. */
+static void keyset_batch(struct fixture *fx, struct idem_batch *b, const struct idem_route *route,
+                         int first, int n)
+{
+	struct idem_msgview m = { 0 };
+	char key[32];
+
+	assert_int_equal(idem_batch_init(b, route, "payments", 1), IDEM_OK);
+	m.topic = "payments";
+	m.partition = 1;
+	for (int i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "pay-%d", first + i);
+		m.offset = i;
+		m.key = key;
+		m.key_len = strlen(key);
+		m.value = "v";
+		m.value_len = 1;
+		assert_int_equal(idem_batch_add(b, &m, &fx->cfg, 0), IDEM_OK);
+	}
+	assert_int_equal(idem_batch_keyset(b), IDEM_OK);
+}
+
+static size_t n_late(const struct idem_batch *b)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < b->n_msgs; i++)
+		n += b->msgs[i].late;
+	return n;
+}
+
+/* A key is late exactly when another batch of the same consumer claims it too. */
+static void test_mark_late(void **state)
+{
+	struct fixture *fx = *state;
+	struct idem_route other = fx->route;
+	static char cname2[] = "c2";
+	struct idem_batch a, b, c, d;
+	struct idem_msgview m = { 0 };
+
+	other.consumer = cname2;
+	keyset_batch(fx, &a, &fx->route, 0, 1000);
+	keyset_batch(fx, &b, &fx->route, 1000, 2000);
+	assert_int_equal(idem_batch_mark_late(&a, &b), 0);
+	assert_int_equal(idem_batch_mark_late(&b, &a), 0);
+	/* pay-999 and pay-1000 both ways; pay-5 is in the batch twice, both late. */
+	keyset_batch(fx, &c, &fx->route, 3000, 10);
+	m.offset = 100;
+	for (const char *const *k =
+	             (const char *const[]){ "pay-999", "pay-5", "pay-1000", "pay-5", NULL };
+	     *k != NULL; k++) {
+		m.key = *k;
+		m.key_len = strlen(*k);
+		m.offset++;
+		assert_int_equal(idem_batch_add(&c, &m, &fx->cfg, 0), IDEM_OK);
+	}
+	assert_int_equal(idem_batch_keyset(&c), IDEM_OK);
+	assert_int_equal(idem_batch_mark_late(&c, &a), 3);
+	assert_true(c.msgs[10].late && c.msgs[11].late && c.msgs[13].late);
+	assert_false(c.msgs[12].late);
+	assert_int_equal(idem_batch_mark_late(&c, &b), 1);
+	assert_true(c.msgs[12].late);
+	assert_int_equal(n_late(&c), 4);
+	/* Marked once: again, nothing more. */
+	assert_int_equal(idem_batch_mark_late(&c, &a), 0);
+	assert_int_equal(idem_batch_mark_late(&a, &c), 2);
+	/* Building the set again starts with none late. */
+	assert_int_equal(idem_batch_keyset(&c), IDEM_OK);
+	assert_int_equal(n_late(&c), 0);
+	/* The same keys of another consumer are other claims. */
+	keyset_batch(fx, &d, &other, 0, 1000);
+	assert_int_equal(idem_batch_mark_late(&d, &c), 0);
+	assert_int_equal(idem_batch_mark_late(&c, &d), 0);
+	/* Keys that share a prefix, or differ past their eighth byte, are other keys. */
+	idem_batch_reset(&d);
+	d.route = &fx->route;
+	m.key = "pay-1000x";
+	m.key_len = strlen(m.key);
+	assert_int_equal(idem_batch_add(&d, &m, &fx->cfg, 0), IDEM_OK);
+	m.key = "pay-100";
+	m.key_len = strlen(m.key);
+	assert_int_equal(idem_batch_add(&d, &m, &fx->cfg, 0), IDEM_OK);
+	assert_int_equal(idem_batch_keyset(&d), IDEM_OK);
+	assert_int_equal(idem_batch_mark_late(&d, &b), 0);
+	/* A message whose key could not be built claims nothing. */
+	m.key = NULL;
+	m.key_len = 0;
+	assert_int_equal(idem_batch_add(&d, &m, &fx->cfg, 0), IDEM_OK);
+	assert_int_equal(d.msgs[2].state, IDEM_MSG_BAD);
+	assert_int_equal(idem_batch_keyset(&d), IDEM_OK);
+	assert_int_equal(idem_batch_mark_late(&d, &a), 1); /* pay-100 */
+	assert_false(d.msgs[2].late);
+	/* A reset batch has no key set until it is built again. */
+	idem_batch_reset(&a);
+	assert_int_equal(idem_batch_mark_late(&c, &a), 0);
+	idem_batch_done(&a);
+	idem_batch_done(&b);
+	idem_batch_done(&c);
+	idem_batch_done(&d);
+}
+
 static void test_bad_messages_kept_with_reason(void **state)
 {
 	struct fixture *fx = *state;
@@ -389,6 +490,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_collapse_offset_order_not_add_order, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_prefix_keys_are_distinct, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mark_late, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_messages_kept_with_reason, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_params_and_hash, setup, teardown),

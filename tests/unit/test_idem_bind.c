@@ -241,6 +241,25 @@ static void test_claim(void **state)
 			                 idem_hex_digit(hex[2 * i]) * 16 +
 			                         idem_hex_digit(hex[2 * i + 1]));
 	}
+	/* A key another transaction in flight claims too (late) comes after the others, with its
+	 * offset and hash. */
+	add(fx, 12, "c", 1, "v3", NULL);
+	assert_int_equal(idem_batch_collapse(b), IDEM_OK);
+	b->msgs[1].late = true; /* "a" */
+	assert_int_equal(idem_bind_claim(&fx->bd, b, b->order, b->n_order, &c), IDEM_OK);
+	e = claim_elem(&c, 3, 0, &n);
+	assert_memory_equal(e, "b\"", n);
+	e = claim_elem(&c, 3, 1, &n);
+	assert_memory_equal(e, "c", n);
+	e = claim_elem(&c, 3, 2, &n);
+	assert_memory_equal(e, "a", n);
+	assert_int_equal(be64(claim_elem(&c, 4, 0, &n)), 10);
+	assert_int_equal(be64(claim_elem(&c, 4, 1, &n)), 12);
+	assert_int_equal(be64(claim_elem(&c, 4, 2, &n)), 11);
+	e = claim_elem(&c, 5, 2, &n);
+	assert_int_equal((unsigned char)e[0],
+	                 idem_hex_digit(idem_batch_ptr(b, b->msgs[1].hash)[0]) * 16 +
+	                         idem_hex_digit(idem_batch_ptr(b, b->msgs[1].hash)[1]));
 }
 
 /*

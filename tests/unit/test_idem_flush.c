@@ -346,6 +346,14 @@ static void test_claim_many_arrays(void **state)
 	assert_string_equal(bin_text(&c, 3, IDEM_OID_INT4, t), "{0,1,1,0}");
 	assert_string_equal(bin_text(&c, 4, IDEM_OID_INT8, t), "{5,7,8,6}");
 	assert_int_equal(bin_count(&c, 5, IDEM_OID_BYTEA), 4);
+	/* Keys another transaction in flight claims too (c1's k and n) come last, in the same
+	 * order among themselves. */
+	list = idem__flush_batch_list(fx->pg, fx->pg->many, 3);
+	fx->b[0].msgs[0].late = fx->b[0].msgs[1].late = fx->b[1].msgs[0].late = true;
+	assert_int_equal(idem_bind_claim_many(&fx->pg->bind, list, 3, 5, &c, &one), IDEM_OK);
+	assert_string_equal(bin_text(&c, 0, IDEM_OID_TEXT, t), "{c2,c1,c1,c1,c1}");
+	assert_string_equal(bin_text(&c, 1, IDEM_OID_TEXT, t), "{k,m,k,k,n}");
+	assert_string_equal(bin_text(&c, 4, IDEM_OID_INT8, t), "{1,8,5,7,6}");
 	/* One batch alone uses pg->one's list. */
 	fx->pg->one.b = &fx->b[3];
 	list = idem__flush_batch_list(fx->pg, &fx->pg->one, 1);

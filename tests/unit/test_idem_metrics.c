@@ -49,7 +49,7 @@ static void test_counters_and_histograms(void **state)
 	idem_metrics_retry(m, "transient");
 	idem_metrics_retry(m, "transient");
 	idem_metrics_retry(m, "broken");
-	idem_metrics_workers(m, 4, 3, 1);
+	idem_metrics_workers(m, 4, 3, 1, 7);
 	t = render(m);
 	has_line(t, "# TYPE idemd_messages_consumed_total counter");
 	has_line(t, "idemd_messages_consumed_total 503");
@@ -78,6 +78,8 @@ static void test_counters_and_histograms(void **state)
 	has_line(t, "idemd_workers 4");
 	has_line(t, "idemd_batches_in_flight 3");
 	has_line(t, "idemd_partitions_held 1");
+	has_line(t, "# TYPE idemd_claims_late_total counter");
+	has_line(t, "idemd_claims_late_total 7");
 	free(t);
 	idem_metrics_free(m);
 }
