@@ -72,7 +72,7 @@ struct idem_bind_claim {
  * for the late ones (idem_batch_mark_late()), which come after the others in the same order,
  * into @ret. A late key is one another transaction of this process has in flight: the claim
  * waits for that transaction's end at its first late key (the unique index), so every other
- * key is claimed before that wait rather than after it (ARCHITECTURE.md "Workers").
+ * key is claimed before that wait rather than after it (ARCHITECTURE.md "The transaction", 1).
  */
 IDEM_NODISCARD idem_status idem_bind_claim(struct idem_bind *bd, const struct idem_batch *b,
                                            const size_t *idx, size_t n,
@@ -82,11 +82,12 @@ IDEM_NODISCARD idem_status idem_bind_claim(struct idem_bind *bd, const struct id
  * @brief The combined claim (IDEM_SQL_CLAIM_MANY) of the keys (b[k]->order) of the batches
  * b[0..n), @n_keys in all, into @ret. Keys are claimed in one order: the late ones last, as in
  * idem_bind_claim(); then by key bytes like a single batch's (idem_batch_collapse()), so that
- * it does not cross the order of another transaction's claims (ARCHITECTURE.md "Workers" says
- * when the late keys can, and what then happens); then by consumer, as a key is locked
- * per consumer; then by batch, the first one winning a key that two batches of one consumer
- * carry, as if it had been flushed first on its own. *ret_one: the batches share one consumer
- * and one topic, given once in ret->vals[0] and ret->vals[2] for IDEM_SQL_CLAIM_PARTS.
+ * it does not cross the order of another transaction's claims (ARCHITECTURE.md "The
+ * transaction", 1, says when the late keys can, and what then happens); then by consumer, as a
+ * key is locked per consumer; then by batch, the first one winning a key that two batches of
+ * one consumer carry, as if it had been flushed first on its own. *ret_one: the batches share
+ * one consumer and one topic, given once in ret->vals[0] and ret->vals[2] for
+ * IDEM_SQL_CLAIM_PARTS.
  */
 IDEM_NODISCARD idem_status idem_bind_claim_many(struct idem_bind *bd,
                                                 const struct idem_batch *const *b, size_t n,

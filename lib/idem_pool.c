@@ -175,7 +175,7 @@ int64_t idem_pool_stalled_ms(const struct idem_parts *ps, int64_t now_ms)
 /*
  * Take the next group of ready batches into @w's transaction, under pool->mu, and mark late the
  * keys that another worker's transaction claims too (idem_batch_mark_late()): @w's claim takes
- * them after its other keys (idem_bind_claim()), ARCHITECTURE.md "Workers".
+ * them after its other keys (idem_bind_claim()), ARCHITECTURE.md "The transaction", 1.
  */
 static size_t take_group(idem_pool *pool, struct worker *w)
 {
