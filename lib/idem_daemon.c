@@ -40,6 +40,8 @@
 
 /* At most this many messages of one partition in a round of take_queued(). */
 #define IDEM_TAKE_QUANTUM 64
+/* A batch in a worker's hands this long is logged as stalled, and again each time as long. */
+#define STALL_WARN_MS 30000
 
 static bool stopping(const idem_daemon *d)
 {
@@ -721,6 +723,31 @@ static void log_stats(idem_daemon *d)
 	              idem_parts_halted(&d->parts));
 }
 
+/*
+ * Say which batches have been in a worker's hands for STALL_WARN_MS, and again each STALL_WARN_MS
+ * after. Each statement is bounded by postgres.statement_timeout_ms, but a server or connection
+ * that stops answering is not, and its partitions make no progress meanwhile: this is the only
+ * sign of it in the log (under systemd the watchdog restarts idemd, daemon/idemd.c).
+ */
+static void warn_stalled(idem_daemon *d)
+{
+	int64_t now = idem_mono_ms();
+
+	for (size_t i = 0; i < d->parts.n; i++) {
+		struct idem_part *p = d->parts.v[i];
+		int64_t held = now - p->job.t0;
+
+		if (!p->busy || held < (int64_t)(p->job.stall_warnings + 1) * STALL_WARN_MS)
+			continue;
+		p->job.stall_warnings++;
+		idem_log_warn("batch",
+		              "batch in flight for %" PRId64 "s topic=%s partition=%" PRId32
+		              " offsets=%" PRId64 "..%" PRId64
+		              ": its worker still waits for postgres, the partition waits for it",
+		              held / 1000, p->topic, p->partition, p->job.first, p->job.last);
+	}
+}
+
 /* About once a second: per-partition lag and progress, the pool's gauges. */
 static void publish(idem_daemon *d)
 {
@@ -905,6 +932,7 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 	wake_schema_waits(d);
 	flush_due(d);
 	log_stats(d);
+	warn_stalled(d);
 	return IDEM_OK;
 }
 

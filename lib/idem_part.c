@@ -281,6 +281,7 @@ void idem_part_hand_over(struct idem_part *p, int64_t now_ms)
 	p->job.last = b->n_msgs > 0 ? b->msgs[b->n_msgs - 1].offset : -1;
 	p->job.next = NULL;
 	p->job.t0 = now_ms;
+	p->job.stall_warnings = 0;
 }
 
 void idem_part_take_back(struct idem_part *p)

@@ -41,6 +41,7 @@ struct idem_part_job {
 	int64_t handed_us;      /* the same in microseconds; then the worker's BEGIN and COMMIT */
 	int64_t begin_us, end_us;
 	int64_t first, last; /* its offsets when it was handed over */
+	int stall_warnings;  /* warnings logged that it is still in flight (idem_daemon.c) */
 	idem_status r;
 	struct idem_flush_stats st;
 	idem_error err;

@@ -64,7 +64,7 @@ idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, co
 idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name, PGconn **ret_conn,
                               idem_error *err)
 {
-	return idem_pg_conn_open_timeout(cfg, app_name, 0, ret_conn, err);
+	return idem_pg_conn_open_timeout(cfg, app_name, IDEM_PG_CONNECT_TIMEOUT_S, ret_conn, err);
 }
 
 idem_status idem_pg_conn_open_timeout(const struct idem_cfg *cfg, const char *app_name,

@@ -40,8 +40,17 @@ bool idem_pg_timeout(const char *sqlstate);
 bool idem_pg_needs_operator(const idem_error *err);
 
 /*
- * @brief Open a connection using cfg->conninfo and the configured password source.
- * The password is passed to libpq as a separate parameter and never logged.
+ * Seconds a connection attempt waits for the server before it gives up (libpq's connect_timeout,
+ * whose own default is to wait for ever), unless the conninfo sets connect_timeout: a server that
+ * accepts and never answers (a hung host, a proxy in front of a dead one) then fails the attempt,
+ * which is retried with backoff, instead of holding a worker and its batches.
+ */
+#define IDEM_PG_CONNECT_TIMEOUT_S 10
+
+/*
+ * @brief Open a connection using cfg->conninfo and the configured password source, giving up
+ * after IDEM_PG_CONNECT_TIMEOUT_S. The password is passed to libpq as a separate parameter and
+ * never logged.
  */
 IDEM_NODISCARD idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name,
                                              PGconn **ret_conn, idem_error *err);

@@ -217,10 +217,16 @@ ExecStatusType idem__flush_next_result(PGconn *conn, PGresult **ret_res)
 	return st;
 }
 
-/* After a failure in pipeline mode: drain to the sync, leave pipeline mode, roll back. */
+/*
+ * After a failure in pipeline mode: drain to the sync, leave pipeline mode, roll back. Two NULLs
+ * in a row from PQgetResult() mean libpq awaits nothing more (one NULL ends each statement's
+ * results): no sync is coming, and waiting for one would spin for ever. The connection is then
+ * left in pipeline mode, and so dropped (idem__flush_drop_unclean()).
+ */
 void idem__flush_pipeline_abort(idem_flush *pg, bool sync_sent)
 {
 	PGresult *res;
+	bool after_null = false;
 
 	if (PQstatus(pg->conn) != CONNECTION_OK)
 		return;
@@ -229,10 +235,12 @@ void idem__flush_pipeline_abort(idem_flush *pg, bool sync_sent)
 	for (;;) {
 		res = PQgetResult(pg->conn);
 		if (res == NULL) {
-			if (PQstatus(pg->conn) != CONNECTION_OK)
+			if (PQstatus(pg->conn) != CONNECTION_OK || after_null)
 				return;
+			after_null = true;
 			continue;
 		}
+		after_null = false;
 		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
 			PQclear(res);
 			break;

@@ -10,6 +10,7 @@ pkgs=(
 	libprotobuf-dev libprotoc-dev protobuf-compiler python3-protobuf postgresql clang clang-format libclang-rt-14-dev curl
 	prometheus dpkg-dev python3
 	systemd # systemd-analyze, for t_package's unit check (a container may lack it)
+	gdb     # a failed test prints the stacks of the idemd it left running (lib.sh)
 )
 missing=()
 for p in "${pkgs[@]}"; do

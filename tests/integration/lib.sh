@@ -104,12 +104,26 @@ idem__dump_logs() {
 	done
 }
 
+# idem__dump_stacks: every thread's stack of each idemd still running, so that a test that failed
+# because idemd stopped making progress shows where it waits (needs gdb and ptrace rights).
+idem__dump_stacks() {
+	local pid
+	command -v gdb >/dev/null || return 0
+	for pid in "${IDEM__PIDS[@]}"; do
+		[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = idemd ] || continue
+		printf '%s\n' "---- idemd $pid: threads ----" >&2
+		timeout 60 gdb -q -batch -p "$pid" -ex 'thread apply all bt 25' 2>&1 |
+			grep -E '^(Thread|#)' >&2
+	done
+}
+
 idem__cleanup() {
 	local rc=$? pid hook
 	set +e
 	trap - EXIT INT TERM
 	if [ "$rc" -ne 0 ] && [ -n "${IDEM_TMP:-}" ]; then
 		idem__dump_logs
+		idem__dump_stacks
 	fi
 	for hook in "${IDEM_CLEANUP_HOOKS[@]}"; do
 		eval "$hook"

@@ -14,10 +14,15 @@
 
 /* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
 #include <cmocka.h>
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "idem_flush_int.h"
 #include "idem_sql.h"
@@ -1167,6 +1172,127 @@ static void test_empty_batch(void **state)
 	assert_int_equal(err.code, IDEM_OK);
 }
 
+/*
+ * A server that speaks just enough of the protocol for one connection: the start-up answered
+ * (authenticated, ready), the client's first pipelined statements read, then what a backend sends
+ * as it dies in an immediate shutdown (pg_ctl -m immediate): a WARNING notice, and the socket
+ * closed.
+ */
+struct dying_server {
+	char dir[64];
+	int lfd;
+	pthread_t thread;
+};
+
+static bool read_full(int fd, void *buf, size_t len)
+{
+	for (size_t got = 0; got < len;) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+
+		if (n <= 0)
+			return false;
+		got += (size_t)n;
+	}
+	return true;
+}
+
+static void *dying_server_main(void *arg)
+{
+	static const char ready[] = { 'R', 0, 0, 0, 8, 0, 0, 0, 0, 'Z', 0, 0, 0, 5, 'I' };
+	static const char fields[] = "SWARNING\0VWARNING\0C57P01\0"
+	                             "Mterminating connection due to immediate shutdown command\0";
+	struct dying_server *ds = arg;
+	char buf[8192], notice[sizeof(fields) + 5];
+	uint32_t len;
+	int fd = accept(ds->lfd, NULL, NULL);
+
+	if (fd < 0)
+		return NULL;
+	if (read_full(fd, &len, 4) && ntohl(len) - 4 <= sizeof(buf) &&
+	    read_full(fd, buf, ntohl(len) - 4) && write(fd, ready, sizeof(ready)) > 0 &&
+	    read(fd, buf, sizeof(buf)) > 0) {
+		/* 'N', the length, the fields (each NUL-terminated) and the NUL that ends them. */
+		notice[0] = 'N';
+		len = htonl((uint32_t)(4 + sizeof(fields)));
+		memcpy(notice + 1, &len, 4);
+		memcpy(notice + 5, fields, sizeof(fields));
+		(void)!write(fd, notice, sizeof(notice));
+	}
+	close(fd);
+	return NULL;
+}
+
+static void dying_server_start(struct dying_server *ds)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	snprintf(ds->dir, sizeof(ds->dir), "/tmp/idem-unit-flush.XXXXXX");
+	assert_non_null(mkdtemp(ds->dir));
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/.s.PGSQL.5432", ds->dir);
+	ds->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(ds->lfd >= 0);
+	assert_int_equal(bind(ds->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(ds->lfd, 1), 0);
+	assert_int_equal(pthread_create(&ds->thread, NULL, dying_server_main, ds), 0);
+}
+
+static void dying_server_stop(struct dying_server *ds)
+{
+	char path[128];
+
+	close(ds->lfd);
+	snprintf(path, sizeof(path), "%s/.s.PGSQL.5432", ds->dir);
+	unlink(path);
+	rmdir(ds->dir);
+}
+
+/*
+ * The server dies (a notice, then gone) while the transaction's last round trip is being written.
+ * The write fails, libpq reports that as the first statement's error with the connection still
+ * CONNECTION_OK, and from then on answers NULL for ever: no sync will come. Aborting must not wait
+ * for one (it spun for ever, holding the worker and its partitions: a CI run with Postgres
+ * restarted), and the connection, left in pipeline mode, is dropped for a fresh one.
+ */
+static void no_notices(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+static void test_abort_when_the_server_died_mid_pipeline(void **state)
+{
+	struct fixture *fx = *state;
+	struct dying_server ds;
+	char conninfo[160];
+	PGresult *res;
+
+	dying_server_start(&ds);
+	snprintf(conninfo, sizeof(conninfo), "host=%s port=5432 user=idem dbname=idem", ds.dir);
+	fx->pg->conn = PQconnectdb(conninfo);
+	assert_int_equal(PQstatus(fx->pg->conn), CONNECTION_OK);
+	PQsetNoticeProcessor(fx->pg->conn, no_notices, NULL);
+
+	/* Round trip 2 sent and read (here: its statement only sent), ... */
+	assert_true(PQenterPipelineMode(fx->pg->conn));
+	assert_true(PQsendQueryParams(fx->pg->conn, "SELECT 1", 0, NULL, NULL, NULL, NULL, 0));
+	assert_true(PQsendFlushRequest(fx->pg->conn));
+	assert_int_equal(PQflush(fx->pg->conn), 0);
+	/* ... the server gone, round trip 3 sent all the same, ... */
+	assert_int_equal(pthread_join(ds.thread, NULL), 0);
+	assert_true(PQsendQueryParams(fx->pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0));
+	PQpipelineSync(fx->pg->conn);
+	/* ... and its first answer is an error (close_batch() then aborts, its sync sent). */
+	assert_int_not_equal(idem__flush_next_result(fx->pg->conn, &res), PGRES_PIPELINE_SYNC);
+	PQclear(res);
+
+	alarm(10); /* a spin ends the test, failed */
+	idem__flush_pipeline_abort(fx->pg, true);
+	alarm(0);
+	idem__flush_drop_unclean(fx->pg);
+	assert_null(fx->pg->conn);
+	dying_server_stop(&ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1195,6 +1321,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_context_and_handler_name, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_need_many_grows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_abort_when_the_server_died_mid_pipeline, setup,
+		                                teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Fault: one of idemd's Postgres backends stops answering (SIGSTOP) while idemd consumes a live
+# stream, as a hung server or a connection that silently went dead would. No timeout of
+# Postgres's can end the worker's wait, so:
+#  - the other workers go on: payments keep being applied while it is frozen;
+#  - idemd says in its log which batch is stuck, once it has been in flight for 30 s;
+#  - once the backend answers again (SIGCONT), everything is applied exactly once.
+# The stream has no duplicates: a payment sent again to another partition would wait for the
+# frozen transaction's claim at the unique index, which is the claim's business, not this test's.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
+. "$here/lib.sh"
+. "$here/common.sh"
+
+idem_fixture --topics payments:8 --config idemd.yaml g-frozen payments --max 100
+idem_produce_bg --count 600000 --dup-ratio 0 --seed 67 --rate 1000
+
+idemd_start a "$IDEM_TMP/idemd.yaml"
+idem_wait_until 60 "payments applied" idem_claims_above 2000
+backend=$(idem_psql -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'idemd' ORDER BY pid LIMIT 1")
+[ -n "$backend" ] || idem_fail "no backend of idemd's workers in pg_stat_activity"
+kill -STOP "$backend"
+idem_log "froze backend $backend"
+trap_cont() { kill -CONT "$backend" 2>/dev/null || true; }
+IDEM_CLEANUP_HOOKS+=(trap_cont)
+
+# The worker on it is stuck once it sends its next statement (the frozen backend's own row in
+# pg_stat_activity cannot show that); the others are not.
+sleep 2
+before=$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')
+sleep 5
+after=$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')
+[ "$after" -gt "$before" ] ||
+	idem_fail "nothing applied in 5 s while one backend was frozen ($before claims)"
+idem_log "applied while frozen: $((after - before)) in 5 s"
+
+stalled() { grep -E 'batch in flight for [0-9]+s topic=payments partition=[0-7] offsets=[0-9]+\.\.[0-9]+: its worker still waits for postgres' "$IDEM_TMP/idemd-a.log"; }
+idem_wait_until 45 "the log naming the stuck batch" stalled
+idem_log "idemd said: $(stalled | head -1 | sed 's/.*warn batch: //')"
+
+kill -CONT "$backend"
+idem_log "thawed backend $backend"
+sleep 3
+idem_produce_stop 120
+idem_wait_done g-frozen 180
+idemd_stop a
+
+idem_check_exactly_once payments
+idem_check_accounting payments
+idem_fault_report "a backend frozen for over 30 s" payments
