@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 /* cmocka.h needs <setjmp.h>, <stdarg.h>, <stddef.h> and <stdint.h> first. */
-#include <cmocka.h>
 #include <arpa/inet.h>
+#include <cmocka.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
