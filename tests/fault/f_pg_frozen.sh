@@ -7,13 +7,17 @@
 #  - once the backend answers again (SIGCONT), everything is applied exactly once.
 # The stream has no duplicates: a payment sent again to another partition would wait for the
 # frozen transaction's claim at the unique index, which is the claim's business, not this test's.
+# idemd starts on a backlog, and the backend is frozen while it lasts: batches are then full, and
+# a transaction holds at most IDEM_BATCH_GROW (4) times batch.max_messages, so the frozen worker
+# holds at most half of the 8 partitions and the other workers have the rest to apply.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
 . "$here/common.sh"
 
 idem_fixture --topics payments:8 --config idemd.yaml g-frozen payments --max 100
-idem_produce_bg --count 600000 --dup-ratio 0 --seed 67 --rate 1000
+idem_produce_bg --count 600000 --dup-ratio 0 --seed 67 --rate 2000
+sleep 4
 
 idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "payments applied" idem_claims_above 2000
