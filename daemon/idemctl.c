@@ -42,7 +42,8 @@ static void usage(FILE *f)
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
 	        "applied; 4 verify: database behind (idemd re-applies the gap); 10 try: a key is\n"
 	        "claimed already; 11 try: would be quarantined; 12 try: the handler failed; 78\n"
-	        "configuration error.\n");
+	        "configuration error, or Postgres refused the login (no such database or role, a\n"
+	        "wrong or missing password, no CONNECT privilege).\n");
 }
 
 static const struct {

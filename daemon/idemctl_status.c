@@ -207,8 +207,8 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 		fprintf(stderr, "usage: idemctl lookup KEY [--json]\n");
 		return IDEM_EXIT_USAGE;
 	}
-	if (idemctl_pg_open(cfg, &conn) != IDEM_EXIT_OK)
-		return IDEM_EXIT_FAILURE;
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
+		return rc;
 	/* Look in the namespaces of this configuration's routes only. */
 	if (idem_inspect_lookup(cfg, conn, argv[1], &res, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
