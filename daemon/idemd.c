@@ -16,7 +16,11 @@
 #include "idem_notify.h"
 #include "idem_pg.h"
 
-#define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
+/* The configuration directory idemd was configured to install into (CMakeLists.txt). */
+#ifndef IDEM_CONFDIR
+#error "IDEM_CONFDIR (the configuration directory) is defined by CMakeLists.txt"
+#endif
+#define DEFAULT_CONFIG IDEM_CONFDIR "/idemd.yaml"
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t reload_requested;
