@@ -1,0 +1,66 @@
+/*
+ * idem_limits.h - the bounds on what a schema registry may serve, in one place (ARCHITECTURE.md,
+ * "Schema bounds"). Anyone who can register a schema chooses its text; the libraries that read
+ * it (libprotoc's parser, avro-c and jansson, json-c's object tree) recurse once per level of
+ * nesting and allocate per definition, on a fetcher thread's stack (IDEM_THREAD_STACK_BYTES).
+ * So each schema is checked against these bounds before a library sees it, and one over a bound
+ * is invalid: the messages written with it are quarantined with a reason naming the bound, its
+ * value and the schema id ("schema id 7: line 65:3: nested deeper than the bound of 64 levels"),
+ * never retried and never a crash.
+ *
+ * Header only: every module may include it (the lowest line of the layer list).
+ */
+#ifndef IDEM_LIMITS_H
+#define IDEM_LIMITS_H
+
+/*
+ * Levels of nesting a schema may have: in a .proto, blocks inside blocks (messages, enums,
+ * groups, oneofs, services, extends, option values in braces, and the text format's < >, [ ]
+ * and parentheses, counted alike); in Avro, types inside types (a record's field, an array's
+ * items, a map's values, a union's branch). Schemas written by people nest fewer than 20
+ * levels; 64 is the bound of the values' own nesting (IDEM_PB_MAX_DEPTH, IDEM_AVRO_MAX_DEPTH)
+ * and of JSON Schema's (IDEM_JSONSCHEMA_MAX_DEPTH), and at a few kilobytes of stack per level
+ * in the parsers (tens under ASan) it stays far below a fetcher thread's stack. libprotoc 3.21
+ * recursed its way out of an 8 MiB stack at 20,000 nested messages (SIGSEGV).
+ */
+#define IDEM_SCHEMA_MAX_DEPTH 64
+
+/*
+ * JSON nesting of an Avro schema's text, read by json-c before avro-c (jansson) sees it. A
+ * record takes 3 levels per level of types ({"type": "record", "fields": [{"type": ...}]}) and a
+ * field's default value as many as its type, so IDEM_SCHEMA_MAX_DEPTH types need about 4 x 64
+ * levels; twice that leaves room for documentation and custom attributes. json-c's reader does
+ * not recurse; jansson's and json-c's freeing do, about 100 bytes a level.
+ */
+#define IDEM_SCHEMA_MAX_JSON_DEPTH 512
+
+/*
+ * Named types (records, enums, fixed) one Avro schema may define. The largest schemas in use
+ * define hundreds; a schema of 100,000 builds in well under a second (unit.avro's
+ * test_many_named_types, by hash: linear), while avro-c keeps every name in memory of its own.
+ */
+#define IDEM_SCHEMA_MAX_NAMED_TYPES 100000
+
+/*
+ * Definitions (message, enum, group, oneof, service, extend) in one .proto file. The largest
+ * .proto files in public use (Google's compute API, about 3 MB of text) define a few thousand;
+ * each costs libprotobuf a descriptor and a descriptor proto of a few hundred bytes and time to
+ * build and check.
+ */
+#define IDEM_SCHEMA_MAX_DEFINITIONS 20000
+
+/*
+ * Import statements in one .proto file: every file a schema's references name
+ * (IDEM_SCHEMA_MAX_REFERENCES) plus the well-known types libprotobuf carries (about 20), with
+ * room to spare.
+ */
+#define IDEM_SCHEMA_MAX_IMPORTS 128
+
+/*
+ * The files a Protobuf schema may import through the registry's references, directly or not,
+ * and the depth of references of references: each is fetched on the fetcher thread, one request
+ * at a time, and built depth first.
+ */
+#define IDEM_SCHEMA_MAX_REFERENCES 64
+
+#endif
