@@ -14,6 +14,15 @@
 #define IDEM_LIMITS_H
 
 /*
+ * The stack of every thread libidem starts (idem_thread_start(): the workers, the registry's
+ * fetchers, retention, the outbox relay), set rather than inherited: glibc sizes a thread's
+ * stack from RLIMIT_STACK (8 MiB under systemd's default, 2 MiB when it is unlimited), and a
+ * fetcher parses schemas with recursive parsers. Only the pages touched are memory; a schema
+ * within the bounds below needs well under 1 MiB of it, even under ASan.
+ */
+#define IDEM_THREAD_STACK_BYTES ((size_t)8 * 1024 * 1024)
+
+/*
  * Levels of nesting a schema may have: in a .proto, blocks inside blocks (messages, enums,
  * groups, oneofs, services, extends, option values in braces, and the text format's < >, [ ]
  * and parentheses, counted alike); in Avro, types inside types (a record's field, an array's

@@ -4,6 +4,7 @@
  * type read through pointers. Datums are encoded here by hand, byte by byte.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1465,6 +1466,28 @@ static void nested_json(struct idem_buf *json, int n)
 	assert_int_equal(idem_buf_append_str(json, "}"), IDEM_OK);
 }
 
+static void *small_stack_main(void *arg)
+{
+	struct idem_buf *json = arg;
+
+	idem_avro_schema_unref(schema_of(json->data));
+	return NULL;
+}
+
+/* Builds the schema @json on a thread of IDEM_THREAD_STACK_BYTES / 8: the bounds leave that
+ * much margin. */
+static void schema_on_small_stack(struct idem_buf *json)
+{
+	pthread_attr_t a;
+	pthread_t t;
+
+	assert_int_equal(pthread_attr_init(&a), 0);
+	assert_int_equal(pthread_attr_setstacksize(&a, IDEM_THREAD_STACK_BYTES / 8), 0);
+	assert_int_equal(pthread_create(&t, &a, small_stack_main, json), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	pthread_attr_destroy(&a);
+}
+
 /*
  * The bounds of idem_limits.h, exactly at each and one past it: types nested
  * IDEM_SCHEMA_MAX_DEPTH deep, JSON nested IDEM_SCHEMA_MAX_JSON_DEPTH deep; 20,000 and 200,000
@@ -1479,6 +1502,7 @@ static void test_schema_bounds(void **state)
 	(void)state;
 	nested_arrays_json(&json, IDEM_SCHEMA_MAX_DEPTH - 1);
 	idem_avro_schema_unref(schema_of(json.data));
+	schema_on_small_stack(&json);
 	snprintf(want, sizeof(want), "schema: types nested deeper than the bound of %d levels",
 	         IDEM_SCHEMA_MAX_DEPTH);
 	idem_buf_reset(&json);
@@ -1488,6 +1512,7 @@ static void test_schema_bounds(void **state)
 	idem_buf_reset(&json);
 	nested_json(&json, IDEM_SCHEMA_MAX_JSON_DEPTH - 1);
 	idem_avro_schema_unref(schema_of(json.data));
+	schema_on_small_stack(&json);
 	snprintf(want, sizeof(want), "schema JSON nested deeper than the bound of %d levels",
 	         IDEM_SCHEMA_MAX_JSON_DEPTH);
 	idem_buf_reset(&json);

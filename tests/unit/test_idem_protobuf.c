@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -945,6 +946,39 @@ static void nested_proto(struct idem_buf *t, int levels, int *ret_line, int *ret
 		assert_int_equal(idem_buf_append_str(t, "}\n"), IDEM_OK);
 }
 
+/* What a thread with an eighth of IDEM_THREAD_STACK_BYTES made of a .proto text. */
+struct small_stack {
+	const char *text;
+	idem_status r;
+	idem_error err;
+};
+
+static void *small_stack_main(void *arg)
+{
+	struct small_stack *ss = arg;
+	idem_pb_schema *s = NULL;
+
+	ss->r = idem_pb_schema_new("deep.proto", ss->text, strlen(ss->text), NULL, 0, &s, &ss->err);
+	idem_pb_schema_unref(s);
+	return NULL;
+}
+
+/* Parses @text on a thread of IDEM_THREAD_STACK_BYTES / 8: the bounds leave that much margin. */
+static idem_status parse_on_small_stack(const char *text, idem_error *err)
+{
+	struct small_stack ss = { .text = text };
+	pthread_attr_t a;
+	pthread_t t;
+
+	assert_int_equal(pthread_attr_init(&a), 0);
+	assert_int_equal(pthread_attr_setstacksize(&a, IDEM_THREAD_STACK_BYTES / 8), 0);
+	assert_int_equal(pthread_create(&t, &a, small_stack_main, &ss), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	pthread_attr_destroy(&a);
+	*err = ss.err;
+	return ss.r;
+}
+
 static void scan_ok(const char *text)
 {
 	idem_error err = { 0 };
@@ -988,6 +1022,14 @@ static void test_schema_bounds(void **state)
 	idem_buf_reset(&t);
 	nested_proto(&t, IDEM_SCHEMA_MAX_DEPTH, &line, &col);
 	scan_ok(t.data);
+	{
+		/* At the bound, the parser recurses 64 deep: on an eighth of a thread's stack. */
+		idem_error err = { 0 };
+
+		assert_int_equal(parse_on_small_stack(t.data, &err), IDEM_ERR_INVALID);
+		assert_non_null(
+		        strstr(err.msg, "Reached maximum recursion limit for nested messages"));
+	}
 	idem_buf_reset(&t);
 	nested_proto(&t, IDEM_SCHEMA_MAX_DEPTH + 1, &line, &col);
 	snprintf(want, sizeof(want), "line %d:%d: nested deeper than the bound of %d levels", line,
