@@ -218,6 +218,28 @@ static idem_status named_add(struct builder *b, struct avro_node *n)
 	return IDEM_OK;
 }
 
+/*
+ * Whether @name (after its last dot) is an Avro name as avro-c checks it: [A-Za-z_][A-Za-z0-9_]*.
+ * avro-c answers ENOMEM for one that is not, which would read as an outage (a wait for ever).
+ */
+static bool avro_name_ok(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+
+	if (dot != NULL)
+		name = dot + 1;
+	if (*name == '\0')
+		return false;
+	for (size_t i = 0; name[i] != '\0'; i++) {
+		char c = name[i];
+
+		if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (i > 0 && c >= '0' && c <= '9')))
+			return false;
+	}
+	return true;
+}
+
 /* The full name and namespace of named type @j (kind @what) defined inside namespace @space. */
 static idem_status named_define(struct builder *b, json_object *j, const char *what,
                                 const char *space, struct avro_node *n)
@@ -227,6 +249,9 @@ static idem_status named_define(struct builder *b, json_object *j, const char *w
 
 	if (!json_string_member(j, "name", &name))
 		return idem_error_set(b->err, IDEM_ERR_INVALID, "schema: a %s has no name", what);
+	if (!avro_name_ok(name))
+		return idem_error_set(b->err, IDEM_ERR_INVALID,
+		                      "schema: the name of a %s is not an Avro name", what);
 	dot = strrchr(name, '.');
 	if (dot != NULL) {
 		n->space = strndup(name, (size_t)(dot - name));

@@ -18,6 +18,10 @@ for f in "$src"/lib/idem_protobuf*.cc; do
 		-o "$out/$(basename "$f" .cc).o"
 	pb+=("$out/$(basename "$f" .cc).o")
 done
+# Its check of a .proto text's bounds is C.
+clang -c "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" "$src/lib/idem_protobuf_scan.c" \
+	-o "$out/idem_protobuf_scan.o"
+pb+=("$out/idem_protobuf_scan.o")
 pblibs=(-fsanitize-link-c++-runtime -lprotoc $(pkg-config --libs protobuf) -lstdc++)
 field=("${pb[@]}" "$src/lib/idem_field.c" "$src/lib/idem_trace.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c"
 	"$src/lib/idem_esc.c" "$src/lib/idem_jsonschema.c" "$src/lib/idem_jsonschema_check.c"
@@ -42,12 +46,16 @@ clang "${flags[@]}" "$src/tests/fuzz/fuzz_avro.c" "$src/lib/idem_avro.c" "$src/l
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_protobuf.c" "${pb[@]}" "$src/lib/idem_common.c" \
 	"${pblibs[@]}" -lm -o "$out/fuzz_protobuf"
 
+clang "${flags[@]}" "$src/tests/fuzz/fuzz_schema.c" "${pb[@]}" "$src/lib/idem_avro.c" \
+	"$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c" \
+	$(pkg-config --cflags --libs avro-c json-c) "${pblibs[@]}" -lm -o "$out/fuzz_schema"
+
 clang "${flags[@]}" "$src/tests/fuzz/fuzz_jsonschema.c" "$src/lib/idem_jsonschema.c" \
 	"$src/lib/idem_jsonschema_check.c" "$src/lib/idem_jsonschema_keywords.c" \
 	"$src/lib/idem_jsonschema_pattern.c" "$src/lib/idem_esc.c" "$src/lib/idem_common.c" \
 	$(pkg-config --cflags --libs json-c) -lm -o "$out/fuzz_jsonschema"
 
-for t in key cfg decode json avro protobuf jsonschema; do
+for t in key cfg decode json avro protobuf jsonschema schema; do
 	mkdir -p "$out/corpus-$t"
 	cp "$src/tests/fuzz/corpus/$t/"* "$out/corpus-$t/"
 	echo "fuzz_$t: ${secs}s"

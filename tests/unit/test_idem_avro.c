@@ -1534,6 +1534,15 @@ static void test_schema_bounds(void **state)
 	        "{\"type\":\"record\",\"name\":\"R\",\"fields\":["
 	        "{\"name\":\"a\",\"type\":{\"type\":\"record\",\"name\":\"R\",\"fields\":[]}}]}",
 	        "schema: type R is defined twice");
+	/* avro-c answers an invalid name with ENOMEM, as if memory had run out: refused before. */
+	schema_fails(
+	        "{\"type\":\"record\",\"name\":\"R\",\"namespace\":\"x\",\"fields\":["
+	        "{\"name\":\"a\",\"type\":{\"type\":\"record\",\"name\":\"x.R%\",\"fields\":[]}}]}",
+	        "schema: the name of a record is not an Avro name");
+	schema_fails("{\"type\":\"enum\",\"name\":\"1E\",\"symbols\":[\"A\"]}",
+	             "schema: the name of a enum is not an Avro name");
+	schema_fails("{\"type\":\"fixed\",\"name\":\"a.\",\"size\":1}",
+	             "schema: the name of a fixed is not an Avro name");
 }
 
 static void test_refcount(void **state)
