@@ -51,13 +51,14 @@ static bool ident_char(unsigned char c)
 }
 
 /* A string literal from its opening quote: as the tokenizer, it ends at the same quote, a line's
- * end or the text's end; a backslash escapes the next character only if it is an escape. */
+ * end, a NUL byte or the text's end; a backslash escapes the next character only if it is an
+ * escape. */
 static void skip_string(struct scan *s)
 {
 	char q = s->p[s->i];
 
 	advance(s);
-	while (s->i < s->len && s->p[s->i] != q && s->p[s->i] != '\n') {
+	while (s->i < s->len && s->p[s->i] != q && s->p[s->i] != '\n' && s->p[s->i] != '\0') {
 		if (s->p[s->i] == '\\' && s->i + 1 < s->len &&
 		    strchr("abfnrtv\\?'\"", s->p[s->i + 1]) != NULL && s->p[s->i + 1] != '\0')
 			advance(s);
@@ -112,17 +113,19 @@ idem_status idem_pb_scan(const char *text, size_t len, idem_error *err)
 			advance(&s);
 			continue;
 		}
+		/* Comments end at a NUL byte too, as the tokenizer's do (it skips the NUL). */
 		if (c == '/' && at(&s, 1, '/')) {
-			while (s.i < s.len && s.p[s.i] != '\n')
+			while (s.i < s.len && s.p[s.i] != '\n' && s.p[s.i] != '\0')
 				advance(&s);
 			continue;
 		}
 		if (c == '/' && at(&s, 1, '*')) {
 			advance(&s);
 			advance(&s);
-			while (s.i < s.len && !(s.p[s.i] == '*' && at(&s, 1, '/')))
+			while (s.i < s.len && s.p[s.i] != '\0' &&
+			       !(s.p[s.i] == '*' && at(&s, 1, '/')))
 				advance(&s);
-			if (s.i < s.len) {
+			if (s.i < s.len && s.p[s.i] == '*') {
 				advance(&s);
 				advance(&s);
 			}

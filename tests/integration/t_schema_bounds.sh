@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Schemas over a bound (lib/idem_limits.h) are invalid, never a crash and never a wait: the
 # registry serves .proto schemas whose messages nest 20,000 and 200,000 deep (libprotoc 3.21
-# recursed out of a fetcher thread's stack on 20,000: SIGSEGV), Avro schemas whose types nest
-# 200 deep and whose JSON nests 600 deep, and one that defines a named type twice (avro-c's error path for it leaked, on every
+# recursed out of a fetcher thread's stack on 20,000: SIGSEGV), one whose 20,000 levels follow a
+# NUL byte in a comment (where libprotobuf's tokenizer ends the comment), Avro schemas whose
+# types nest 200 deep and whose JSON nests 600 deep, and one that defines a named type twice
+# (avro-c answered it as out of memory, so the partition waited for ever, and leaked on every
 # fetch of the schema). idemd stays up, quarantines each message written with them, the reason
 # naming the bound, its value and the schema id, and applies the good messages after them;
 # under ASan (detect_leaks=1) idemd exits 0 on SIGTERM, so nothing leaked.
@@ -24,19 +26,27 @@ message Node {
   string note = 2;
 }
 PROTO
-# deep_proto LEVELS: messages A nested LEVELS deep, one a line, the innermost with a field.
+# deep_proto LEVELS [HIDE]: messages A nested LEVELS deep, one a line, the innermost with a
+# field; with HIDE, all on the second line after "// " and a NUL byte, which ends a comment for
+# libprotobuf's tokenizer (a NUL is \u0000 in the registry's JSON).
 deep_proto() {
-	/usr/bin/python3 - "$1" <<'PY'
+	/usr/bin/python3 - "$@" <<'PY'
 import sys
 n = int(sys.argv[1])
-sys.stdout.write('syntax = "proto3";\n' + "message A {\n" * n + "string id = 1;\n" + "}\n" * n)
+if len(sys.argv) > 2:
+    text = "// \0" + "message A {" * n + "string id = 1;" + "}" * n + "\n"
+else:
+    text = "message A {\n" * n + "string id = 1;\n" + "}\n" * n
+sys.stdout.write('syntax = "proto3";\n' + text)
 PY
 }
 deep_proto 20000 >"$IDEM_TMP/deep20k.proto"
 deep_proto 200000 >"$IDEM_TMP/deep200k.proto"
+deep_proto 20000 hide >"$IDEM_TMP/hidden.proto"
 id=$(idem_registry_register events-value "$IDEM_TMP/node.proto" --schema-type PROTOBUF)
 d20k=$(idem_registry_register deep20k-value "$IDEM_TMP/deep20k.proto" --schema-type PROTOBUF)
 d200k=$(idem_registry_register deep200k-value "$IDEM_TMP/deep200k.proto" --schema-type PROTOBUF)
+hidden=$(idem_registry_register hidden-value "$IDEM_TMP/hidden.proto" --schema-type PROTOBUF)
 idem_write_config "$IDEM_TMP/pb.yaml" g-pb pb --topic events --key 'protobuf:/id' --mode row \
 	--sql 'INSERT INTO ev_seen VALUES ($1, $2)' --params '[business_key, "protobuf:/note"]' \
 	--registry "url=\"$IDEM_REGISTRY_URL\""
@@ -53,6 +63,7 @@ pb_cases=(
 	"pb-good-2|$(ph "$id")$(pstr 0a p-2)$(pstr 12 two)|"
 	"pb-deep-200000|$(ph "$d200k")$(pstr 0a p-y)|schema id $d200k: line 66:11: $bound"
 	"pb-deep-20000-again|$(ph "$d20k")$(pstr 0a p-z)|schema id $d20k: line 66:11: $bound"
+	"pb-deep-after-nul|$(ph "$hidden")$(pstr 0a p-w)|schema id $hidden: line 2:$((4 + 64 * 11 + 11)): $bound"
 	"pb-good-3|$(ph "$id")$(pstr 0a p-3)|"
 )
 

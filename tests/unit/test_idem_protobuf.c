@@ -1094,6 +1094,31 @@ static void test_schema_bounds(void **state)
 	         IDEM_SCHEMA_MAX_DEPTH + 1, IDEM_SCHEMA_MAX_DEPTH);
 	scan_fails(t.data, want);
 
+	/* A NUL byte ends a string and a comment, as in libprotobuf's tokenizer: what follows
+	 * counts. */
+	{
+		static const char nul_string[] = "'x\0{{{";
+		static const char nul_line[] = "// x\0{{{";
+		static const char nul_block[] = "/* x\0*/{{{";
+		idem_error err = { 0 };
+
+		idem_buf_reset(&t);
+		for (int i = 0; i < IDEM_SCHEMA_MAX_DEPTH - 2; i++)
+			assert_int_equal(idem_buf_append_str(&t, "{"), IDEM_OK);
+		assert_int_equal(idem_buf_append(&t, nul_string, sizeof(nul_string) - 1), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_ERR_INVALID);
+		assert_non_null(strstr(err.msg, "nested deeper than the bound of 64 levels"));
+		t.len = IDEM_SCHEMA_MAX_DEPTH - 2;
+		assert_int_equal(idem_buf_append(&t, nul_line, sizeof(nul_line) - 1), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_ERR_INVALID);
+		t.len = IDEM_SCHEMA_MAX_DEPTH - 2;
+		assert_int_equal(idem_buf_append(&t, nul_block, sizeof(nul_block) - 1), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_ERR_INVALID);
+		t.len = IDEM_SCHEMA_MAX_DEPTH - 2;
+		assert_int_equal(idem_buf_append_str(&t, "/* {{{ */ '{{{' // {{{"), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_OK);
+	}
+
 	/* Definitions: exactly the bound builds; one more is refused where it starts. */
 	idem_buf_reset(&t);
 	assert_int_equal(idem_buf_append_str(&t, "syntax = \"proto3\";\n"), IDEM_OK);
