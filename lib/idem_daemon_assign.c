@@ -339,10 +339,10 @@ void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, con
 	/* Paused or fetching, the partition is resumed and sought there (idem_part_rewind() ended
 	 * any wait: FETCHING, or still LEAVING if it drains); without a row, from
 	 * where the consumer's first start on this log began (a `latest` start is not the end of
-	 * the log now), or where a first start would begin if that is not known. */
+	 * the log now), or from the log's start if that is not known (reading again is safe). */
 	if (db < 0 && p->log_first >= 0)
 		db = p->log_first;
-	idem__daemon_resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg));
+	idem__daemon_resume_part(d, p, db >= 0 ? db : RD_KAFKA_OFFSET_BEGINNING);
 	if (db < 0)
 		p->fetch_next = -1;
 }

@@ -237,6 +237,13 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		if (!in->committed_read)
 			return o;
 		o.why = IDEM_RESUME_NO_DB;
+		/* Made explicit, so that every commit names where the first start began (a
+		 * `latest` start is the end of the log now, not after a later restore). */
+		o.start = k ? in->committed : first_start(in);
+		if (here && in->md.first >= 0 && in->md.first <= in->committed)
+			o.first = in->md.first;
+		else if (!k && o.start >= 0)
+			o.first = o.start;
 		/* idemd committed it only once the database held it: the first transaction
 		 * checks that the database still does. */
 		if (ours)
@@ -275,13 +282,12 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 			o.why = IDEM_RESUME_NO_KAFKA;
 		} else if (!k || in->committed <= g) {
 			/* as decided above */
-		} else if (ours) {
+		} else if (ours || here) {
+			/* idemd committed it, for this consumer or an earlier name of the group,
+			 * once the database held it: the database went back. Re-applied under
+			 * this name: the database has none of it. */
 			o.why = IDEM_RESUME_BEHIND;
 			o.reapply_to = in->committed;
-		} else if (here) {
-			o.why = IDEM_RESUME_RENAMED;
-			o.start = in->committed;
-			o.record = true;
 		} else {
 			o.why = IDEM_RESUME_SKIP;
 			o.start = in->committed;
@@ -298,22 +304,19 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.why = IDEM_RESUME_FIRST;
 		o.start = first_start(in);
 		o.first = o.start >= 0 ? o.start : -1;
-	} else if (ours) {
-		/* The database lost everything of this partition (in this log): from where the
-		 * first start began; without it (metadata of version 1), where one would begin. */
+	} else if (ours || here) {
+		/* The database lost everything of this partition (in this log), under this name
+		 * and the group's earlier ones: from where the first start began; without it
+		 * (metadata of version 1, or a start that did not know it), from the log's start
+		 * (reading again is safe; a `latest` start's end now is past what was lost). */
 		o.why = IDEM_RESUME_BEHIND;
-		o.start = in->md.first >= 0 && in->md.first <= in->committed ? in->md.first
-		                                                             : first_start(in);
+		o.start = in->md.first >= 0 && in->md.first <= in->committed
+		                  ? in->md.first
+		                  : (in->low >= 0 ? in->low : RD_KAFKA_OFFSET_BEGINNING);
 		o.first = o.start >= 0 ? o.start : -1;
 		o.reapply_to = in->committed;
 		if (in->md.version >= 2)
 			o.epoch = in->md.epoch > o.epoch ? in->md.epoch : o.epoch;
-	} else if (here) {
-		/* Another consumer name of the group committed it: never re-apply under this one
-		 * what the group applied. */
-		o.why = IDEM_RESUME_RENAMED;
-		o.start = in->committed;
-		o.first = in->md.first >= 0 && in->md.first <= o.start ? in->md.first : o.start;
 	} else {
 		o.why = IDEM_RESUME_KAFKA;
 		o.start = in->committed;

@@ -284,16 +284,20 @@ static void write_progress(struct world *w, int64_t next)
 	int cluster = w->d.cluster;
 
 	if (!r->present) {
-		*r = (struct row){ true, next, cluster, 0, -1, false };
+		*r = (struct row){ true, next, cluster, 0, w->d.first, true };
 		return;
 	}
 	if (r->cluster >= 0 && cluster >= 0 && r->cluster != cluster) {
 		r->next = next;
 		r->epoch++;
-		r->first = -1;
-	} else if (next > r->next) {
-		r->next = next;
+		r->first = w->d.first;
+	} else {
+		if (next > r->next)
+			r->next = next;
+		if (r->first < 0)
+			r->first = w->d.first;
 	}
+	r->group = true;
 	if (cluster >= 0)
 		r->cluster = cluster;
 }
@@ -424,7 +428,7 @@ static void went_back(struct world *w, int64_t db)
 	if (at < 0 && d->first >= 0)
 		at = d->first;
 	if (at < 0)
-		at = w->latest ? w->log.high : w->log.low;
+		at = w->log.low;
 	d->pos = at;
 	TRACE("      database behind: row next=%" PRId64 ", reading again from %" PRId64 "\n", db,
 	      at);
