@@ -231,6 +231,10 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 	            same_cluster(in->md.cluster, in->cluster);
 	bool ours =
 	        here && (in->md.consumer[0] == '\0' || strcmp(in->md.consumer, in->consumer) == 0);
+	/* An earlier name's offset is read again under this name only where both cluster ids are
+	 * known: with one unknown, the offset may be another log's, and what the earlier name
+	 * applied would be applied again under this one. */
+	bool earlier = here && !ours && in->md.cluster[0] != '\0' && in->cluster[0] != '\0';
 	int64_t db = in->db, other = in->other_db, g;
 
 	if (!in->db_read) {
@@ -282,12 +286,18 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 			o.why = IDEM_RESUME_NO_KAFKA;
 		} else if (!k || in->committed <= g) {
 			/* as decided above */
-		} else if (ours || here) {
+		} else if (ours || earlier) {
 			/* idemd committed it, for this consumer or an earlier name of the group,
 			 * once the database held it: the database went back. Re-applied under
 			 * this name: the database has none of it. */
 			o.why = IDEM_RESUME_BEHIND;
 			o.reapply_to = in->committed;
+		} else if (here) {
+			/* An earlier name's, in a log not known to be this one: never re-apply
+			 * under this name what the group applied. */
+			o.why = IDEM_RESUME_RENAMED;
+			o.start = in->committed;
+			o.record = true;
 		} else {
 			o.why = IDEM_RESUME_SKIP;
 			o.start = in->committed;
@@ -304,7 +314,7 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.why = IDEM_RESUME_FIRST;
 		o.start = first_start(in);
 		o.first = o.start >= 0 ? o.start : -1;
-	} else if (ours || here) {
+	} else if (ours || earlier) {
 		/* The database lost everything of this partition (in this log), under this name
 		 * and the group's earlier ones: from where the first start began; without it
 		 * (metadata of version 1, or a start that did not know it), from the log's start
@@ -317,6 +327,11 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.reapply_to = in->committed;
 		if (in->md.version >= 2)
 			o.epoch = in->md.epoch > o.epoch ? in->md.epoch : o.epoch;
+	} else if (here) {
+		/* An earlier name's, in a log not known to be this one (as above). */
+		o.why = IDEM_RESUME_RENAMED;
+		o.start = in->committed;
+		o.first = in->md.first >= 0 && in->md.first <= o.start ? in->md.first : o.start;
 	} else {
 		o.why = IDEM_RESUME_KAFKA;
 		o.start = in->committed;

@@ -144,7 +144,9 @@ struct idem_resume_out {
  *     RENAMED if an earlier name's (never re-apply under a new name what the group applied);
  *   - beyond G, idemd's metadata naming that offset, this cluster and this consumer or another
  *     of the group: BEHIND, start at G (no position: the metadata's first start, or the log's
- *     start without it) and re-apply up to Kafka's offset;
+ *     start without it) and re-apply up to Kafka's offset; for another consumer only where
+ *     both cluster ids are known, else RENAMED, start at Kafka's offset (the offset may be
+ *     another log's, and re-applied under this name it would apply again what the group did);
  *   - beyond G, anything else: SKIP (KAFKA without a position), start at Kafka's offset;
  *   - Kafka's offset unreadable: NO_KAFKA, start at G (reading again is safe, skipping is not);
  *     without G, librdkafka's start (FIRST).

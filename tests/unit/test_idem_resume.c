@@ -223,6 +223,17 @@ static const struct rcase cases[] = {
 	  "(a restore and a rename): from the group's first start",
 	  true, -1, "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
 	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 0, 0, 5000, true, 0, 0),
+	R("renamed, no row of the group here, the group's offset by idemd without a cluster id: "
+	  "it may be another log's, so not re-applied under this name",
+	  true, -1, "", 0, -1, -1, true, 5000, "", "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
+	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000, -1, true, 0, 0),
+	R("renamed, no row of the group here, the group's offset by idemd, cluster unknown now",
+	  true, -1, "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, "",
+	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000, -1, true, 0, 0),
+	R("renamed back, the later name committed beyond the database without a cluster id: "
+	  "continue after it",
+	  true, 5000, CL_A, 0, 0, 7000, true, 7500, "", "shop-v2", 0, 7500, BEG, 0, 8000, CL_A,
+	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 7500, 7500, -1, true, 0, 0),
 	R("renamed twice, the middle name's commits never reached Kafka", true, -1, "", 0, -1, 7000,
 	  true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 8000, CL_A, IDEM_RESUME_RENAMED,
 	  IDEM_LOG_SAME, 7000, 7000, -1, true, 7000, 0),
