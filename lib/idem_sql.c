@@ -89,11 +89,11 @@ static const char sql_progress[] =
         "INSERT INTO idem.partition_progress AS p"
         " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
         " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
-        " halt_reason, reapply_to, reapplied, kafka_cluster, first_offset, group_id)"
+        " halt_reason, reapply_to, reapplied, kafka_cluster, first_offset, group_id, log_epoch)"
         " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[],"
         " $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"
         " $12::bigint[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[], $17::text[],"
-        " $18::bigint[], $19::text[])"
+        " $18::bigint[], $19::text[], $20::int[])"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = CASE WHEN p.kafka_cluster <> excluded.kafka_cluster"
         " THEN excluded.next_offset ELSE greatest(p.next_offset, excluded.next_offset) END,"
@@ -446,7 +446,7 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results },
 	[IDEM_SQL_PROGRESS_GET] = { "idem_progress_get", 3, sql_progress_get },
 	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
-	[IDEM_SQL_PROGRESS] = { "idem_progress", 19, sql_progress },
+	[IDEM_SQL_PROGRESS] = { "idem_progress", 20, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
 	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 16, sql_quarantine_dlt },
 	[IDEM_SQL_REPLIES] = { "idem_replies", 10, sql_replies, true },

@@ -284,7 +284,7 @@ static void write_progress(struct world *w, int64_t next)
 	int cluster = w->d.cluster;
 
 	if (!r->present) {
-		*r = (struct row){ true, next, cluster, 0, w->d.first, true };
+		*r = (struct row){ true, next, cluster, w->d.epoch, w->d.first, true };
 		return;
 	}
 	if (r->cluster >= 0 && cluster >= 0 && r->cluster != cluster) {
