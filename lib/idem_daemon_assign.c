@@ -421,36 +421,38 @@ void idem__daemon_check_unread(idem_daemon *d)
 		goto out;
 	idem_resume_read_committed(d->rk, list, pos, UNREAD_TIMEOUT_MS);
 	for (int i = 0; i < list->cnt; i++) {
-		const struct idem_resume_in *in = &pos[i].in;
+		struct idem_resume_in *in = &pos[i].in;
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		struct idem_resume_out o;
 		int64_t at;
-		bool ours;
 
 		if (p == NULL || !in->committed_read)
 			continue;
 		at = p->db_next > p->db_floor ? p->db_next : p->db_floor;
-		ours = in->md_idemd && (in->md.consumer[0] == '\0' ||
-		                        strcmp(in->md.consumer, p->route->consumer) == 0);
-		if (in->committed > at && at >= 0 && !ours) {
+		/* The start rule decides: a start beyond where the partition stands is where it
+		 * goes on. */
+		o = idem_resume_decide_late(in, p->route->consumer, p->kafka_cluster, p->log_epoch,
+		                            p->log_first, at);
+		if (at >= 0 && o.start > at) {
 			if (p->busy || idem_part_leaving(p))
 				continue; /* once its batch in flight is done */
 			bool was_halted = p->poison_at >= 0;
 
 			d->bytes_held -= idem_part_bytes(p);
-			idem_part_skip_to(p, in->committed);
-			idem__daemon_resume_part(d, p, in->committed);
+			idem_part_skip_to(p, o.start);
+			idem__daemon_resume_part(d, p, o.start);
 			/* Past the poison a halt stopped at: ready again. */
 			if (was_halted)
 				idem__daemon_ready_changed(d);
 			idem_log_warn("kafka",
 			              "offsets moved ahead by another client, read late: topic=%s "
-			              "partition=%" PRId32 " kafka committed=%" PRId64
+			              "partition=%" PRId32 " case=%s kafka committed=%" PRId64
 			              ", database next_offset=%" PRId64
 			              "; honoured from here: offsets %" PRId64 "..%" PRId64
 			              " are skipped",
-			              p->topic, p->partition, in->committed, at, at,
-			              in->committed - 1);
+			              p->topic, p->partition, idem_resume_case_str(o.why),
+			              in->committed, at, at, o.start - 1);
 		} else {
 			idem_log_info("kafka",
 			              "read the committed offset of topic=%s partition=%" PRId32

@@ -341,6 +341,22 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 	return o;
 }
 
+struct idem_resume_out idem_resume_decide_late(struct idem_resume_in *in, const char *consumer,
+                                               const char *cluster, int32_t epoch, int64_t first,
+                                               int64_t at)
+{
+	in->consumer = consumer;
+	in->cluster = cluster;
+	in->low = in->high = -1;
+	in->db_read = true;
+	in->db = at;
+	snprintf(in->db_cluster, sizeof(in->db_cluster), "%s", cluster);
+	in->db_epoch = epoch;
+	in->db_first = first;
+	in->other_db = in->other_first = -1;
+	return idem_resume_decide(in);
+}
+
 idem_resume *idem_resume_new(const struct idem_cfg *cfg)
 {
 	idem_resume *rs = calloc(1, sizeof(*rs));

@@ -160,6 +160,19 @@ struct idem_resume_out {
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in);
 
 /*
+ * @brief The rule for a running partition whose committed offset, unreadable at assignment, has
+ * just been read (@in's Kafka side, as idem_resume_read_committed() leaves it): @in is completed
+ * with where the partition stands (@at, the position this process knows the database holds, in
+ * the log of @cluster and @epoch, first start @first, for @consumer) and decided by
+ * idem_resume_decide(). A start beyond @at is where the partition goes on (an operator's skip, an
+ * earlier name's offset in a log not known to be this one); any other stays at @at (idemd's own
+ * offset beyond it is the database gone back, read again from @at already).
+ */
+struct idem_resume_out idem_resume_decide_late(struct idem_resume_in *in, const char *consumer,
+                                               const char *cluster, int32_t epoch, int64_t first,
+                                               int64_t at);
+
+/*
  * @brief Row @row of IDEM_SQL_RESUME_GET into @in: the partition's row (db, db_cluster,
  * db_epoch, db_first) and its group's earlier consumers' (other_db, other_first).
  */

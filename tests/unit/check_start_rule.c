@@ -438,17 +438,26 @@ static void went_back(struct world *w, int64_t db)
 static void check_unread(struct world *w)
 {
 	struct daemon *d = &w->d;
-	struct idem_resume_md md;
+	struct idem_resume_in in = { 0 };
+	struct idem_resume_out o;
 	int64_t at = d->db_next > d->floor ? d->db_next : d->floor;
-	bool idemd = w->has_committed && w->md[0] != '\0' &&
-	             idem_resume_md_parse(w->md, strlen(w->md), &md) && md.next == w->committed;
-	bool ours =
-	        idemd && (md.consumer[0] == '\0' || strcmp(md.consumer, cons_name[w->cons]) == 0);
 
-	if (w->has_committed && w->committed > at && at >= 0 && !ours) {
-		d->pos = w->committed;
+	in.committed_read = true;
+	in.committed = w->has_committed ? w->committed : -1;
+	in.md.first = in.md.next = -1;
+	in.md_idemd = w->has_committed && w->md[0] != '\0' &&
+	              idem_resume_md_parse(w->md, strlen(w->md), &in.md) &&
+	              in.md.next == in.committed;
+	o = idem_resume_decide_late(&in, cons_name[w->cons],
+	                            d->cluster >= 0 ? cl_name[d->cluster] : "", d->epoch, d->first,
+	                            at);
+	if (broken_rule)
+		o = decide(&in);
+	if (at >= 0 && o.start > at) {
+		d->pos = o.start;
 		d->stored = -1;
-		TRACE("      committed offset read late: skip to %" PRId64 "\n", w->committed);
+		TRACE("      committed offset read late: %s, to %" PRId64 "\n",
+		      idem_resume_case_str(o.why), o.start);
 	}
 	d->unread = false;
 }

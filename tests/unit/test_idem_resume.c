@@ -373,12 +373,60 @@ static void test_rule_table(void **state)
 	}
 }
 
+/*
+ * A committed offset read late, while the partition runs at 300 in CL_A's log: the same rule as
+ * at assignment. Goes on from a start beyond 300 only: an operator's skip (metadata of another
+ * cluster is not idemd's offset here), an earlier name's offset in a log not known to be this
+ * one; idemd's offset, this consumer's or an earlier name's in this log, is the database gone
+ * back, read again from 300 already.
+ */
+static void test_decide_late(void **state)
+{
+	static const struct {
+		const char *md_cluster, *md_consumer; /* NULL: no metadata */
+		int64_t committed;
+		enum idem_resume_case why;
+		int64_t start;
+	} late[] = {
+		{ NULL, NULL, 900, IDEM_RESUME_SKIP, 900 },
+		{ CL_B, "shop", 900, IDEM_RESUME_SKIP, 900 },
+		{ CL_A, "shop", 900, IDEM_RESUME_BEHIND, 300 },
+		{ CL_A, "shop-v1", 900, IDEM_RESUME_BEHIND, 300 },
+		{ "", "shop-v1", 900, IDEM_RESUME_RENAMED, 900 },
+		{ NULL, NULL, 200, IDEM_RESUME_DATABASE, 300 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(late) / sizeof(late[0]); i++) {
+		struct idem_resume_in in = { 0 };
+		struct idem_resume_out o;
+
+		in.committed_read = true;
+		in.committed = late[i].committed;
+		in.md.first = in.md.next = -1;
+		if (late[i].md_cluster != NULL) {
+			struct idem_resume_md m =
+			        md_of(late[i].md_cluster, 0, late[i].md_consumer, 0, in.committed);
+			char buf[512];
+			int n = idem_resume_md_format(buf, sizeof(buf), &m);
+
+			in.md_idemd = idem_resume_md_parse(buf, (size_t)n, &in.md) &&
+			              in.md.next == in.committed;
+		}
+		o = idem_resume_decide_late(&in, "shop", CL_A, 0, 0, 300);
+		print_message("case: %zu\n", i);
+		assert_string_equal(idem_resume_case_str(o.why), idem_resume_case_str(late[i].why));
+		assert_int_equal(o.start, late[i].start);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_md_round_trip),
 		cmocka_unit_test(test_md_foreign),
 		cmocka_unit_test(test_rule_table),
+		cmocka_unit_test(test_decide_late),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
