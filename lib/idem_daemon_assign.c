@@ -53,11 +53,16 @@ static const char *log_why(const struct idem_resume_pos *pos)
 	return "";
 }
 
+IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
+                                           const struct idem_resume_pos *pos, const char *db_id,
+                                           const char *cluster, const char *d_group);
+
 /* What idem__daemon_on_assign() decided for one partition, in the log (and a warning where Kafka
  * and the database disagree). Message-derived text never appears: offsets, names from the
  * configuration, and the metadata's fields, which idem_resume_md_parse() checked. */
-static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_resume_pos *pos,
-                       const char *db_id, const char *cluster, const char *d_group)
+IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
+                                           const struct idem_resume_pos *pos, const char *db_id,
+                                           const char *cluster, const char *d_group)
 {
 	const struct idem_resume_in *in = &pos->in;
 	char start[24], db[24], committed[24];
@@ -79,6 +84,28 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 		              idem_resume_case_str(pos->out.why), committed, pos->out.epoch);
 	switch (pos->out.why) {
 	case IDEM_RESUME_BEHIND:
+		if (in->md.consumer[0] != '\0' && strcmp(in->md.consumer, in->consumer) != 0) {
+			char group[24];
+
+			/* A rename and a restore in one: the gap from the group's position, under
+			 * the new name (the database holds none of it under any name). */
+			fmt_offset(group, sizeof(group),
+			           in->other_db > in->db || pos->out.log != IDEM_LOG_SAME
+			                   ? in->other_db
+			                   : in->db);
+			idem_log_warn(
+			        "kafka",
+			        "database behind, consumer renamed: topic=%s partition=%" PRId32
+			        " next_offset=%s in the database for group %s, kafka committed=%s by "
+			        "idemd for consumer %s (an earlier name of %s), database %s: the "
+			        "database went back in time (restore, failover); reading offsets from "
+			        "%s again under consumer %s, %" PRId64 " message(s) to re-apply",
+			        tp->topic, tp->partition, group, d_group, committed,
+			        in->md.consumer, in->consumer,
+			        in->md.db_id[0] ? in->md.db_id : "(unknown)", start, in->consumer,
+			        tp->offset >= 0 ? in->committed - tp->offset : 0);
+			break;
+		}
 		idem_log_warn(
 		        "kafka",
 		        "database behind: topic=%s partition=%" PRId32 " next_offset=%s in the "
@@ -238,7 +265,7 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		                ? pos[i].in.committed
 		                : -1,
 		        pos[i].out.log == IDEM_LOG_SAME ? pos[i].in.db : -1);
-		log_assign(tp, &pos[i], d->db_id, d->cluster, d->cfg->group_id);
+		idem__daemon_log_assign(tp, &pos[i], d->db_id, d->cluster, d->cfg->group_id);
 	}
 	free(pos);
 }

@@ -13,8 +13,14 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "idem_log.h"
 #include "idem_resume.h"
+
+void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
+                             const struct idem_resume_pos *pos, const char *db_id,
+                             const char *cluster, const char *d_group);
 
 #define DB_ID "5b0e8f5e-1c1a-4c55-9f5e-2d0d3f1b6a7c"
 #define CL_A  "mockClusterA1"
@@ -420,13 +426,77 @@ static void test_decide_late(void **state)
 	}
 }
 
+/* What idem__daemon_log_assign() writes for @pos (started at @start) into @buf. */
+static void logged(const struct idem_resume_pos *pos, int64_t start, char *buf, size_t len)
+{
+	rd_kafka_topic_partition_t tp = { .topic = (char *)(uintptr_t) "payments",
+		                          .partition = 3,
+		                          .offset = start };
+	FILE *f = tmpfile();
+	int saved = dup(STDERR_FILENO);
+	size_t n;
+
+	assert_non_null(f);
+	assert_true(saved >= 0);
+	idem_log_set_level(IDEM_LOG_INFO);
+	assert_true(dup2(fileno(f), STDERR_FILENO) >= 0);
+	idem__daemon_log_assign(&tp, pos, DB_ID, CL_A, "g-shop");
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+	rewind(f);
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+}
+
+/*
+ * A restore and a rename in one (behind, idemd's offset for an earlier name): the warning says
+ * so, with the group's position it starts from; behind under the same name is as before.
+ */
+static void test_log_behind_renamed(void **state)
+{
+	static struct idem_resume_pos pos;
+	static char buf[8192];
+	const struct rcase *c = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (strcmp(cases[i].name, "renamed back, the later name committed beyond the "
+		                          "database (it went back): the gap read again") == 0)
+			c = &cases[i];
+	}
+	assert_non_null(c);
+	pos.in = in_of(c);
+	pos.out = idem_resume_decide(&pos.in);
+	assert_int_equal(pos.out.why, IDEM_RESUME_BEHIND);
+	logged(&pos, pos.out.start, buf, sizeof(buf));
+	assert_non_null(strstr(buf,
+	                       "database behind, consumer renamed: topic=payments "
+	                       "partition=3 next_offset=7000 in the database for group g-shop, "
+	                       "kafka committed=7500 by idemd for consumer shop-v2 (an earlier "
+	                       "name of shop)"));
+	assert_non_null(strstr(buf, "reading offsets from 7000 again under consumer shop, 500 "
+	                            "message(s) to re-apply"));
+	assert_non_null(strstr(buf, "case=behind"));
+
+	c = &cases[0];
+	while (strcmp(c->name, "restore: idemd's own offset ahead") != 0)
+		c++;
+	pos.in = in_of(c);
+	pos.out = idem_resume_decide(&pos.in);
+	logged(&pos, pos.out.start, buf, sizeof(buf));
+	assert_non_null(strstr(buf, "database behind: topic=payments partition=3 next_offset=180 "
+	                            "in the database, kafka committed=390 by idemd for consumer "
+	                            "shop"));
+	assert_null(strstr(buf, "renamed"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_md_round_trip),
-		cmocka_unit_test(test_md_foreign),
-		cmocka_unit_test(test_rule_table),
-		cmocka_unit_test(test_decide_late),
+		cmocka_unit_test(test_md_round_trip),      cmocka_unit_test(test_md_foreign),
+		cmocka_unit_test(test_rule_table),         cmocka_unit_test(test_decide_late),
+		cmocka_unit_test(test_log_behind_renamed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
