@@ -285,7 +285,15 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		if (!in->committed_read) {
 			o.why = IDEM_RESUME_NO_KAFKA;
 		} else if (!k || in->committed <= g) {
-			/* as decided above */
+			/* As decided above; but a row whose log is not known to be this one (a
+			 * cluster id unknown on either side) may be another cluster's position, and
+			 * a lower offset idemd did not commit this log's (a mirror's translated
+			 * offset): read again from there, which the claims make safe, rather than
+			 * skip. (idemd's own offset below the row is Kafka trailing.) */
+			if (k && !ours && in->committed < g && db == g &&
+			    (in->db_cluster[0] == '\0' || in->cluster[0] == '\0')) {
+				o.start = in->committed;
+			}
 		} else if (ours || earlier) {
 			/* idemd committed it, for this consumer or an earlier name of the group,
 			 * once the database held it: the database went back. Re-applied under

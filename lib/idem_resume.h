@@ -142,6 +142,9 @@ struct idem_resume_out {
  * Then:
  *   - Kafka's committed offset not beyond G (or none): G: DATABASE if it is this consumer's,
  *     RENAMED if an earlier name's (never re-apply under a new name what the group applied);
+ *     but Kafka's offset, below this consumer's G, when idemd did not commit it for this
+ *     consumer and a cluster id (the row's or the one now) is unknown: G may be another
+ *     cluster's position (reading again is safe, skipping is not);
  *   - beyond G, idemd's metadata naming that offset, this cluster and this consumer or another
  *     of the group: BEHIND, start at G (no position: the metadata's first start, or the log's
  *     start without it) and re-apply up to Kafka's offset; for another consumer only where
