@@ -13,7 +13,11 @@
 #include "idem_cfg.h"
 #include "idemctl_cmds.h"
 
-#define DEFAULT_DIR  "/etc/idemd"
+/* The configuration directory idemd was configured to install into (CMakeLists.txt). */
+#ifndef IDEM_CONFDIR
+#error "IDEM_CONFDIR (the configuration directory) is defined by CMakeLists.txt"
+#endif
+#define DEFAULT_DIR  IDEM_CONFDIR
 #define DEFAULT_NAME "idemd.yaml"
 
 static void usage(FILE *f)
@@ -42,7 +46,8 @@ static void usage(FILE *f)
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
 	        "applied; 4 verify: database behind (idemd re-applies the gap); 10 try: a key is\n"
 	        "claimed already; 11 try: would be quarantined; 12 try: the handler failed; 78\n"
-	        "configuration error.\n");
+	        "configuration error, or Postgres refused the login (no such database or role, a\n"
+	        "wrong or missing password, no CONNECT privilege).\n");
 }
 
 static const struct {
@@ -62,8 +67,9 @@ static int cmp_names(const void *a, const void *b)
 
 /*
  * The configuration to read when -c is not given: DIR/idemd.yaml, DIR being IDEM_CONFIG_DIR or
- * /etc/idemd. A host running several instances (idemd@NAME reads DIR/NAME.yaml) has more than
- * one file there, and idemd.yaml may not be the one meant: refuse and name them all.
+ * DEFAULT_DIR (/etc/idemd for the prefix /usr and the package). A host running several
+ * instances (idemd@NAME reads DIR/NAME.yaml) has more than one file there, and idemd.yaml may
+ * not be the one meant: refuse and name them all.
  * @returns IDEM_EXIT_OK and *@ret_path (free() it), or the exit status to end with.
  */
 static int default_config(char **ret_path)

@@ -10,14 +10,24 @@
 #include "idem_consumer.h"
 #include "idem_pg.h"
 
+int idemctl_pg_failed(const idem_error *err)
+{
+	const char *hint = idem_pg_operator_hint(err);
+
+	if (hint != NULL) {
+		fprintf(stderr, "idemctl: %s (sqlstate %s): %s\n", err->msg, err->sqlstate, hint);
+		return IDEM_EXIT_CONFIG;
+	}
+	fprintf(stderr, "idemctl: %s\n", err->msg);
+	return idem_pg_needs_operator(err) ? IDEM_EXIT_CONFIG : IDEM_EXIT_FAILURE;
+}
+
 int idemctl_pg_open(const struct idem_cfg *cfg, PGconn **ret_conn)
 {
 	idem_error err = { 0 };
 
-	if (idem_pg_conn_open(cfg, "idemctl", ret_conn, &err) != IDEM_OK) {
-		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEM_EXIT_FAILURE;
-	}
+	if (idem_pg_conn_open(cfg, "idemctl", ret_conn, &err) != IDEM_OK)
+		return idemctl_pg_failed(&err);
 	return IDEM_EXIT_OK;
 }
 
@@ -25,9 +35,10 @@ int idemctl_open_both(const struct idem_cfg *cfg, PGconn **ret_conn, rd_kafka_t 
 {
 	idem_error err = { 0 };
 	PGconn *conn;
+	int rc;
 
-	if (idemctl_pg_open(cfg, &conn) != IDEM_EXIT_OK)
-		return IDEM_EXIT_FAILURE;
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
+		return rc;
 	if (idem_consumer_new(cfg, NULL, ret_rk, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);
 		PQfinish(conn);

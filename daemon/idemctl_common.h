@@ -16,9 +16,17 @@
 
 /*
  * @brief Connect to the configured Postgres as application "idemctl".
- * @returns IDEM_EXIT_OK and *@ret_conn (the caller PQfinish()es it), or IDEM_EXIT_FAILURE.
+ * @returns IDEM_EXIT_OK and *@ret_conn (the caller PQfinish()es it), or the exit status of
+ * idemctl_pg_failed().
  */
 int idemctl_pg_open(const struct idem_cfg *cfg, PGconn **ret_conn);
+
+/*
+ * @brief Print @err, failing to connect or to set a connection up, with what to do about it.
+ * @returns IDEM_EXIT_CONFIG for what a retry cannot cure (idem_pg_needs_operator(): the login
+ * or the database refused, the schema not migrated), else IDEM_EXIT_FAILURE.
+ */
+int idemctl_pg_failed(const idem_error *err);
 
 /*
  * @brief Postgres and a consumer of the group that commits nothing (for reading offsets).

@@ -18,7 +18,7 @@ int idemctl_migrate(const struct idem_cfg *cfg, int argc, char **argv)
 {
 	idem_error err = { 0 };
 	PGconn *conn = NULL;
-	int from = 0, to = 0;
+	int from = 0, to = 0, rc;
 
 	(void)argv;
 	if (argc > 1) {
@@ -26,8 +26,8 @@ int idemctl_migrate(const struct idem_cfg *cfg, int argc, char **argv)
 		return IDEM_EXIT_USAGE;
 	}
 
-	if (idemctl_pg_open(cfg, &conn) != IDEM_EXIT_OK)
-		return IDEM_EXIT_FAILURE;
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
+		return rc;
 	if (idem_migrate_apply(conn, &from, &to, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: migrate failed: %s\n", err.msg);
 		PQfinish(conn);

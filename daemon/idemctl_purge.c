@@ -87,8 +87,8 @@ int idemctl_purge(const struct idem_cfg *cfg, int argc, char **argv)
 
 	if ((rc = purge_parse(cfg, argc, argv, &keep)) != IDEM_EXIT_OK)
 		return rc;
-	if (idemctl_pg_open(cfg, &conn) != IDEM_EXIT_OK)
-		return IDEM_EXIT_FAILURE;
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
+		return rc;
 	for (size_t i = 0; i < cfg->n_routes; i++) {
 		int64_t deleted = 0;
 

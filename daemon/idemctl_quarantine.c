@@ -386,10 +386,8 @@ static int cmd_retry(const struct idem_cfg *cfg, int argc, char **argv)
 	}
 	/* The daemon's own connection: schema checked, every handler prepared (a broken one
 	 * fails here), the same timeouts. */
-	if (idem_flush_new(cfg, &pg, &err) != IDEM_OK) {
-		fprintf(stderr, "idemctl: %s\n", err.msg);
-		return IDEM_EXIT_FAILURE;
-	}
+	if (idem_flush_new(cfg, &pg, &err) != IDEM_OK)
+		return idemctl_pg_failed(&err);
 	if ((rc = collect_ids(cfg, idem_flush_conn(pg), argc, argv, &o, &ids, &n)) != IDEM_EXIT_OK)
 		goto out_free;
 	for (size_t i = 0; i < n; i++) {

@@ -155,6 +155,21 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 				       idem_verify_state_str(vs));
 		}
 	}
+	for (size_t i = 0; i < rep.n_missing; i++) {
+		const struct idem_route *route = idem_cfg_route_for(cfg, rep.missing[i]);
+
+		if (json) {
+			json_object *o = json_object_new_object();
+
+			json_object_object_add(o, "topic", json_object_new_string(rep.missing[i]));
+			json_object_object_add(o, "route", json_object_new_string(route->name));
+			json_object_object_add(o, "state", json_object_new_string("topic_missing"));
+			json_object_array_add(arr, o);
+		} else {
+			printf("%-20s %5s TOPIC MISSING: the brokers do not have it; idemd consumes it once it exists (it creates no topic) route=%s\n",
+			       rep.missing[i], "-", route->name);
+		}
+	}
 	if (json) {
 		idemctl_print_json(arr);
 		json_object_put(arr);
@@ -207,8 +222,8 @@ int idemctl_lookup(const struct idem_cfg *cfg, int argc, char **argv)
 		fprintf(stderr, "usage: idemctl lookup KEY [--json]\n");
 		return IDEM_EXIT_USAGE;
 	}
-	if (idemctl_pg_open(cfg, &conn) != IDEM_EXIT_OK)
-		return IDEM_EXIT_FAILURE;
+	if ((rc = idemctl_pg_open(cfg, &conn)) != IDEM_EXIT_OK)
+		return rc;
 	/* Look in the namespaces of this configuration's routes only. */
 	if (idem_inspect_lookup(cfg, conn, argv[1], &res, &err) != IDEM_OK) {
 		fprintf(stderr, "idemctl: %s\n", err.msg);

@@ -16,7 +16,11 @@
 #include "idem_notify.h"
 #include "idem_pg.h"
 
-#define DEFAULT_CONFIG "/etc/idemd/idemd.yaml"
+/* The configuration directory idemd was configured to install into (CMakeLists.txt). */
+#ifndef IDEM_CONFDIR
+#error "IDEM_CONFDIR (the configuration directory) is defined by CMakeLists.txt"
+#endif
+#define DEFAULT_CONFIG IDEM_CONFDIR "/idemd.yaml"
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t reload_requested;
@@ -83,7 +87,9 @@ static void usage(FILE *f)
 	        "\n"
 	        "Exit status: 0 stopped cleanly; 1 runtime failure; 2 usage error;\n"
 	        "78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
-	        "not prepare, database refused the login): restarting will not help.\n");
+	        "not prepare, login refused: no such database or role, a wrong or missing\n"
+	        "password, no CONNECT privilege): restarting will not help. A Postgres that is\n"
+	        "not up yet, or has too many connections, is waited for.\n");
 }
 
 /*
@@ -285,7 +291,15 @@ int main(int argc, char **argv)
 		if (idem_daemon_new(cfg, should_stop, &d, &err) == IDEM_OK)
 			break;
 		if (idem_pg_needs_operator(&err)) {
-			idem_log_error("main", "%s", err.msg);
+			const char *hint = idem_pg_operator_hint(&err);
+
+			if (hint != NULL)
+				idem_log_error(
+				        "main",
+				        "cannot start: %s (sqlstate %s): %s; exiting, a restart cannot fix it",
+				        err.msg, err.sqlstate, hint);
+			else
+				idem_log_error("main", "%s", err.msg);
 			rc = IDEM_EXIT_CONFIG;
 			goto out_free_cfg;
 		}

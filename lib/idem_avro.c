@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "idem_avro_int.h"
+#include "idem_limits.h"
 
 /* Held around avro-c calls that write its one error buffer (idem_avro_int.h). */
 pthread_mutex_t idem__avro_error_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,6 +58,7 @@ struct builder {
 	struct avro_node **named; /* the named types defined so far at the hash of their full
 	                             name (NULL: a free slot); named_cap a power of 2 */
 	size_t named_cap, n_named;
+	int depth; /* of the type being built: IDEM_SCHEMA_MAX_DEPTH bounds build()'s recursion */
 };
 
 static void node_free(struct avro_node *n)
@@ -216,6 +218,28 @@ static idem_status named_add(struct builder *b, struct avro_node *n)
 	return IDEM_OK;
 }
 
+/*
+ * Whether @name (after its last dot) is an Avro name as avro-c checks it: [A-Za-z_][A-Za-z0-9_]*.
+ * avro-c answers ENOMEM for one that is not, which would read as an outage (a wait for ever).
+ */
+static bool avro_name_ok(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+
+	if (dot != NULL)
+		name = dot + 1;
+	if (*name == '\0')
+		return false;
+	for (size_t i = 0; name[i] != '\0'; i++) {
+		char c = name[i];
+
+		if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (i > 0 && c >= '0' && c <= '9')))
+			return false;
+	}
+	return true;
+}
+
 /* The full name and namespace of named type @j (kind @what) defined inside namespace @space. */
 static idem_status named_define(struct builder *b, json_object *j, const char *what,
                                 const char *space, struct avro_node *n)
@@ -225,6 +249,9 @@ static idem_status named_define(struct builder *b, json_object *j, const char *w
 
 	if (!json_string_member(j, "name", &name))
 		return idem_error_set(b->err, IDEM_ERR_INVALID, "schema: a %s has no name", what);
+	if (!avro_name_ok(name))
+		return idem_error_set(b->err, IDEM_ERR_INVALID,
+		                      "schema: the name of a %s is not an Avro name", what);
 	dot = strrchr(name, '.');
 	if (dot != NULL) {
 		n->space = strndup(name, (size_t)(dot - name));
@@ -249,6 +276,10 @@ static idem_status named_define(struct builder *b, json_object *j, const char *w
 	if (named_find(b, n->fullname, NULL) != NULL)
 		return idem_error_set(b->err, IDEM_ERR_INVALID, "schema: type %s is defined twice",
 		                      n->fullname);
+	if (b->n_named == IDEM_SCHEMA_MAX_NAMED_TYPES)
+		return idem_error_set(b->err, IDEM_ERR_INVALID,
+		                      "schema: named type %s is past the bound of %d named types",
+		                      n->fullname, IDEM_SCHEMA_MAX_NAMED_TYPES);
 	return named_add(b, n);
 }
 
@@ -500,8 +531,8 @@ static idem_status build_union(struct builder *b, json_object *j, const char *sp
 }
 
 /* The type @j, where names are relative to namespace @space; as avro-c reads it. */
-static idem_status build(struct builder *b, json_object *j, const char *space,
-                         struct avro_node **ret)
+static idem_status build_type(struct builder *b, json_object *j, const char *space,
+                              struct avro_node **ret)
 {
 	const char *t;
 
@@ -540,6 +571,21 @@ static idem_status build(struct builder *b, json_object *j, const char *space,
 	}
 	/* {"type": "a.Named"}: a reference; its annotations belong to its definition. */
 	return build_name(b, t, space, ret);
+}
+
+static idem_status build(struct builder *b, json_object *j, const char *space,
+                         struct avro_node **ret)
+{
+	idem_status r;
+
+	if (b->depth == IDEM_SCHEMA_MAX_DEPTH)
+		return idem_error_set(b->err, IDEM_ERR_INVALID,
+		                      "schema: types nested deeper than the bound of %d levels",
+		                      IDEM_SCHEMA_MAX_DEPTH);
+	b->depth++;
+	r = build_type(b, j, space, ret);
+	b->depth--;
+	return r;
 }
 
 /*
@@ -620,6 +666,37 @@ idem_status idem_avro_schema_new(const char *json, size_t len, idem_avro_schema 
 		return idem_error_nomem(err);
 	atomic_init(&s->refs, 1);
 	b.s = s;
+
+	/*
+	 * idemd's reading first: it bounds the nesting (json-c's reader does not recurse) and the
+	 * named types, and finds a type defined twice, before avro-c and jansson, which recurse
+	 * once per level and leak what they built when a name is defined twice.
+	 */
+	tok = json_tokener_new_ex(IDEM_SCHEMA_MAX_JSON_DEPTH);
+	if (tok == NULL) {
+		r = idem_error_nomem(err);
+		goto out_free_schema;
+	}
+	root = json_tokener_parse_ex(tok, json, (int)len);
+	if (root == NULL || json_tokener_get_error(tok) != json_tokener_success) {
+		if (json_tokener_get_error(tok) == json_tokener_error_depth)
+			r = idem_error_set(err, IDEM_ERR_INVALID,
+			                   "schema JSON nested deeper than the bound of %d levels",
+			                   IDEM_SCHEMA_MAX_JSON_DEPTH);
+		else
+			r = idem_error_set(err, IDEM_ERR_INVALID, "schema is not valid Avro: %s",
+			                   json_tokener_error_desc(json_tokener_get_error(tok)));
+		json_object_put(root);
+		json_tokener_free(tok);
+		goto out_free_schema;
+	}
+	json_tokener_free(tok);
+	r = build(&b, root, NULL, &s->root);
+	json_object_put(root);
+	free(b.named);
+	if (r != IDEM_OK)
+		goto out_free_schema;
+
 	pthread_mutex_lock(&idem__avro_error_lock);
 	rc = avro_schema_from_json_length(json, len, &s->avro);
 	if (rc != 0) {
@@ -633,26 +710,6 @@ idem_status idem_avro_schema_new(const char *json, size_t len, idem_avro_schema 
 		goto out_free_schema;
 	}
 	pthread_mutex_unlock(&idem__avro_error_lock);
-
-	tok = json_tokener_new_ex(SCHEMA_JSON_DEPTH);
-	if (tok == NULL) {
-		r = idem_error_nomem(err);
-		goto out_free_schema;
-	}
-	root = json_tokener_parse_ex(tok, json, (int)len);
-	if (root == NULL || json_tokener_get_error(tok) != json_tokener_success) {
-		r = idem_error_set(err, IDEM_ERR_INVALID, "schema JSON: %s",
-		                   json_tokener_error_desc(json_tokener_get_error(tok)));
-		json_object_put(root);
-		json_tokener_free(tok);
-		goto out_free_schema;
-	}
-	json_tokener_free(tok);
-	r = build(&b, root, NULL, &s->root);
-	json_object_put(root);
-	free(b.named);
-	if (r != IDEM_OK)
-		goto out_free_schema;
 	if (!same_shape(s->root, s->avro)) {
 		r = idem_error_set(err, IDEM_ERR_INVALID,
 		                   "schema: avro-c reads this schema differently from idemd");

@@ -13,12 +13,6 @@
 
 #include "idem_avro.h"
 
-/*
- * JSON nesting of a schema text json-c reads (a record nests four levels: 32 is json-c's
- * default, enough for only 8 nested records). Bounds the recursion over the schema.
- */
-#define SCHEMA_JSON_DEPTH 512
-
 /* Generic value interfaces a decoder keeps, the least recently used replaced. */
 #define DEC_SLOTS 8
 

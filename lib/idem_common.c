@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "idem_limits.h"
+
 idem_status idem_error_set(idem_error *err, idem_status code, const char *fmt, ...)
 {
 	va_list ap;
@@ -61,6 +63,19 @@ int idem_cond_init(pthread_cond_t *cv)
 	if ((e = pthread_condattr_setclock(&a, CLOCK_MONOTONIC)) == 0)
 		e = pthread_cond_init(cv, &a);
 	pthread_condattr_destroy(&a);
+	return e;
+}
+
+int idem_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t a;
+	int e;
+
+	if ((e = pthread_attr_init(&a)) != 0)
+		return e;
+	if ((e = pthread_attr_setstacksize(&a, IDEM_THREAD_STACK_BYTES)) == 0)
+		e = pthread_create(thread, &a, fn, arg);
+	pthread_attr_destroy(&a);
 	return e;
 }
 

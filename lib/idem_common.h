@@ -233,6 +233,13 @@ int64_t idem_mono_ms(void);
  */
 int idem_cond_init(pthread_cond_t *cv);
 
+/*
+ * @brief pthread_create() with the stack of IDEM_THREAD_STACK_BYTES (idem_limits.h): every thread
+ * libidem starts has that stack, whatever RLIMIT_STACK the process was started with.
+ * @returns 0 or an errno value, as pthread_create().
+ */
+int idem_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
+
 /* @brief The deadline @ms from now for pthread_cond_timedwait() on a condition variable
  * initialised by idem_cond_init(). */
 struct timespec idem_cond_deadline(int64_t ms);

@@ -418,31 +418,96 @@ static void error_cb(rd_kafka_t *rk, int e, const char *reason, void *opaque)
 	idem_log_warn("kafka", "%s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)e), reason);
 }
 
+/*
+ * Metadata of every topic: never of a named one, which a broker that creates topics on request
+ * (auto.create.topics.enable, the embedded Kafka whatever the client asks) would create.
+ */
+static idem_status all_topics(rd_kafka_t *rk, int timeout_ms,
+                              const struct rd_kafka_metadata **ret_md, idem_error *err)
+{
+	rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, NULL, ret_md, timeout_ms);
+
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return idem_error_set(err, IDEM_ERR_KAFKA, "metadata of the topics: %s",
+		                      rd_kafka_err2str(e));
+	return IDEM_OK;
+}
+
+static const struct rd_kafka_metadata_topic *find_topic(const struct rd_kafka_metadata *md,
+                                                        const char *topic)
+{
+	for (int i = 0; i < md->topic_cnt; i++) {
+		if (strcmp(md->topics[i].topic, topic) == 0 &&
+		    md->topics[i].err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+			return &md->topics[i];
+	}
+	return NULL;
+}
+
 idem_status idem_consumer_partition_count(rd_kafka_t *rk, const char *topic, int *ret_n,
                                           idem_error *err)
 {
 	const struct rd_kafka_metadata *md = NULL;
-	rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-	rd_kafka_resp_err_t e;
-	idem_status r = IDEM_OK;
+	const struct rd_kafka_metadata_topic *t;
+	idem_status r;
 
-	if (rkt == NULL)
-		return idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
-		                      rd_kafka_err2str(rd_kafka_last_error()));
-	e = rd_kafka_metadata(rk, 0, rkt, &md, METADATA_TIMEOUT_MS);
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		r = idem_error_set(err, IDEM_ERR_KAFKA, "metadata of topic '%s': %s", topic,
-		                   rd_kafka_err2str(e));
-	else if (md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	if ((r = all_topics(rk, METADATA_TIMEOUT_MS, &md, err)) != IDEM_OK)
+		return r;
+	if ((t = find_topic(md, topic)) == NULL)
+		r = idem_error_set(err, IDEM_ERR_NOT_FOUND, "topic '%s' does not exist", topic);
+	else if (t->err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		r = idem_error_set(err, IDEM_ERR_KAFKA, "topic '%s': %s", topic,
-		                   md->topic_cnt ? rd_kafka_err2str(md->topics[0].err)
-		                                 : "not found");
+		                   rd_kafka_err2str(t->err));
 	else
-		*ret_n = md->topics[0].partition_cnt;
-	if (md != NULL)
-		rd_kafka_metadata_destroy(md);
-	rd_kafka_topic_destroy(rkt);
+		*ret_n = t->partition_cnt;
+	rd_kafka_metadata_destroy(md);
 	return r;
+}
+
+idem_status idem_consumer_topics_missing(rd_kafka_t *rk, const struct idem_cfg *cfg, int timeout_ms,
+                                         bool *ret_missing, int *ret_partitions, idem_error *err)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	int partitions = 0;
+	idem_status r;
+
+	if ((r = all_topics(rk, timeout_ms, &md, err)) != IDEM_OK)
+		return r;
+	for (size_t i = 0; i < cfg->n_topics; i++) {
+		const struct rd_kafka_metadata_topic *t = find_topic(md, cfg->topics[i]);
+
+		ret_missing[i] = t == NULL;
+		if (t != NULL && partitions >= 0 && t->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		    t->partition_cnt > 0)
+			partitions += t->partition_cnt;
+		else
+			partitions = -1;
+	}
+	rd_kafka_metadata_destroy(md);
+	if (ret_partitions != NULL)
+		*ret_partitions = partitions > 0 ? partitions : 0;
+	return IDEM_OK;
+}
+
+idem_status idem_consumer_subscribe(rd_kafka_t *rk, const struct idem_cfg *cfg, const bool *missing,
+                                    idem_error *err)
+{
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_resp_err_t e;
+
+	topics = rd_kafka_topic_partition_list_new((int)cfg->n_topics);
+	for (size_t i = 0; i < cfg->n_topics; i++) {
+		if (!missing[i])
+			rd_kafka_topic_partition_list_add(topics, cfg->topics[i],
+			                                  RD_KAFKA_PARTITION_UA);
+	}
+	/* No topic yet: no subscription (librdkafka refuses an empty one). */
+	e = topics->cnt > 0 ? rd_kafka_subscribe(rk, topics) : rd_kafka_unsubscribe(rk);
+	rd_kafka_topic_partition_list_destroy(topics);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s",
+		                      rd_kafka_err2str(e));
+	return IDEM_OK;
 }
 
 idem_status idem_consumer_group_members(rd_kafka_t *rk, const char *group, int timeout_ms,
@@ -467,39 +532,33 @@ idem_status idem_consumer_group_members(rd_kafka_t *rk, const char *group, int t
 	return IDEM_OK;
 }
 
-/* How many partitions the subscribed topics have in all (0: unknown), asked with a handle of
- * its own, before the consumer is made: its prefetch is divided among them. */
-static int count_partitions(const struct idem_cfg *cfg)
+/* Which topics exist, and how many partitions they have in all (0: unknown), asked with a
+ * handle of its own, before the consumer is made: its prefetch is divided among them. Topics
+ * that could not be asked about count as missing until they are (idem_daemon asks again). */
+static int count_partitions(const struct idem_cfg *cfg, bool *missing)
 {
 	rd_kafka_t *rk;
 	int total = 0;
 
+	for (size_t i = 0; i < cfg->n_topics; i++)
+		missing[i] = true;
 	if (idem_consumer_new(cfg, NULL, &rk, NULL) != IDEM_OK)
 		return 0;
-	for (size_t t = 0; t < cfg->n_topics; t++) {
-		int n = 0;
-
-		if (idem_consumer_partition_count(rk, cfg->topics[t], &n, NULL) != IDEM_OK ||
-		    n <= 0) {
-			total = 0;
-			break;
-		}
-		total += n;
-	}
+	if (idem_consumer_topics_missing(rk, cfg, METADATA_TIMEOUT_MS, missing, &total, NULL) !=
+	    IDEM_OK)
+		total = 0;
 	rd_kafka_destroy(rk);
 	return total;
 }
 
 idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_consumer_hooks *hooks,
-                               rd_kafka_t **ret_rk, idem_error *err)
+                               bool *ret_missing, rd_kafka_t **ret_rk, idem_error *err)
 {
-	rd_kafka_topic_partition_list_t *topics;
 	rd_kafka_conf_t *conf;
 	char errstr[512];
-	rd_kafka_resp_err_t e;
 	rd_kafka_t *rk;
 	idem_status r;
-	int partitions = count_partitions(cfg);
+	int partitions = count_partitions(cfg, ret_missing);
 	long m, k;
 
 	idem_consumer_prefetch(partitions, &m, &k);
@@ -532,15 +591,9 @@ idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_con
 		                      errstr);
 	}
 	rd_kafka_poll_set_consumer(rk);
-	topics = rd_kafka_topic_partition_list_new((int)cfg->n_topics);
-	for (size_t i = 0; i < cfg->n_topics; i++)
-		rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
-	e = rd_kafka_subscribe(rk, topics);
-	rd_kafka_topic_partition_list_destroy(topics);
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+	if ((r = idem_consumer_subscribe(rk, cfg, ret_missing, err)) != IDEM_OK) {
 		rd_kafka_destroy(rk);
-		return idem_error_set(err, IDEM_ERR_KAFKA, "cannot subscribe: %s",
-		                      rd_kafka_err2str(e));
+		return r;
 	}
 	*ret_rk = rk;
 	return IDEM_OK;

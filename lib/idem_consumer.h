@@ -52,7 +52,11 @@ void idem_consumer_prefetch(int partitions, long *ret_messages, long *ret_kbytes
 IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,
                                               rd_kafka_conf_t **ret_conf, idem_error *err);
 
-/* @brief How many partitions @topic has (metadata through @rk, up to 10 s). */
+/*
+ * @brief How many partitions @topic has (metadata of all topics through @rk, up to 10 s: a
+ * named topic's metadata would create it on a broker that creates topics on request).
+ * IDEM_ERR_NOT_FOUND when the brokers have no such topic.
+ */
 IDEM_NODISCARD idem_status idem_consumer_partition_count(rd_kafka_t *rk, const char *topic,
                                                          int *ret_n, idem_error *err);
 
@@ -93,15 +97,36 @@ struct idem_consumer_hooks {
 };
 
 /*
+ * @brief Which of cfg->topics the brokers do not have (ret_missing[i] for cfg->topics[i]), and
+ * how many partitions they have in all (*@ret_partitions, may be NULL; 0 unless every topic
+ * exists), asked as metadata of all topics through @rk (up to @timeout_ms), which creates none.
+ */
+IDEM_NODISCARD idem_status idem_consumer_topics_missing(rd_kafka_t *rk, const struct idem_cfg *cfg,
+                                                        int timeout_ms, bool *ret_missing,
+                                                        int *ret_partitions, idem_error *err);
+
+/*
+ * @brief Subscribe @rk to those of cfg->topics that are not @missing (missing[i] for
+ * cfg->topics[i]), replacing its subscription; with none, unsubscribe. idemd never names a topic
+ * the brokers do not have: a subscription would create it where topics are created on request.
+ */
+IDEM_NODISCARD idem_status idem_consumer_subscribe(rd_kafka_t *rk, const struct idem_cfg *cfg,
+                                                   const bool *missing, idem_error *err);
+
+/*
  * @brief Create idemd's consumer (idem_consumer_conf() plus the rebalance and error callbacks),
- * route its events to the consumer queue and subscribe to cfg->topics.
+ * route its events to the consumer queue and subscribe to those of cfg->topics that exist
+ * (idem_consumer_topics_missing(); none if it cannot be asked).
  * @param hooks must outlive the consumer.
+ * @param ret_missing cfg->n_topics elements: which topics were not subscribed, missing or not
+ * known to exist (set on failure too).
  * @param ret_rk on success, the consumer, owned by the caller (rd_kafka_consumer_close() then
  * rd_kafka_destroy()).
  */
 IDEM_NODISCARD idem_status idem_consumer_open(const struct idem_cfg *cfg,
                                               const struct idem_consumer_hooks *hooks,
-                                              rd_kafka_t **ret_rk, idem_error *err);
+                                              bool *ret_missing, rd_kafka_t **ret_rk,
+                                              idem_error *err);
 
 /*
  * @brief The fetch queue of an assigned partition, as a queue of the caller's own: what is

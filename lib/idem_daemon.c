@@ -432,8 +432,14 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 	d->hooks = (struct idem_consumer_hooks){ idem__daemon_on_assign, idem__daemon_on_assigned,
 		                                 idem__daemon_on_revoke, idem__daemon_on_committed,
 		                                 d };
-	if ((r = idem_consumer_open(cfg, &d->hooks, &d->rk, err)) != IDEM_OK)
+	d->topic_missing = calloc(cfg->n_topics ? cfg->n_topics : 1, sizeof(*d->topic_missing));
+	if (d->topic_missing == NULL) {
+		r = idem_error_nomem(err);
 		goto out_free;
+	}
+	if ((r = idem_consumer_open(cfg, &d->hooks, d->topic_missing, &d->rk, err)) != IDEM_OK)
+		goto out_free;
+	idem__daemon_topics_report(d);
 	d->cq = rd_kafka_queue_get_consumer(d->rk);
 	if ((r = idem_pool_start(d->pool, d->rk, err)) != IDEM_OK)
 		goto out_free;
@@ -480,6 +486,7 @@ void idem_daemon_free(idem_daemon *d)
 	idem_parts_done(&d->parts);
 	idem_schemas_close(d->schemas);
 	idem_consumer_headers_free(&d->hdrs);
+	free(d->topic_missing);
 	free(d);
 }
 
@@ -916,6 +923,7 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 	if (idem_pool_reconnects(d->pool) != d->reconnects && idem_mono_ms() >= d->check_at_ms)
 		idem__daemon_check_positions(d);
 	idem__daemon_check_unread(d);
+	idem__daemon_check_topics(d);
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;
 	/* Events (rebalances, commits, errors) and the wake-ups: a partition's queue gaining a

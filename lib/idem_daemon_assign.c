@@ -494,3 +494,91 @@ out:
 	free(pos);
 	rd_kafka_topic_partition_list_destroy(list);
 }
+
+/*
+ * A subscribed topic the brokers do not have is an error the operator must see, not a healthy
+ * idle: idemd creates no topic, and subscribing to it would create it where brokers create
+ * topics on request, so it is not subscribed until it exists, it is named in the log while it
+ * is missing, and /readyz is not ready.
+ */
+#define IDEM_DAEMON_TOPICS_CHECK_MS 5000
+#define IDEM_DAEMON_TOPICS_LOG_MS   60000
+/* The consumer thread waits this long at most for the brokers' answer. */
+#define IDEM_DAEMON_TOPICS_TIMEOUT_MS 2000
+
+static size_t topics_missing(const idem_daemon *d, const char **ret_first)
+{
+	size_t n = 0;
+
+	*ret_first = NULL;
+	for (size_t i = 0; i < d->cfg->n_topics; i++) {
+		if (!d->topic_missing[i])
+			continue;
+		if (n++ == 0)
+			*ret_first = d->cfg->topics[i];
+	}
+	return n;
+}
+
+void idem__daemon_topics_report(idem_daemon *d)
+{
+	const char *first;
+	size_t n = topics_missing(d, &first);
+	int64_t now = idem_mono_ms();
+
+	idem_metrics_topics_missing(d->metrics, first, n);
+	if (n == 0)
+		return;
+	for (size_t i = 0; i < d->cfg->n_topics; i++) {
+		if (d->topic_missing[i])
+			idem_log_warn(
+			        "kafka",
+			        "topic '%s' (route '%s') does not exist, or the brokers did not say: not consumed until it does (idemd creates no topic), checking every %ds",
+			        d->cfg->topics[i],
+			        idem_cfg_route_for(d->cfg, d->cfg->topics[i])->name,
+			        IDEM_DAEMON_TOPICS_CHECK_MS / 1000);
+	}
+	d->topics_at_ms = now + IDEM_DAEMON_TOPICS_CHECK_MS;
+	d->topics_log_ms = now + IDEM_DAEMON_TOPICS_LOG_MS;
+}
+
+void idem__daemon_check_topics(idem_daemon *d)
+{
+	const char *first;
+	size_t n = topics_missing(d, &first), now_missing = 0;
+	bool *missing;
+	idem_error err = { 0 };
+
+	if (n == 0 || idem_mono_ms() < d->topics_at_ms)
+		return;
+	d->topics_at_ms = idem_mono_ms() + IDEM_DAEMON_TOPICS_CHECK_MS;
+	missing = calloc(d->cfg->n_topics, sizeof(*missing));
+	if (missing == NULL)
+		return;
+	if (idem_consumer_topics_missing(d->rk, d->cfg, IDEM_DAEMON_TOPICS_TIMEOUT_MS, missing,
+	                                 NULL, &err) != IDEM_OK) {
+		idem_log_debug("kafka", "cannot ask which topics exist: %s", err.msg);
+		goto out_free;
+	}
+	for (size_t i = 0; i < d->cfg->n_topics; i++)
+		now_missing += missing[i];
+	if (now_missing < n) {
+		if (idem_consumer_subscribe(d->rk, d->cfg, missing, &err) != IDEM_OK) {
+			idem_log_warn("kafka", "%s, retrying in %ds", err.msg,
+			              IDEM_DAEMON_TOPICS_CHECK_MS / 1000);
+			goto out_free;
+		}
+		for (size_t i = 0; i < d->cfg->n_topics; i++) {
+			if (d->topic_missing[i] && !missing[i])
+				idem_log_info("kafka", "topic '%s' exists now: subscribed",
+				              d->cfg->topics[i]);
+		}
+		memcpy(d->topic_missing, missing, d->cfg->n_topics * sizeof(*missing));
+		n = topics_missing(d, &first);
+		idem_metrics_topics_missing(d->metrics, first, n);
+	}
+	if (n > 0 && idem_mono_ms() >= d->topics_log_ms)
+		idem__daemon_topics_report(d);
+out_free:
+	free(missing);
+}

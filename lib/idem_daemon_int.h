@@ -57,7 +57,20 @@ struct idem_daemon {
 	int commit_ms;          /* and how often (auto.commit.interval.ms) */
 	uint64_t reconnects;    /* idem_pool_reconnects() as last checked */
 	int64_t check_at_ms;    /* no position check before (one failed) */
+	bool *topic_missing;    /* cfg->n_topics: not subscribed, the brokers not having it (or
+	                           not known to have it) */
+	int64_t topics_at_ms;   /* next look at the missing topics */
+	int64_t topics_log_ms;  /* next warning naming them */
 };
+
+/* idem_daemon_assign.c: topics that do not exist (yet) */
+
+/* Log the topics missing at start (every IDEM_DAEMON_TOPICS_LOG_MS while they are) and say so to
+ * /readyz. */
+void idem__daemon_topics_report(idem_daemon *d);
+/* Every IDEM_DAEMON_TOPICS_CHECK_MS while a topic is missing: ask again (metadata of all
+ * topics) and subscribe to the ones that appeared. */
+void idem__daemon_check_topics(idem_daemon *d);
 
 /* idem_daemon_commit.c */
 

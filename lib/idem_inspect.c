@@ -26,6 +26,7 @@ void idem_status_report_done(struct idem_status_report *r)
 		free(r->parts[i].halt_reason);
 	}
 	free(r->parts);
+	free(r->missing);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -153,7 +154,17 @@ idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk, PGco
 		const struct idem_route *route = idem_cfg_route_for(cfg, cfg->topics[t]);
 		int n = 0;
 
-		if ((r = idem_consumer_partition_count(rk, cfg->topics[t], &n, err)) != IDEM_OK)
+		r = idem_consumer_partition_count(rk, cfg->topics[t], &n, err);
+		if (r == IDEM_ERR_NOT_FOUND) {
+			if (rep.missing == NULL &&
+			    (rep.missing = calloc(cfg->n_topics, sizeof(*rep.missing))) == NULL) {
+				r = idem_error_nomem(err);
+				goto out_fail;
+			}
+			rep.missing[rep.n_missing++] = cfg->topics[t];
+			continue;
+		}
+		if (r != IDEM_OK)
 			goto out_fail;
 		for (int p = 0; p < n; p++) {
 			if ((r = add_part(&rep, cfg->topics[t], route, p, err)) != IDEM_OK)

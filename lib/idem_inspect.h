@@ -39,12 +39,15 @@ struct idem_status_report {
 	struct idem_part_status *parts;
 	size_t n_parts;
 	char cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster's id ("" if it did not say) */
+	const char **missing; /* configured topics the brokers do not have (cfg's strings) */
+	size_t n_missing;
 };
 
 /*
  * @brief Read every partition of every configured topic: Kafka committed offsets of the group
  * and watermarks (through @rk, a consumer of the group that is not subscribed), and the
- * database's progress and counters (through @conn).
+ * database's progress and counters (through @conn). A topic the brokers do not have is listed
+ * in ret->missing (valid while @cfg is), never named to them (which could create it).
  */
 IDEM_NODISCARD idem_status idem_inspect_status(const struct idem_cfg *cfg, rd_kafka_t *rk,
                                                PGconn *conn, struct idem_status_report *ret,

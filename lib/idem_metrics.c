@@ -75,6 +75,8 @@ struct idem_metrics {
 	struct part_gauge *parts;
 	size_t n_parts, cap_parts;
 	bool assigned, halted;
+	size_t topics_missing;              /* subscribed topics the brokers do not have */
+	char topic_missing[256];            /* the first of them, for /readyz */
 	idem_metrics_probe_fn connected_fn; /* asked at each request */
 	const void *connected_arg;
 	size_t workers, in_flight, held;
@@ -369,6 +371,16 @@ void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted)
 	pthread_mutex_unlock(&m->lock);
 }
 
+void idem_metrics_topics_missing(idem_metrics *m, const char *first, size_t n)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->topics_missing = n;
+	snprintf(m->topic_missing, sizeof(m->topic_missing), "%s", first ? first : "");
+	pthread_mutex_unlock(&m->lock);
+}
+
 void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, size_t held,
                           uint64_t late)
 {
@@ -429,13 +441,20 @@ static bool ready_locked(const idem_metrics *m, char *why, size_t len)
 {
 	bool connected = m->connected_fn != NULL && m->connected_fn(m->connected_arg);
 
-	if (why != NULL)
+	if (why != NULL && connected && m->topics_missing > 0) {
+		char more[48] = "";
+
+		if (m->topics_missing > 1)
+			snprintf(more, sizeof(more), " (and %zu more)", m->topics_missing - 1);
+		snprintf(why, len, "topic '%s' does not exist%s", m->topic_missing, more);
+	} else if (why != NULL) {
 		snprintf(why, len, "%s",
 		         !connected     ? "not connected to postgres"
 		         : !m->assigned ? "no partition assigned"
 		         : m->halted    ? "a partition is halted"
 		                        : "ready");
-	return connected && m->assigned && !m->halted;
+	}
+	return connected && m->topics_missing == 0 && m->assigned && !m->halted;
 }
 
 bool idem_metrics_is_ready(idem_metrics *m, char *why, size_t len)
@@ -708,8 +727,12 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            m->bytes_budget, m->bytes_held, m->bytes_held_max) ||
 	    idem_buf_printf(
 	            o,
-	            "# HELP idemd_ready Whether idemd is connected to Postgres, assigned partitions and none is halted (what /readyz answers).\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
+	            "# HELP idemd_ready Whether idemd is connected to Postgres, every subscribed topic exists, partitions are assigned and none is halted (what /readyz answers).\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
 	            ready_locked(m, NULL, 0)) ||
+	    idem_buf_printf(
+	            o,
+	            "# HELP idemd_topics_missing Subscribed topics the brokers do not have (not consumed until they exist).\n# TYPE idemd_topics_missing gauge\nidemd_topics_missing %zu\n",
+	            m->topics_missing) ||
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_build_info idemd build information.\n# TYPE idemd_build_info gauge\nidemd_build_info{version=\"%s\"} 1\n",

@@ -3,8 +3,8 @@
  *
  * The main loop records what it does (a few calls per batch, never per message); an HTTP
  * listener (libmicrohttpd, its own thread) serves /metrics in the Prometheus text format,
- * /healthz (the process answers) and /readyz (connected to Postgres, partitions assigned,
- * none halted). All calls are thread-safe.
+ * /healthz (the process answers) and /readyz (connected to Postgres, every subscribed topic
+ * there, partitions assigned, none halted). All calls are thread-safe.
  */
 #ifndef IDEM_METRICS_H
 #define IDEM_METRICS_H
@@ -92,16 +92,21 @@ void idem_metrics_partition_halted(idem_metrics *m, const char *topic, int32_t p
 void idem_metrics_partition_assigned(idem_metrics *m, const char *topic, int32_t partition,
                                      int64_t committed, int64_t db_next);
 /*
- * Readiness is exact at every request: ready when connected to Postgres, assigned partitions and
- * none halted, and only then. The consumer thread says whether partitions are assigned and
- * whether one is halted each time that changes (not on a timer, which would lag a rebalance or
- * a halt); whether Postgres is connected is asked of @fn(@arg) at each request, on the
- * listener's thread: it must be thread-safe and outlive the listener. Without a probe, not
- * connected.
+ * Readiness is exact at every request: ready when connected to Postgres, every subscribed topic
+ * exists (idem_metrics_topics_missing()), assigned partitions and none halted, and only then. The
+ * consumer thread says whether partitions are assigned and whether one is halted each time that
+ * changes (not on a timer, which would lag a rebalance or a halt); whether Postgres is connected is
+ * asked of @fn(@arg) at each request, on the listener's thread: it must be thread-safe and outlive
+ * the listener. Without a probe, not connected.
  */
 typedef bool (*idem_metrics_probe_fn)(const void *arg);
 void idem_metrics_connected_probe(idem_metrics *m, idem_metrics_probe_fn fn, const void *arg);
 void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted);
+/*
+ * Subscribed topics the brokers do not have: @n of them, @first named by /readyz ("topic 'x'
+ * does not exist"), which is not ready while there is one.
+ */
+void idem_metrics_topics_missing(idem_metrics *m, const char *first, size_t n);
 /*
  * The worker pool: its size, batches being committed, partitions paused for backpressure, and
  * the keys claimed late because another transaction in flight claimed them too

@@ -4,6 +4,7 @@
 #include "idem_pg.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +13,13 @@ enum idem_pg_class idem_pg_classify(const char *s)
 {
 	if (s == NULL || s[0] == '\0')
 		return IDEM_PG_TRANSIENT; /* no answer from the server: the connection failed */
+	/* 28 and 3D (a login or database refused) reach here only from a reconnect while idemd
+	 * runs (a password rotated, a database renamed): retried like a lost connection, as the
+	 * operator may fix it without a restart. At start-up idem_pg_needs_operator() stops. */
 	if (strncmp(s, "08", 2) == 0 || strncmp(s, "53", 2) == 0 || strncmp(s, "57P0", 4) == 0 ||
-	    strcmp(s, "40001") == 0 || strcmp(s, "40P01") == 0 || strcmp(s, "55P03") == 0 ||
-	    strcmp(s, "57014") == 0 || strncmp(s, "58", 2) == 0)
+	    strncmp(s, "28", 2) == 0 || strncmp(s, "3D", 2) == 0 || strcmp(s, "40001") == 0 ||
+	    strcmp(s, "40P01") == 0 || strcmp(s, "55P03") == 0 || strcmp(s, "57014") == 0 ||
+	    strncmp(s, "58", 2) == 0)
 		return IDEM_PG_TRANSIENT;
 	if (strncmp(s, "22", 2) == 0 || strncmp(s, "23", 2) == 0 || strncmp(s, "P0", 2) == 0 ||
 	    strncmp(s, "54", 2) == 0)
@@ -61,6 +66,67 @@ idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, co
 	return IDEM_ERR_PG;
 }
 
+bool idem_pg_message_sqlstate(const char *msg, char ret_state[6])
+{
+	const char *found = NULL;
+
+	if (msg == NULL)
+		return false;
+	/* "SEVERITY:  CODE" ending a line: the severity may be translated, the code never is.
+	 * With several hosts each one's failure is a line of its own: the last server that
+	 * answered is the one whose answer counts. */
+	for (const char *p = strstr(msg, ":  "); p != NULL; p = strstr(p + 1, ":  ")) {
+		const char *c = p + 3;
+		size_t n = 0;
+
+		while (n < 5 && ((c[n] >= '0' && c[n] <= '9') || (c[n] >= 'A' && c[n] <= 'Z')))
+			n++;
+		if (n == 5 && (c[5] == '\n' || c[5] == '\0'))
+			found = c;
+	}
+	if (found == NULL)
+		return false;
+	memcpy(ret_state, found, 5);
+	ret_state[5] = '\0';
+	return true;
+}
+
+/*
+ * The SQLSTATE with which a server refuses a connection, asked of the server again: libpq keeps
+ * the one of a failed PQconnectdbParams() to itself, and writes it into the error message only
+ * at PQERRORS_SQLSTATE verbosity, which can be set on a connection only once it exists
+ * (PQconnectStartParams()), before the server's answer is read. This attempt is driven here
+ * with a deadline of its own (the caller's connection, which failed, had libpq's own handling
+ * of connect_timeout and of several hosts); any failure to learn the code leaves @ret_state
+ * empty, which counts as a connection that may succeed later.
+ */
+static void connect_sqlstate(const char *const *kw, const char *const *vals, int timeout_s,
+                             char ret_state[6])
+{
+	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+	int64_t deadline = idem_mono_ms() + (int64_t)(timeout_s > 0 ? timeout_s : 10) * 1000;
+	PGconn *conn = PQconnectStartParams(kw, vals, 1);
+
+	if (conn == NULL)
+		return;
+	PQsetErrorVerbosity(conn, PQERRORS_SQLSTATE);
+	while (PQstatus(conn) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
+	       st != PGRES_POLLING_FAILED) {
+		struct pollfd pfd = { .fd = PQsocket(conn),
+			              .events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT };
+		int64_t left = deadline - idem_mono_ms();
+
+		if (left <= 0 || pfd.fd < 0)
+			break;
+		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
+			break;
+		st = PQconnectPoll(conn);
+	}
+	if (PQstatus(conn) == CONNECTION_BAD)
+		(void)idem_pg_message_sqlstate(PQerrorMessage(conn), ret_state);
+	PQfinish(conn);
+}
+
 idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name, PGconn **ret_conn,
                               idem_error *err)
 {
@@ -97,14 +163,31 @@ idem_status idem_pg_conn_open_timeout(const struct idem_cfg *cfg, const char *ap
 		vals[n++] = password;
 	}
 	conn = PQconnectdbParams(kw, vals, 1);
-	idem_secret_wipe(password, sizeof(password));
-	if (conn == NULL)
+	if (conn == NULL) {
+		idem_secret_wipe(password, sizeof(password));
 		return idem_error_set(err, IDEM_ERR_NOMEM, "cannot allocate a connection");
+	}
 	if (PQstatus(conn) != CONNECTION_OK) {
+		char state[6] = "";
+
+		/* A server that refused the login sent its SQLSTATE, which libpq keeps to itself
+		 * (no PGresult to ask): no password to give comes from libpq, the rest from a
+		 * second attempt that asks for the code (connect_sqlstate()). Only where a server
+		 * answered: libpq writes a server's message after "SEVERITY:  " (two spaces), its
+		 * own (refused, unreachable, timed out) after ": ", and a server that never
+		 * answered must not hold the attempt up twice as long. */
+		if (PQconnectionNeedsPassword(conn))
+			memcpy(state, "28P01", sizeof(state));
+		else if (strstr(PQerrorMessage(conn), ":  ") != NULL)
+			connect_sqlstate(kw, vals, connect_timeout_s, state);
+		idem_secret_wipe(password, sizeof(password));
 		idem_pg_error(err, conn, NULL, "cannot connect to postgres");
 		PQfinish(conn);
+		if (err != NULL)
+			memcpy(err->sqlstate, state, sizeof(state));
 		return IDEM_ERR_PG;
 	}
+	idem_secret_wipe(password, sizeof(password));
 	*ret_conn = conn;
 	return IDEM_OK;
 }
@@ -117,6 +200,23 @@ bool idem_pg_needs_operator(const idem_error *err)
 		return false;
 	return strncmp(err->sqlstate, "42", 2) == 0 || strncmp(err->sqlstate, "28", 2) == 0 ||
 	       strncmp(err->sqlstate, "3D", 2) == 0;
+}
+
+const char *idem_pg_operator_hint(const idem_error *err)
+{
+	const char *s = err->sqlstate;
+
+	if (err->code != IDEM_ERR_PG)
+		return NULL;
+	if (strcmp(s, "3D000") == 0)
+		return "the database does not exist: create it, or name another in postgres.conninfo";
+	if (strcmp(s, "28P01") == 0)
+		return "the password was refused or none was given: set the role's password, or give it by postgres.password_env or postgres.password_file";
+	if (strncmp(s, "28", 2) == 0)
+		return "the role does not exist or pg_hba.conf refuses it: create the role, name another in postgres.conninfo, or allow it in pg_hba.conf";
+	if (strcmp(s, "42501") == 0)
+		return "the role lacks a privilege: grant what the message names (CONNECT on the database, USAGE on schema idem, ...)";
+	return NULL;
 }
 
 idem_status idem_pg_result(PGconn *conn, PGresult *res, const char *what, PGresult **ret_res,

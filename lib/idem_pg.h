@@ -40,6 +40,20 @@ bool idem_pg_timeout(const char *sqlstate);
 bool idem_pg_needs_operator(const idem_error *err);
 
 /*
+ * @brief What the operator should do about @err, for the errors of idem_pg_needs_operator()
+ * that refuse a connection or a privilege (SQLSTATE 3D000, 28P01, other class 28, 42501);
+ * NULL for any other.
+ */
+const char *idem_pg_operator_hint(const idem_error *err);
+
+/*
+ * @brief The SQLSTATE in a libpq error message written at PQERRORS_SQLSTATE verbosity
+ * ("...failed: FATAL:  3D000"): the last line that ends in "SEVERITY:  CODE" (with several
+ * hosts, the last server that answered). false if none does (no server answered).
+ */
+bool idem_pg_message_sqlstate(const char *msg, char ret_state[6]);
+
+/*
  * Seconds a connection attempt waits for the server before it gives up (libpq's connect_timeout,
  * whose own default is to wait for ever), unless the conninfo sets connect_timeout: a server that
  * accepts and never answers (a hung host, a proxy in front of a dead one) then fails the attempt,
@@ -50,7 +64,10 @@ bool idem_pg_needs_operator(const idem_error *err);
 /*
  * @brief Open a connection using cfg->conninfo and the configured password source, giving up
  * after IDEM_PG_CONNECT_TIMEOUT_S. The password is passed to libpq as a separate parameter and
- * never logged.
+ * never logged. A server that refused the connection leaves its SQLSTATE in @err->sqlstate
+ * (asked of it by a second attempt; "28P01" when a password was asked for and none given), so
+ * that idem_pg_needs_operator() tells a login refused from a server not up yet; a connection
+ * that no server answered leaves it empty.
  */
 IDEM_NODISCARD idem_status idem_pg_conn_open(const struct idem_cfg *cfg, const char *app_name,
                                              PGconn **ret_conn, idem_error *err);

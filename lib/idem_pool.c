@@ -277,8 +277,8 @@ idem_status idem_pool_start(idem_pool *pool, rd_kafka_t *rk, idem_error *err)
 {
 	pool->cq = rd_kafka_queue_get_consumer(rk);
 	for (size_t i = 0; i < pool->n_workers; i++) {
-		if (pthread_create(&pool->workers[i].thread, NULL, worker_main,
-		                   &pool->workers[i]) != 0)
+		if (idem_thread_start(&pool->workers[i].thread, worker_main, &pool->workers[i]) !=
+		    0)
 			return idem_error_set(err, IDEM_ERR_NOMEM, "cannot start worker thread");
 		pool->workers[i].started = true;
 	}

@@ -104,9 +104,13 @@ static idem_status parse_file(builder &b, unit &u, bool is_main)
 	parse_errors errors;
 	gp::io::Tokenizer tok(&in, &errors);
 	gp::compiler::Parser parser;
+	idem_error bound = {};
 
+	/* Before the parser, which recurses once per nested block (idem_protobuf_scan.c). */
+	if (idem_pb_scan(u.text, u.len, &bound) != IDEM_OK)
+		errors.first = bound.msg;
 	parser.RecordErrorsTo(&errors);
-	if (!parser.Parse(&tok, &u.proto) || !errors.first.empty()) {
+	if (!errors.first.empty() || !parser.Parse(&tok, &u.proto) || !errors.first.empty()) {
 		if (errors.first.empty())
 			errors.first = "it is not a .proto file";
 		if (is_main)

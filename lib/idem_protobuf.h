@@ -87,6 +87,7 @@ struct idem_pb_file {
  * libprotobuf, even when @deps has one of that name. Files that import each other are an error,
  * and so is a file of package google.protobuf (its types would be taken for libprotobuf's).
  * @ret_schema has one reference, the caller's.
+ * The text of each file is checked by idem_pb_scan() before libprotoc parses it.
  * Errors: IDEM_ERR_INVALID with where and why in @err ("line 3:7: Expected \";\".", "import
  * \"money.proto\": line 2:9: ...", "import \"money.proto\" was not found (imported by
  * \"order.proto\")", "import cycle: \"a.proto\" -> \"b.proto\" -> \"a.proto\"", "order.proto:
@@ -98,6 +99,18 @@ IDEM_NODISCARD idem_status idem_pb_schema_new(const char *name, const char *text
                                               idem_pb_schema **ret_schema, idem_error *err);
 idem_pb_schema *idem_pb_schema_ref(idem_pb_schema *s);
 void idem_pb_schema_unref(idem_pb_schema *s); /* accepts NULL */
+
+/*
+ * @brief Check the .proto text @text[0..@len) against the bounds of idem_limits.h, reading it as
+ * libprotoc's tokenizer does (comments and string literals skipped) without recursing, before
+ * libprotoc parses it: brackets ({, <, [, () nested deeper than IDEM_SCHEMA_MAX_DEPTH, more
+ * than IDEM_SCHEMA_MAX_DEFINITIONS definitions (message, enum, group, oneof, service, extend)
+ * or more than IDEM_SCHEMA_MAX_IMPORTS imports. idem_pb_schema_new() calls it for the file and
+ * each of its imports; nothing else of the text is checked (libprotoc does that).
+ * Errors: IDEM_ERR_INVALID, naming the place, the bound and its value ("line 65:3: nested
+ * deeper than the bound of 64 levels").
+ */
+IDEM_NODISCARD idem_status idem_pb_scan(const char *text, size_t len, idem_error *err);
 
 /* @returns a decoder (NULL on out of memory). */
 idem_pb_dec *idem_pb_dec_new(void);

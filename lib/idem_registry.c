@@ -598,8 +598,8 @@ static void *idem_registry_fetcher(void *arg)
 static bool idem_registry_fetchers_start(idem_registry *reg)
 {
 	while (reg->nfetchers < IDEM_REGISTRY_FETCHERS) {
-		if (pthread_create(&reg->fetchers[reg->nfetchers], NULL, idem_registry_fetcher,
-		                   reg) != 0)
+		if (idem_thread_start(&reg->fetchers[reg->nfetchers], idem_registry_fetcher, reg) !=
+		    0)
 			break;
 		reg->nfetchers++;
 	}

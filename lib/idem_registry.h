@@ -42,12 +42,11 @@
 #define IDEM_REGISTRY_H
 
 #include "idem_common.h"
+#include "idem_limits.h"
 #include "idem_protobuf.h"
 
 #define IDEM_REGISTRY_MAX_SCHEMAS     1000
 #define IDEM_REGISTRY_UNKNOWN_KEEP_MS 10000
-/* The files a Protobuf schema may import through references, directly or not. */
-#define IDEM_REGISTRY_MAX_REFERENCES 64
 /*
  * A 200 answer larger than this is UNKNOWN ("schema id 7: answer of http://registry:8081 is
  * larger than 8388608 bytes"): the answer for an id never changes, so asking again cannot help.

@@ -369,8 +369,8 @@ static const char *idem_registry_shown(const char *s, char *out, size_t outlen)
 
 /* The .proto files a Protobuf schema imports, fetched through its references. */
 struct idem_registry_deps {
-	struct idem_pb_file files[IDEM_REGISTRY_MAX_REFERENCES];
-	char *owned[IDEM_REGISTRY_MAX_REFERENCES][2]; /* the name and the text of files[i] */
+	struct idem_pb_file files[IDEM_SCHEMA_MAX_REFERENCES];
+	char *owned[IDEM_SCHEMA_MAX_REFERENCES][2]; /* the name and the text of files[i] */
 	size_t n;
 	size_t bytes; /* of text, at most reg->max_answer */
 };
@@ -424,10 +424,10 @@ static bool idem_registry_references(idem_registry *reg, struct idem_registry_co
 {
 	size_t n = json_object_array_length(refs);
 
-	if (depth > IDEM_REGISTRY_MAX_REFERENCES) {
+	if (depth > IDEM_SCHEMA_MAX_REFERENCES) {
 		idem__registry_result_set(res, IDEM_REGISTRY_UNKNOWN,
 		                          "schema id %d: references nested deeper than %d", (int)id,
-		                          IDEM_REGISTRY_MAX_REFERENCES);
+		                          IDEM_SCHEMA_MAX_REFERENCES);
 		return false;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -465,10 +465,10 @@ static bool idem_registry_references(idem_registry *reg, struct idem_registry_co
 		         idem_registry_shown(name, shown_name, sizeof(shown_name)),
 		         idem_registry_shown(subject, shown_subject, sizeof(shown_subject)),
 		         version);
-		if (deps->n == IDEM_REGISTRY_MAX_REFERENCES) {
+		if (deps->n == IDEM_SCHEMA_MAX_REFERENCES) {
 			idem__registry_result_set(res, IDEM_REGISTRY_UNKNOWN,
 			                          "%s: more than %d references", what,
-			                          IDEM_REGISTRY_MAX_REFERENCES);
+			                          IDEM_SCHEMA_MAX_REFERENCES);
 			return false;
 		}
 		esc = curl_easy_escape(conn->curl, subject, 0);

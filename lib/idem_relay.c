@@ -581,7 +581,7 @@ idem_status idem_relay_start(const struct idem_cfg *cfg, idem_metrics *metrics, 
 		goto out_free;
 	pthread_mutex_init(&rl->lock, NULL);
 	idem_cond_init(&rl->cond);
-	if (pthread_create(&rl->thread, NULL, relay_main, rl) != 0) {
+	if (idem_thread_start(&rl->thread, relay_main, rl) != 0) {
 		pthread_cond_destroy(&rl->cond);
 		pthread_mutex_destroy(&rl->lock);
 		rd_kafka_destroy(rl->rk);

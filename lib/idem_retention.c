@@ -227,7 +227,7 @@ idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_second
 	rt->rk = rk;
 	pthread_mutex_init(&rt->lock, NULL);
 	idem_cond_init(&rt->cond);
-	if (pthread_create(&rt->thread, NULL, retention_main, rt) != 0) {
+	if (idem_thread_start(&rt->thread, retention_main, rt) != 0) {
 		pthread_cond_destroy(&rt->cond);
 		pthread_mutex_destroy(&rt->lock);
 		free(rt);

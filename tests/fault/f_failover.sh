@@ -41,7 +41,10 @@ ledger_at_least() { [ "$(rows ledger)" -ge "$1" ]; }
 idemd_start a "$cfg"
 owns() { grep -qs "assigned topic=payments" "$IDEM_TMP/idemd-a.log"; }
 idem_wait_until 60 "idemd gets partitions" owns
-idem_produce_bg --count "$count" --dup-ratio 0.2 --seed 181 --rate 1500
+# The stream runs until 2 s after the first commit on the promoted standby (idem_produce_stop),
+# at most 10 minutes, so that the failover lands in it however slow the machine is; $count sets
+# where the standby falls behind and the primary crashes.
+idem_produce_bg --count $((1500 * 600)) --dup-ratio 0.2 --seed 181 --rate 1500
 if [ "$mode" = async ]; then
 	idem_wait_until 60 "25% of the payments in the ledger" ledger_at_least $((unique_est / 4))
 	idem_pg_standby_pause
@@ -78,7 +81,8 @@ recovery_s=$(idem_psql -c "SELECT round((extract(epoch FROM min(updated_at)) - $
 idem_log "first commit on the promoted standby ${recovery_s} s after the promotion"
 idem__alive "$(idemd_pid a)" || idem_fail "idemd exited during the failover"
 
-idem_produce_wait 180
+sleep 2
+idem_produce_stop 180
 idem_wait_done g-failover 180
 idemd_stop a
 lost=$((IDEM_UNIQUE - $(idem_psql -c 'SELECT count(DISTINCT payment_id) FROM ledger')))

@@ -36,6 +36,10 @@ for f in "$src"/lib/idem_protobuf*.cc; do
 		-o "$out/$(basename "$f" .cc).o"
 	pb+=("$out/$(basename "$f" .cc).o")
 done
+# Its check of a .proto text's bounds is C.
+bg clang -c "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" "$src/lib/idem_protobuf_scan.c" \
+	-o "$out/idem_protobuf_scan.o"
+pb+=("$out/idem_protobuf_scan.o")
 wait_all
 pblibs=(-fsanitize-link-c++-runtime -lprotoc $(pkg-config --libs protobuf) -lstdc++)
 field=("${pb[@]}" "$src/lib/idem_field.c" "$src/lib/idem_trace.c" "$src/lib/idem_field_json.c" "$src/lib/idem_json.c" "$src/lib/idem_avro.c" "$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c"
@@ -61,6 +65,10 @@ bg clang "${flags[@]}" "$src/tests/fuzz/fuzz_avro.c" "$src/lib/idem_avro.c" "$sr
 bg clang "${flags[@]}" "$src/tests/fuzz/fuzz_protobuf.c" "${pb[@]}" "$src/lib/idem_common.c" \
 	"${pblibs[@]}" -lm -o "$out/fuzz_protobuf"
 
+bg clang "${flags[@]}" "$src/tests/fuzz/fuzz_schema.c" "${pb[@]}" "$src/lib/idem_avro.c" \
+	"$src/lib/idem_avro_decode.c" "$src/lib/idem_avro_text.c" "$src/lib/idem_common.c" \
+	$(pkg-config --cflags --libs avro-c json-c) "${pblibs[@]}" -lm -o "$out/fuzz_schema"
+
 bg clang "${flags[@]}" "$src/tests/fuzz/fuzz_jsonschema.c" "$src/lib/idem_jsonschema.c" \
 	"$src/lib/idem_jsonschema_check.c" "$src/lib/idem_jsonschema_keywords.c" \
 	"$src/lib/idem_jsonschema_pattern.c" "$src/lib/idem_esc.c" "$src/lib/idem_common.c" \
@@ -81,7 +89,7 @@ fuzz() {
 	fi
 	echo "fuzz_$t: ${secs}s, $(grep -E "^#[0-9]+.*DONE|Done [0-9]+ runs" "$out/fuzz_$t.log" | tail -1)"
 }
-for t in key cfg decode json avro protobuf jsonschema; do
+for t in key cfg decode json avro protobuf jsonschema schema; do
 	[ ${#pids[@]} -lt "$cpus" ] || wait_all
 	bg fuzz "$t"
 done

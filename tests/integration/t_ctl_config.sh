@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Which configuration idemctl reads: it names it on stderr (not with -q); without -c it reads
-# DIR/idemd.yaml (DIR: IDEM_CONFIG_DIR, else /etc/idemd), and refuses, naming them, when DIR holds
-# several *.yaml (a host running idemd@NAME instances, each with DIR/NAME.yaml).
+# DIR/idemd.yaml (DIR: IDEM_CONFIG_DIR, else the configured one, /etc/idemd for the prefix /usr),
+# and refuses, naming them, when DIR holds several *.yaml (a host running idemd@NAME instances,
+# each with DIR/NAME.yaml).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"

@@ -49,6 +49,9 @@ idem_produce --count 4000 --dup-ratio 0.3 --seed 6
 total=$((total + IDEM_PRODUCED))
 idem_wait_until 60 "the second stream consumed" consumed_is "$total"
 sleep 3 # idle
+# At least 60 polls in the window, however slowly a busy machine runs the poller.
+polled_enough() { [ "$(polls "$t_assigned" "$(now_ms)" | wc -l)" -ge 60 ]; }
+idem_wait_until 120 "60 polls of /readyz while assigned and connected" polled_enough
 t_stop=$(now_ms)
 n=$(polls "$t_assigned" "$t_stop" | wc -l)
 bad=$(polls "$t_assigned" "$t_stop" '$2 != 200')

@@ -37,9 +37,10 @@ both_own() {
 }
 
 # ---- 1. the second instance joining while the first consumes ----------------------------------
-# 20 s of stream: the first join takes about 3 s and the second rebalance session.timeout.ms - 1 s
-# on the embedded Kafka, more under ASan (10 s of stream ran out once in CI).
-idem_produce_bg --count 40000 --dup-ratio 0.3 --seed 3 --rate 2000
+# The stream runs until 3 s after both instances own partitions (idem_produce_stop), at most 10
+# minutes: the first join takes about 3 s and the second rebalance session.timeout.ms - 1 s on
+# the embedded Kafka, more under ASan or on a busy machine (a 10 s stream ran out once in CI).
+idem_produce_bg --count $((2000 * 600)) --dup-ratio 0.3 --seed 3 --rate 2000
 idemd_start a "$IDEM_TMP/a.yaml"
 idem_wait_until 60 "first instance applies something" idem_claims_above 0
 idemd_start b "$IDEM_TMP/b.yaml"
@@ -47,7 +48,8 @@ idem_wait_until 60 "both instances own partitions" both_own
 claims_at_join=$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages')
 idem_producer_running ||
 	idem_fail "the stream ended before the second instance got partitions: no rebalance under load"
-idem_produce_wait 60
+sleep 3
+idem_produce_stop 60
 cp "$IDEM_TMP/manifest.csv" "$IDEM_TMP/manifest-backlog.csv"
 p1=$IDEM_PRODUCED u1=$IDEM_UNIQUE
 idem_wait_done g-two 240

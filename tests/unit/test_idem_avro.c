@@ -4,6 +4,7 @@
  * type read through pointers. Datums are encoded here by hand, byte by byte.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "idem_avro.h"
+#include "idem_limits.h"
 /* cmocka.h needs the headers above. */
 #include <cmocka.h>
 
@@ -1323,12 +1325,12 @@ static void test_bad_schemas(void **state)
 	(void)state;
 	schema_fails("", "schema is not valid Avro");
 	schema_fails("{\"type\":\"record\"", "schema is not valid Avro");
-	schema_fails("\"nosuchtype\"", "schema is not valid Avro");
+	schema_fails("\"nosuchtype\"", "schema: no type named nosuchtype");
 	schema_fails("{\"type\":\"record\",\"name\":\"R\",\"fields\":[{\"name\":\"a\","
 	             "\"type\":\"Other\"}]}",
-	             "schema is not valid Avro");
+	             "schema: no type named Other");
 	schema_fails("{\"type\":\"enum\",\"name\":\"E\",\"symbols\":[]}",
-	             "schema is not valid Avro");
+	             "schema: enum E has no symbols");
 	schema_fails("{\"type\":\"fixed\",\"name\":\"F\",\"size\":0}",
 	             "schema: fixed F has size 0, not between 1 and 16777216 bytes");
 	schema_fails("{\"type\":\"fixed\",\"name\":\"F\",\"size\":-4}", "has size -4");
@@ -1347,7 +1349,7 @@ static void test_bad_schemas(void **state)
  * tests is the check.
  */
 #define MANY_FIELDS 300000
-#define MANY_TYPES  100000
+#define MANY_TYPES  (IDEM_SCHEMA_MAX_NAMED_TYPES - 1) /* and Top: exactly the bound */
 
 /* Record Big of @n long fields f0, f1, ...; with @dup the last is named f0 again. */
 static void many_fields_json(struct idem_buf *json, size_t n, bool dup)
@@ -1395,6 +1397,25 @@ static void test_many_fields(void **state)
  * fields b0, b1, ..., by its name (even) or full name (odd): a search of the types before for
  * each reference was quadratic.
  */
+static void many_types_json(struct idem_buf *json, size_t n, struct enc *e)
+{
+	assert_int_equal(idem_buf_append_str(json, "{\"type\":\"record\",\"name\":\"Top\","
+	                                           "\"namespace\":\"ns\",\"fields\":["),
+	                 IDEM_OK);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(
+		        idem_buf_printf(
+		                json,
+		                "%s{\"name\":\"a%zu\",\"type\":{\"type\":\"fixed\","
+		                "\"name\":\"N%zu\",\"size\":1}},{\"name\":\"b%zu\",\"type\":\"%sN%zu\"}",
+		                i > 0 ? "," : "", i, i, i, i % 2 ? "ns." : "", i),
+		        IDEM_OK);
+		put_byte(e, (uint8_t)i);
+		put_byte(e, (uint8_t)(i >> 8));
+	}
+	assert_int_equal(idem_buf_append_str(json, "]}"), IDEM_OK);
+}
+
 static void test_many_named_types(void **state)
 {
 	struct idem_buf json = { 0 };
@@ -1403,31 +1424,125 @@ static void test_many_named_types(void **state)
 	struct enc e = { 0 };
 
 	(void)state;
-	assert_int_equal(idem_buf_append_str(&json, "{\"type\":\"record\",\"name\":\"Top\","
-	                                            "\"namespace\":\"ns\",\"fields\":["),
-	                 IDEM_OK);
-	for (size_t i = 0; i < MANY_TYPES; i++) {
-		assert_int_equal(
-		        idem_buf_printf(
-		                &json,
-		                "%s{\"name\":\"a%zu\",\"type\":{\"type\":\"fixed\","
-		                "\"name\":\"N%zu\",\"size\":1}},{\"name\":\"b%zu\",\"type\":\"%sN%zu\"}",
-		                i > 0 ? "," : "", i, i, i, i % 2 ? "ns." : "", i),
-		        IDEM_OK);
-		put_byte(&e, (uint8_t)i);
-		put_byte(&e, (uint8_t)(i >> 8));
-	}
-	assert_int_equal(idem_buf_append_str(&json, "]}"), IDEM_OK);
+	many_types_json(&json, MANY_TYPES, &e);
 	s = schema_of(json.data);
 	decode_ok(dec, s, &e);
 	text_is(dec, "/a0", "\\x00");
 	text_is(dec, "/b0", "\\x00");
-	text_is(dec, "/a99999", "\\x9f"); /* 99999 = 0x1869f */
-	text_is(dec, "/b99999", "\\x86");
+	text_is(dec, "/a99998", "\\x9e"); /* 99998 = 0x1869e */
+	text_is(dec, "/b99998", "\\x86");
 	enc_done(&e);
 	idem_avro_dec_free(dec);
 	idem_avro_schema_unref(s);
+
+	/* One past the bound, refused before avro-c reads it. */
+	idem_buf_reset(&json);
+	many_types_json(&json, MANY_TYPES + 1, &e);
+	schema_fails(json.data,
+	             "schema: named type ns.N99999 is past the bound of 100000 named types");
+	enc_done(&e);
 	idem_buf_done(&json);
+}
+
+/* @n arrays around a long: n + 1 levels of types. */
+static void nested_arrays_json(struct idem_buf *json, int n)
+{
+	for (int i = 0; i < n; i++)
+		assert_int_equal(idem_buf_append_str(json, "{\"type\":\"array\",\"items\":"),
+		                 IDEM_OK);
+	assert_int_equal(idem_buf_append_str(json, "\"long\""), IDEM_OK);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(idem_buf_append_str(json, "}"), IDEM_OK);
+}
+
+/* A long with an attribute of @n nested JSON arrays: n + 1 levels of JSON, 1 of types. */
+static void nested_json(struct idem_buf *json, int n)
+{
+	assert_int_equal(idem_buf_append_str(json, "{\"type\":\"long\",\"x\":"), IDEM_OK);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(idem_buf_append_str(json, "["), IDEM_OK);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(idem_buf_append_str(json, "]"), IDEM_OK);
+	assert_int_equal(idem_buf_append_str(json, "}"), IDEM_OK);
+}
+
+static void *small_stack_main(void *arg)
+{
+	struct idem_buf *json = arg;
+
+	idem_avro_schema_unref(schema_of(json->data));
+	return NULL;
+}
+
+/* Builds the schema @json on a thread of IDEM_THREAD_STACK_BYTES / 8: the bounds leave that
+ * much margin. */
+static void schema_on_small_stack(struct idem_buf *json)
+{
+	pthread_attr_t a;
+	pthread_t t;
+
+	assert_int_equal(pthread_attr_init(&a), 0);
+	assert_int_equal(pthread_attr_setstacksize(&a, IDEM_THREAD_STACK_BYTES / 8), 0);
+	assert_int_equal(pthread_create(&t, &a, small_stack_main, json), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	pthread_attr_destroy(&a);
+}
+
+/*
+ * The bounds of idem_limits.h, exactly at each and one past it: types nested
+ * IDEM_SCHEMA_MAX_DEPTH deep, JSON nested IDEM_SCHEMA_MAX_JSON_DEPTH deep; 20,000 and 200,000
+ * levels are refused as one past is, without avro-c recursing into them. A type defined twice
+ * is refused before avro-c, whose error path for it leaks (LeakSanitizer checks).
+ */
+static void test_schema_bounds(void **state)
+{
+	struct idem_buf json = { 0 };
+	char want[128];
+
+	(void)state;
+	nested_arrays_json(&json, IDEM_SCHEMA_MAX_DEPTH - 1);
+	idem_avro_schema_unref(schema_of(json.data));
+	schema_on_small_stack(&json);
+	snprintf(want, sizeof(want), "schema: types nested deeper than the bound of %d levels",
+	         IDEM_SCHEMA_MAX_DEPTH);
+	idem_buf_reset(&json);
+	nested_arrays_json(&json, IDEM_SCHEMA_MAX_DEPTH);
+	schema_fails(json.data, want);
+
+	idem_buf_reset(&json);
+	nested_json(&json, IDEM_SCHEMA_MAX_JSON_DEPTH - 1);
+	idem_avro_schema_unref(schema_of(json.data));
+	schema_on_small_stack(&json);
+	snprintf(want, sizeof(want), "schema JSON nested deeper than the bound of %d levels",
+	         IDEM_SCHEMA_MAX_JSON_DEPTH);
+	idem_buf_reset(&json);
+	nested_json(&json, IDEM_SCHEMA_MAX_JSON_DEPTH);
+	schema_fails(json.data, want);
+	idem_buf_reset(&json);
+	nested_arrays_json(&json, 20000);
+	schema_fails(json.data, "schema JSON nested deeper than the bound of");
+	idem_buf_reset(&json);
+	nested_arrays_json(&json, 200000);
+	schema_fails(json.data, "schema JSON nested deeper than the bound of");
+	idem_buf_done(&json);
+
+	schema_fails("{\"type\":\"record\",\"name\":\"R\",\"fields\":["
+	             "{\"name\":\"a\",\"type\":{\"type\":\"fixed\",\"name\":\"F\",\"size\":1}},"
+	             "{\"name\":\"b\",\"type\":{\"type\":\"fixed\",\"name\":\"F\",\"size\":2}}]}",
+	             "schema: type F is defined twice");
+	schema_fails(
+	        "{\"type\":\"record\",\"name\":\"R\",\"fields\":["
+	        "{\"name\":\"a\",\"type\":{\"type\":\"record\",\"name\":\"R\",\"fields\":[]}}]}",
+	        "schema: type R is defined twice");
+	/* avro-c answers an invalid name with ENOMEM, as if memory had run out: refused before. */
+	schema_fails(
+	        "{\"type\":\"record\",\"name\":\"R\",\"namespace\":\"x\",\"fields\":["
+	        "{\"name\":\"a\",\"type\":{\"type\":\"record\",\"name\":\"x.R%\",\"fields\":[]}}]}",
+	        "schema: the name of a record is not an Avro name");
+	schema_fails("{\"type\":\"enum\",\"name\":\"1E\",\"symbols\":[\"A\"]}",
+	             "schema: the name of a enum is not an Avro name");
+	schema_fails("{\"type\":\"fixed\",\"name\":\"a.\",\"size\":1}",
+	             "schema: the name of a fixed is not an Avro name");
 }
 
 static void test_refcount(void **state)
@@ -1470,6 +1585,7 @@ int main(void)
 		cmocka_unit_test(test_bad_schemas),
 		cmocka_unit_test(test_many_fields),
 		cmocka_unit_test(test_many_named_types),
+		cmocka_unit_test(test_schema_bounds),
 		cmocka_unit_test(test_refcount),
 	};
 

@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "idem_common.h"
+#include "idem_limits.h"
 #include "idem_protobuf.h"
 /* cmocka.h needs the headers above. */
 #include <cmocka.h>
@@ -924,6 +927,228 @@ static void test_bad_schemas(void **state)
 	        "order.proto: A.y: Field number 1 has already been used in \"A\" by field \"x\".");
 }
 
+/*
+ * @levels messages nested in each other, one a line after the syntax line, the innermost with a
+ * field; *@ret_line:@ret_col is where the brace of the last one is.
+ */
+static void nested_proto(struct idem_buf *t, int levels, int *ret_line, int *ret_col)
+{
+	assert_int_equal(idem_buf_append_str(t, "syntax = \"proto3\";\n"), IDEM_OK);
+	for (int i = 1; i <= levels; i++) {
+		int before = (int)t->len;
+
+		assert_int_equal(idem_buf_printf(t, "message M%d {\n", i), IDEM_OK);
+		*ret_line = i + 1;
+		*ret_col = (int)t->len - before - 1;
+	}
+	assert_int_equal(idem_buf_append_str(t, "string x = 1;\n"), IDEM_OK);
+	for (int i = 0; i < levels; i++)
+		assert_int_equal(idem_buf_append_str(t, "}\n"), IDEM_OK);
+}
+
+/* What a thread with an eighth of IDEM_THREAD_STACK_BYTES made of a .proto text. */
+struct small_stack {
+	const char *text;
+	idem_status r;
+	idem_error err;
+};
+
+static void *small_stack_main(void *arg)
+{
+	struct small_stack *ss = arg;
+	idem_pb_schema *s = NULL;
+
+	ss->r = idem_pb_schema_new("deep.proto", ss->text, strlen(ss->text), NULL, 0, &s, &ss->err);
+	idem_pb_schema_unref(s);
+	return NULL;
+}
+
+/* Parses @text on a thread of IDEM_THREAD_STACK_BYTES / 8: the bounds leave that much margin. */
+static idem_status parse_on_small_stack(const char *text, idem_error *err)
+{
+	struct small_stack ss = { .text = text };
+	pthread_attr_t a;
+	pthread_t t;
+
+	assert_int_equal(pthread_attr_init(&a), 0);
+	assert_int_equal(pthread_attr_setstacksize(&a, IDEM_THREAD_STACK_BYTES / 8), 0);
+	assert_int_equal(pthread_create(&t, &a, small_stack_main, &ss), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	pthread_attr_destroy(&a);
+	*err = ss.err;
+	return ss.r;
+}
+
+static void scan_ok(const char *text)
+{
+	idem_error err = { 0 };
+	idem_status r = idem_pb_scan(text, strlen(text), &err);
+
+	if (r != IDEM_OK)
+		print_error("scan: %s\n", err.msg);
+	assert_int_equal(r, IDEM_OK);
+}
+
+static void scan_fails(const char *text, const char *want)
+{
+	idem_error err = { 0 };
+	idem_status r = idem_pb_scan(text, strlen(text), &err);
+
+	if (r != IDEM_ERR_INVALID)
+		print_error("scan: OK, want '%s'\n", want);
+	assert_int_equal(r, IDEM_ERR_INVALID);
+	assert_string_equal(err.msg, want);
+}
+
+/*
+ * The bounds of idem_limits.h, exactly at each and one past it, checked before libprotoc
+ * parses the text: nesting (messages, enums, oneofs, option values and the text format's < >),
+ * definitions, imports. 20,000 nested messages took libprotoc 3.21 past a thread's stack
+ * (SIGSEGV); 200,000 too. Brackets in comments and strings are not counted, and a closing
+ * bracket that matches no open one closes nothing.
+ */
+static void test_schema_bounds(void **state)
+{
+	struct idem_buf t = { 0 }, u = { 0 };
+	char want[160];
+	int line = 0, col = 0;
+	idem_pb_schema *s;
+
+	(void)state;
+	/* libprotobuf builds messages nested 31 deep, its own bound, and refuses 32 cleanly. */
+	nested_proto(&t, 31, &line, &col);
+	s = schema_of("deep.proto", t.data, NULL, 0);
+	idem_pb_schema_unref(s);
+	idem_buf_reset(&t);
+	nested_proto(&t, IDEM_SCHEMA_MAX_DEPTH, &line, &col);
+	scan_ok(t.data);
+	{
+		/* At the bound, the parser recurses 64 deep: on an eighth of a thread's stack. */
+		idem_error err = { 0 };
+
+		assert_int_equal(parse_on_small_stack(t.data, &err), IDEM_ERR_INVALID);
+		assert_non_null(
+		        strstr(err.msg, "Reached maximum recursion limit for nested messages"));
+	}
+	idem_buf_reset(&t);
+	nested_proto(&t, IDEM_SCHEMA_MAX_DEPTH + 1, &line, &col);
+	snprintf(want, sizeof(want), "line %d:%d: nested deeper than the bound of %d levels", line,
+	         col, IDEM_SCHEMA_MAX_DEPTH);
+	schema_fails(t.data, NULL, 0, want);
+	{
+		const struct idem_pb_file deep[] = { { "a.proto", t.data, t.len } };
+		char want_dep[200];
+
+		snprintf(want_dep, sizeof(want_dep), "import \"a.proto\": %s", want);
+		schema_fails("syntax = \"proto3\"; import \"a.proto\"; message M {}", deep, 1,
+		             want_dep);
+	}
+	for (int levels = 20000; levels <= 200000; levels *= 10) {
+		idem_buf_reset(&t);
+		nested_proto(&t, levels, &line, &col);
+		schema_fails(t.data, NULL, 0,
+		             "line 66:13: nested deeper than the bound of 64 levels");
+	}
+
+	/* Enums in messages, a oneof, an option's value in braces and in < >: all one nesting. */
+	idem_buf_reset(&t);
+	assert_int_equal(idem_buf_append_str(&t, "syntax = \"proto2\";"), IDEM_OK);
+	for (int i = 0; i < IDEM_SCHEMA_MAX_DEPTH - 2; i++)
+		assert_int_equal(idem_buf_printf(&t, "message M%d {", i), IDEM_OK);
+	assert_int_equal(idem_buf_printf(&u, "%s message L { message K {", t.data), IDEM_OK);
+	assert_int_equal(idem_buf_append_str(&t, "oneof o { int32 a = 1; } enum E { Z = 0; }"),
+	                 IDEM_OK);
+	for (int i = 0; i < IDEM_SCHEMA_MAX_DEPTH - 2; i++)
+		assert_int_equal(idem_buf_append_str(&t, "}"), IDEM_OK);
+	scan_ok(t.data);
+	assert_int_equal(idem_buf_append_str(&u, "enum E { Z = 0; }"), IDEM_OK);
+	snprintf(want, sizeof(want), "line 1:%d: nested deeper than the bound of %d levels",
+	         (int)(strrchr(u.data, '{') - u.data) + 1, IDEM_SCHEMA_MAX_DEPTH);
+	scan_fails(u.data, want);
+	idem_buf_reset(&t);
+	assert_int_equal(idem_buf_append_str(&t, "option (o) = { a"), IDEM_OK);
+	for (int i = 0; i < IDEM_SCHEMA_MAX_DEPTH - 2; i++)
+		assert_int_equal(idem_buf_append_str(&t, " <b"), IDEM_OK);
+	scan_ok(t.data); /* the braces and 62 <: 63 */
+	assert_int_equal(idem_buf_append_str(&t, " <b"), IDEM_OK);
+	scan_ok(t.data);
+	assert_int_equal(idem_buf_append_str(&t, " <b"), IDEM_OK);
+	snprintf(want, sizeof(want), "line 1:%d: nested deeper than the bound of %d levels",
+	         (int)(strrchr(t.data, '<') - t.data) + 1, IDEM_SCHEMA_MAX_DEPTH);
+	scan_fails(t.data, want);
+
+	/* Brackets in comments and strings do not count; in a string, neither do quotes escaped. */
+	idem_buf_reset(&t);
+	nested_proto(&t, IDEM_SCHEMA_MAX_DEPTH, &line, &col);
+	assert_int_equal(idem_buf_append_str(&t, "// {{{{ \n/* {{{{\n{{{{ */ message S { optional "
+	                                         "string s = 1 [default = \"{{\\\"{{{\"]; }"
+	                                         "message Q { string q = 1 [(o) = '<\\'<<']; }"),
+	                 IDEM_OK);
+	scan_ok(t.data);
+	/* Closing brackets in a string, in a comment, or that match no open one, close nothing. */
+	idem_buf_reset(&t);
+	for (int i = 0; i < IDEM_SCHEMA_MAX_DEPTH; i++)
+		assert_int_equal(idem_buf_append_str(&t, "{ \"}\" /* } */ ) > ]\n"), IDEM_OK);
+	assert_int_equal(idem_buf_append_str(&t, "{"), IDEM_OK);
+	snprintf(want, sizeof(want), "line %d:1: nested deeper than the bound of %d levels",
+	         IDEM_SCHEMA_MAX_DEPTH + 1, IDEM_SCHEMA_MAX_DEPTH);
+	scan_fails(t.data, want);
+
+	/* A NUL byte ends a string and a comment, as in libprotobuf's tokenizer: what follows
+	 * counts. */
+	{
+		static const char nul_string[] = "'x\0{{{";
+		static const char nul_line[] = "// x\0{{{";
+		static const char nul_block[] = "/* x\0*/{{{";
+		idem_error err = { 0 };
+
+		idem_buf_reset(&t);
+		for (int i = 0; i < IDEM_SCHEMA_MAX_DEPTH - 2; i++)
+			assert_int_equal(idem_buf_append_str(&t, "{"), IDEM_OK);
+		assert_int_equal(idem_buf_append(&t, nul_string, sizeof(nul_string) - 1), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_ERR_INVALID);
+		assert_non_null(strstr(err.msg, "nested deeper than the bound of 64 levels"));
+		t.len = IDEM_SCHEMA_MAX_DEPTH - 2;
+		assert_int_equal(idem_buf_append(&t, nul_line, sizeof(nul_line) - 1), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_ERR_INVALID);
+		t.len = IDEM_SCHEMA_MAX_DEPTH - 2;
+		assert_int_equal(idem_buf_append(&t, nul_block, sizeof(nul_block) - 1), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_ERR_INVALID);
+		t.len = IDEM_SCHEMA_MAX_DEPTH - 2;
+		assert_int_equal(idem_buf_append_str(&t, "/* {{{ */ '{{{' // {{{"), IDEM_OK);
+		assert_int_equal(idem_pb_scan(t.data, t.len, &err), IDEM_OK);
+	}
+
+	/* Definitions: exactly the bound builds; one more is refused where it starts. */
+	idem_buf_reset(&t);
+	assert_int_equal(idem_buf_append_str(&t, "syntax = \"proto3\";\n"), IDEM_OK);
+	for (int i = 0; i < IDEM_SCHEMA_MAX_DEFINITIONS / 2; i++)
+		assert_int_equal(
+		        idem_buf_printf(&t, "message M%d { oneof o { int32 a = 1; } }\n", i),
+		        IDEM_OK);
+	s = schema_of("many.proto", t.data, NULL, 0);
+	idem_pb_schema_unref(s);
+	assert_int_equal(idem_buf_append_str(&t, "enum E { Z = 0; }\n"), IDEM_OK);
+	snprintf(
+	        want, sizeof(want),
+	        "line %d:1: more definitions (messages, enums, groups, oneofs, services, extends) than the bound of %d",
+	        IDEM_SCHEMA_MAX_DEFINITIONS / 2 + 2, IDEM_SCHEMA_MAX_DEFINITIONS);
+	schema_fails(t.data, NULL, 0, want);
+
+	/* Imports: exactly the bound passes the scan; one more is refused. */
+	idem_buf_reset(&t);
+	assert_int_equal(idem_buf_append_str(&t, "syntax = \"proto3\";\n"), IDEM_OK);
+	for (int i = 0; i < IDEM_SCHEMA_MAX_IMPORTS; i++)
+		assert_int_equal(idem_buf_printf(&t, "import \"f%d.proto\";\n", i), IDEM_OK);
+	scan_ok(t.data);
+	assert_int_equal(idem_buf_append_str(&t, "import public \"g.proto\";\n"), IDEM_OK);
+	snprintf(want, sizeof(want), "line %d:1: more imports than the bound of %d",
+	         IDEM_SCHEMA_MAX_IMPORTS + 2, IDEM_SCHEMA_MAX_IMPORTS);
+	scan_fails(t.data, want);
+	idem_buf_done(&u);
+	idem_buf_done(&t);
+}
+
 /* Hostile bodies, refused before libprotobuf reads them, saying where. */
 static void test_hostile(void **state)
 {
@@ -1206,6 +1431,7 @@ int main(void)
 		cmocka_unit_test(test_message_indexes),
 		cmocka_unit_test(test_imports),
 		cmocka_unit_test(test_bad_schemas),
+		cmocka_unit_test(test_schema_bounds),
 		cmocka_unit_test(test_hostile),
 		cmocka_unit_test(test_depth),
 		cmocka_unit_test(test_proto2_strings),
