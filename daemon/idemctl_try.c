@@ -448,17 +448,26 @@ static json_object *jstr(const char *s, size_t len, bool null)
 	return null ? NULL : json_object_new_string_len(s, (int)len);
 }
 
-static json_object *jhex(const PGresult *res, int row, int col)
+/*
+ * Bytes given in hex by Postgres, as @name: the text when it is UTF-8 without NULs, else null;
+ * and as @name_hex, always (null when NULL): JSON text cannot hold other bytes exactly.
+ */
+static void jhex(json_object *o, const char *name, const PGresult *res, int row, int col)
 {
+	char hexname[32];
 	size_t n;
 	char *b;
-	json_object *o;
 
-	if (PQgetisnull(res, row, col) || (b = unhex(PQgetvalue(res, row, col), &n)) == NULL)
-		return NULL;
-	o = json_object_new_string_len(b, (int)n);
+	snprintf(hexname, sizeof(hexname), "%s_hex", name);
+	if (PQgetisnull(res, row, col) || (b = unhex(PQgetvalue(res, row, col), &n)) == NULL) {
+		json_object_object_add(o, name, NULL);
+		json_object_object_add(o, hexname, NULL);
+		return;
+	}
+	json_object_object_add(
+	        o, name, idem_utf8_valid(b, n) ? json_object_new_string_len(b, (int)n) : NULL);
+	json_object_object_add(o, hexname, json_object_new_string(PQgetvalue(res, row, col)));
 	free(b);
-	return o;
 }
 
 static json_object *json_effects(const struct idem_try_effects *fx)
@@ -493,8 +502,8 @@ static json_object *json_effects(const struct idem_try_effects *fx)
 			ev = json_object_new_object();
 			json_object_object_add(ev, "topic",
 			                       json_object_new_string(PQgetvalue(e, i, 2)));
-			json_object_object_add(ev, "key", jhex(e, i, 3));
-			json_object_object_add(ev, "value", jhex(e, i, 4));
+			jhex(ev, "key", e, i, 3);
+			jhex(ev, "value", e, i, 4);
 			json_object_object_add(ev, "event_id",
 			                       jstr(PQgetvalue(e, i, 1),
 			                            strlen(PQgetvalue(e, i, 1)),
@@ -507,7 +516,7 @@ static json_object *json_effects(const struct idem_try_effects *fx)
 
 			json_object_object_add(h, "name",
 			                       json_object_new_string(PQgetvalue(e, i, 5)));
-			json_object_object_add(h, "value", jhex(e, i, 6));
+			jhex(h, "value", e, i, 6);
 			json_object_object_get_ex(ev, "headers", &hs);
 			json_object_array_add(hs, h);
 		}

@@ -540,10 +540,8 @@ static const struct idem_cfg_kafka_prop cfg_kafka_props[] = {
 	 * messages by default. */
 	{ "auto.offset.reset", "earliest", false, NULL },
 	{ "enable.partition.eof", "false", true, NULL },
-	/* librdkafka's prefetch, per assigned partition, when the topics' partitions cannot be
-	 * counted (else idem_consumer_conf() divides IDEM_CONSUMER_PREFETCH_* among them). */
-	{ "queued.min.messages", "5000", false, NULL },
-	{ "queued.max.messages.kbytes", "2048", false, NULL },
+	/* librdkafka's prefetch (queued.min.messages, queued.max.messages.kbytes) is not here:
+	 * idem_consumer_conf() divides IDEM_CONSUMER_PREFETCH_* among the partitions. */
 };
 
 const struct idem_cfg_kafka_prop *idem_cfg_kafka_props(size_t *ret_n)

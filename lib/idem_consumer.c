@@ -115,11 +115,20 @@ static bool user_set(const struct idem_cfg *cfg, const char *name)
 
 void idem_consumer_prefetch(int partitions, long *ret_messages, long *ret_kbytes)
 {
-	long m = IDEM_CONSUMER_PREFETCH_MESSAGES / (partitions > 0 ? partitions : 1);
-	long k = IDEM_CONSUMER_PREFETCH_KBYTES / (partitions > 0 ? partitions : 1);
+	long n = partitions > 0 ? partitions : 1;
+	long m = IDEM_CONSUMER_PREFETCH_MESSAGES / n;
+	long k = IDEM_CONSUMER_PREFETCH_KBYTES / n;
 
-	*ret_messages = m < 1000 ? 1000 : m > 100000 ? 100000 : m;
-	*ret_kbytes = k < 256 ? 256 : k;
+	/* Not counted: the least a partition gets, the share of as many as the whole covers at
+	 * it, so up to that many hold no more than the whole, and more no more than counted ones
+	 * would. */
+	if (partitions <= 0)
+		m = k = 0;
+	*ret_messages = m < IDEM_CONSUMER_PREFETCH_MIN_MESSAGES
+	                        ? IDEM_CONSUMER_PREFETCH_MIN_MESSAGES
+	                : m > 100000 ? 100000
+	                             : m;
+	*ret_kbytes = k < IDEM_CONSUMER_PREFETCH_MIN_KBYTES ? IDEM_CONSUMER_PREFETCH_MIN_KBYTES : k;
 }
 
 idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,
@@ -142,7 +151,7 @@ idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,
 		    (r = set(conf, props[i].name, props[i].value, err)) != IDEM_OK)
 			goto out_destroy;
 	}
-	if (partitions > 0) {
+	{
 		char v[24];
 		long m, k;
 
@@ -560,6 +569,8 @@ idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_con
 	idem_status r;
 	int partitions = count_partitions(cfg, ret_missing);
 	long m, k;
+	bool own =
+	        user_set(cfg, "queued.min.messages") || user_set(cfg, "queued.max.messages.kbytes");
 
 	idem_consumer_prefetch(partitions, &m, &k);
 	if (partitions > 0)
@@ -568,16 +579,15 @@ idem_status idem_consumer_open(const struct idem_cfg *cfg, const struct idem_con
 		              "partitions sharing %d messages and %d KiB%s",
 		              m, k, partitions, IDEM_CONSUMER_PREFETCH_MESSAGES,
 		              IDEM_CONSUMER_PREFETCH_KBYTES,
-		              user_set(cfg, "queued.min.messages") ||
-		                              user_set(cfg, "queued.max.messages.kbytes")
-		                      ? " (kafka.properties sets its own)"
-		                      : "");
+		              own ? " (kafka.properties sets its own)" : "");
 	else
 		idem_log_warn("kafka",
-		              "cannot count the topics' partitions: prefetch per partition %s "
-		              "messages, %s KiB",
-		              prop_value(cfg, "queued.min.messages"),
-		              prop_value(cfg, "queued.max.messages.kbytes"));
+		              "cannot count the topics' partitions: prefetch per partition %ld "
+		              "messages, %ld KiB, the least, until idemd restarts (%d partitions "
+		              "share %d messages and %d KiB)%s",
+		              m, k, IDEM_CONSUMER_PREFETCH_FALLBACK_PARTITIONS,
+		              IDEM_CONSUMER_PREFETCH_MESSAGES, IDEM_CONSUMER_PREFETCH_KBYTES,
+		              own ? " (kafka.properties sets its own)" : "");
 	if ((r = idem_consumer_conf(cfg, partitions, &conf, err)) != IDEM_OK)
 		return r;
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);

@@ -36,9 +36,28 @@
 #define IDEM_CONSUMER_PREFETCH_MESSAGES 160000
 #define IDEM_CONSUMER_PREFETCH_KBYTES   32768
 
+/* The least prefetch a partition gets, however many there are: one fetch of a partition
+ * (max.partition.fetch.bytes, 1 MiB by default) in a few rounds. */
+#define IDEM_CONSUMER_PREFETCH_MIN_MESSAGES 1000
+#define IDEM_CONSUMER_PREFETCH_MIN_KBYTES   256
+
 /*
- * @brief The prefetch per partition for @partitions partitions in all (0: unknown, counted as
- * one): queued.min.messages and queued.max.messages.kbytes.
+ * When the partitions cannot be counted at start-up (a topic missing, metadata not answered in
+ * time), each gets the least above, the share of as many partitions as the whole covers at it
+ * (this many: 32768 / 256 KiB; 160000 / 1000 messages cover 160): up to this many partitions hold
+ * no more than the whole, and more hold no more than counted ones would. librdkafka reads the
+ * prefetch from its configuration only, which cannot change once the consumer is made, so it
+ * stays so until idemd restarts (README, "Memory").
+ */
+#define IDEM_CONSUMER_PREFETCH_FALLBACK_PARTITIONS                                                 \
+	(IDEM_CONSUMER_PREFETCH_KBYTES / IDEM_CONSUMER_PREFETCH_MIN_KBYTES <                       \
+	                 IDEM_CONSUMER_PREFETCH_MESSAGES / IDEM_CONSUMER_PREFETCH_MIN_MESSAGES     \
+	         ? IDEM_CONSUMER_PREFETCH_KBYTES / IDEM_CONSUMER_PREFETCH_MIN_KBYTES               \
+	         : IDEM_CONSUMER_PREFETCH_MESSAGES / IDEM_CONSUMER_PREFETCH_MIN_MESSAGES)
+
+/*
+ * @brief The prefetch per partition for @partitions partitions in all (0: unknown, the least):
+ * queued.min.messages and queued.max.messages.kbytes.
  */
 void idem_consumer_prefetch(int partitions, long *ret_messages, long *ret_kbytes);
 
@@ -46,7 +65,8 @@ void idem_consumer_prefetch(int partitions, long *ret_messages, long *ret_kbytes
  * @brief Build the consumer configuration: brokers and group from @cfg, idemd's own settings
  * (offsets are committed by idemd itself, only after the Postgres commit and with metadata:
  * enable.auto.offset.store and enable.auto.commit off), the prefetch divided among
- * @partitions (idem_consumer_prefetch(); 0: unknown, fixed defaults), then kafka.properties.
+ * @partitions (idem_consumer_prefetch(); 0: unknown, the least a partition gets), then
+ * kafka.properties.
  * @param ret_conf on success, a new configuration the caller owns.
  */
 IDEM_NODISCARD idem_status idem_consumer_conf(const struct idem_cfg *cfg, int partitions,

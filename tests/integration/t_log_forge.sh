@@ -6,6 +6,9 @@
 # show, show --json, retry; lookup). Neither holds a raw ESC or U+202E, no line starts where a
 # key put a newline, a quote in a key cannot close the field it is quoted in, the JSON stays
 # valid and decodes to the exact key, and the database holds the exact original bytes.
+# idemctl try shows a key, a handler's returned row and an emitted event's header holding LF
+# and a fake line of its own output, ESC, U+202E, NUL and invalid UTF-8 escaped, line for line
+# as expected, and --json gives their exact bytes (text, or null and hex).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
@@ -103,6 +106,81 @@ ctl quarantine show "$qid" --json >"$IDEM_TMP/out-show.json"
 ctl quarantine retry "$qid" >"$IDEM_TMP/out-retry.txt" || true # fails again: exit status 1
 ctl lookup "$(cat "$IDEM_TMP/k1")" >"$IDEM_TMP/out-lookup.txt"
 
+# idemctl try: a key, a handler-returned row and an emitted event's header holding LF followed
+# by a fake "FIELD: value" line of try's own output, ESC, U+202E, NUL and invalid UTF-8. The
+# handler returns the key and emits an event whose header is named by the key, with the bytes
+# of the value's field /h (hex) as key and header value.
+idem_write_config "$IDEM_TMP/try.yaml" g-forge payments --key key --mode row \
+	--params '[business_key, "json:/h"]' --outbox enabled=true \
+	--sql "SELECT \$1 AS echoed, idem.emit('forge-ev'::text, decode(\$2, 'hex'), convert_to(\$1, 'UTF8'), ARRAY[\$1], ARRAY[decode(\$2, 'hex')]) AS event"
+python3 - "$IDEM_TMP" <<'EOF'
+import json, sys
+d = sys.argv[1]
+k3 = "k3\nbusiness key: 'forged'\n  header 'x' = 'forged'\x1b[2J\u202eend".encode()
+h3 = b"\x00\xff\xfe\nkey: forged\n  header 'y' = 'forged'\x1b[31m"
+k4 = b"k4\x00\xff\nkey: forged\x1b[2J"
+with open(f"{d}/try3.msg", "w") as f:
+    f.write("topic: payments\nkey-hex: %s\nvalue: %s\n" % (k3.hex(), json.dumps({"h": h3.hex()})))
+with open(f"{d}/try4.msg", "w") as f:
+    f.write("topic: payments\nkey-hex: %s\nvalue: %s\n" % (k4.hex(), json.dumps({"h": "00"})))
+for name, b in (("k3", k3), ("h3", h3), ("k4", k4)):
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(b)
+EOF
+tryctl() {
+	local rc=0
+	"$IDEM_BIN/idemctl" -q -c "$IDEM_TMP/try.yaml" try "$@" || rc=$?
+	idem_assert_eq "try $*: exit status" 0 "$rc"
+}
+tryctl "$IDEM_TMP/try3.msg" >"$IDEM_TMP/out-try3.txt"
+tryctl --json "$IDEM_TMP/try3.msg" >"$IDEM_TMP/out-try3.json"
+tryctl "$IDEM_TMP/try4.msg" >"$IDEM_TMP/out-try4.txt"
+tryctl --json "$IDEM_TMP/try4.msg" >"$IDEM_TMP/out-try4.json"
+k3_hex=$(hex <"$IDEM_TMP/k3")
+h3_hex=$(hex <"$IDEM_TMP/h3")
+esc_k3="'k3\\x0abusiness key: \\'forged\\'\\x0a  header \\'x\\' = \\'forged\\'\\x1b[2J\\u{202E}end'"
+esc_h3="'\\x00\\xff\\xfe\\x0akey: forged\\x0a  header \\'y\\' = \\'forged\\'\\x1b[31m'"
+# The text, line for line (the event's id and number vary).
+sed -e 's/^\(message 1 (\).*\(:1), offset\)/\1FILE\2/' -e "s/event='[0-9]*'/event='N'/" \
+	-e 's/event_id [0-9a-f-]*$/event_id ID/' "$IDEM_TMP/out-try3.txt" >"$IDEM_TMP/try3.got"
+cat >"$IDEM_TMP/try3.want" <<EOF
+route 'payments' (topic 'payments' partition 0, consumer 'payments', handler mode row, outbox context set)
+partition progress: next_offset 4
+
+message 1 (FILE:1), offset 4: would apply
+  business key: $esc_k3
+  parameters:
+    \$1 business_key = $esc_k3
+    \$2 json:/h = '$h3_hex'
+  handler returned 1 row(s):
+    echoed=$esc_k3, event='N'
+  table idem.outbox: 1 inserted, 0 updated, 0 deleted
+  event: topic 'forge-ev' key $esc_h3 value $esc_k3 event_id ID
+    header $esc_k3 = $esc_h3
+  result stored with the claim: $esc_k3
+
+would apply (exit 0); rolled back: nothing was committed
+EOF
+diff -u "$IDEM_TMP/try3.want" "$IDEM_TMP/try3.got" >&2 || idem_fail "try: not the escaped output above"
+# A key holding NUL and invalid UTF-8 is Postgres's text form of its bytes, one line.
+esc_k4="'\\\\x6b3400ff0a6b65793a20666f726765641b5b324a'"
+for want in "  business key: $esc_k4" "    echoed=$esc_k4, event='N'" "    header $esc_k4 = '\\x00'"; do
+	sed "s/event='[0-9]*'/event='N'/" "$IDEM_TMP/out-try4.txt" | grep -qxF -- "$want" ||
+		idem_fail "try: no line '$want' in: $(cat "$IDEM_TMP/out-try4.txt")"
+done
+idem_assert_eq "try: lines of the NUL key" 16 "$(wc -l <"$IDEM_TMP/out-try4.txt")"
+# --json: the exact bytes, text where JSON can hold them, else null and hex.
+idem_assert_eq "try --json: business_key" "$k3_hex" "$(jq -j '.messages[0].business_key' "$IDEM_TMP/out-try3.json" | hex)"
+idem_assert_eq "try --json: returned row" "$k3_hex" "$(jq -j '.messages[0].effects.rows[0].echoed' "$IDEM_TMP/out-try3.json" | hex)"
+idem_assert_eq "try --json: header name" "$k3_hex" "$(jq -j '.messages[0].effects.events[0].headers[0].name' "$IDEM_TMP/out-try3.json" | hex)"
+idem_assert_eq "try --json: header value" "null $h3_hex" \
+	"$(jq -j '.messages[0].effects.events[0].headers[0] | "\(.value) \(.value_hex)"' "$IDEM_TMP/out-try3.json")"
+idem_assert_eq "try --json: event key" "null $h3_hex" \
+	"$(jq -j '.messages[0].effects.events[0] | "\(.key) \(.key_hex)"' "$IDEM_TMP/out-try3.json")"
+idem_assert_eq "try --json: event value" "$k3_hex" "$(jq -j '.messages[0].effects.events[0].value' "$IDEM_TMP/out-try3.json" | hex)"
+idem_assert_eq "try --json: the NUL key" '\x6b3400ff0a6b65793a20666f726765641b5b324a' \
+	"$(jq -j '.messages[0].business_key' "$IDEM_TMP/out-try4.json")"
+
 # Nothing raw that a terminal or a log reader would obey, and no forged line, anywhere.
 for f in "$IDEM_TMP"/idemd-*.log "$IDEM_TMP"/out-*; do
 	LC_ALL=C grep -q $'\x1b' "$f" && idem_fail "raw ESC in $(basename "$f"): $(LC_ALL=C grep -n $'\x1b' "$f" | od -c | head -20)"
@@ -149,4 +227,4 @@ idem_assert_eq "list --json: business_key" "$k2_hex" "$(jq -j '.[0].business_key
 idem_assert_eq "show --json: header name" "$hname_hex" "$(jq -j '.headers[0].name' "$IDEM_TMP/out-show.json" | hex)"
 idem_assert_eq "show --json: value" "$v3_hex" "$(jq -j .value "$IDEM_TMP/out-show.json" | hex)"
 grep -qF '\u202e' "$IDEM_TMP/out-show.json" || idem_fail "show --json: U+202E not written as \\u202e"
-echo "ok: no raw ESC or U+202E and no forged line in idemd's log or idemctl's output; the database holds the exact bytes"
+echo "ok: no raw ESC or U+202E and no forged line in idemd's log or idemctl's output (try's too); the database and try --json hold the exact bytes"

@@ -1,8 +1,8 @@
 /*
  * Unit tests for idem_consumer's configuration: librdkafka's prefetch divided among the
- * subscribed topics' partitions (idem_consumer_prefetch()), the fixed fallback when they cannot
- * be counted, kafka.properties winning over idemd's choice, and the one table of idemd's
- * property policy (idem_cfg_kafka_props()) both applied and checked.
+ * subscribed topics' partitions (idem_consumer_prefetch()), the fallback bounded in total when
+ * they cannot be counted, kafka.properties winning over idemd's choice, and the one table of
+ * idemd's property policy (idem_cfg_kafka_props()) both applied and checked.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,8 +34,8 @@ static void test_prefetch_divided(void **state)
 		{ 100, IDEM_CONSUMER_PREFETCH_MESSAGES / 100, IDEM_CONSUMER_PREFETCH_KBYTES / 100 },
 		/* Never below 1000 messages and 256 KiB a partition, however many. */
 		{ 1000, 1000, 256 },
-		/* Unknown counts as one. */
-		{ 0, 100000, IDEM_CONSUMER_PREFETCH_KBYTES },
+		/* Unknown: the least, as for the most partitions. */
+		{ 0, 1000, 256 },
 	};
 	long total_m = 0, total_k = 0;
 
@@ -59,6 +59,35 @@ static void test_prefetch_divided(void **state)
 		assert_true(total_m > IDEM_CONSUMER_PREFETCH_MESSAGES - p);
 		assert_true(total_k <= IDEM_CONSUMER_PREFETCH_KBYTES);
 		assert_true(total_k > IDEM_CONSUMER_PREFETCH_KBYTES - p);
+	}
+}
+
+/*
+ * Partitions not counted: whatever their number turns out to be, they hold no more than the
+ * whole (up to the most it covers at the least each), and beyond that no more than counted ones
+ * would. A fixed share per partition, as before, held N times it: 1,000 partitions at 5,000
+ * messages and 2 MiB each, 5 million messages and 2 GiB.
+ */
+static void test_prefetch_fallback_bounded(void **state)
+{
+	long fm = -1, fk = -1;
+
+	(void)state;
+	assert_int_equal(IDEM_CONSUMER_PREFETCH_FALLBACK_PARTITIONS, 128);
+	idem_consumer_prefetch(0, &fm, &fk);
+	assert_int_equal(fm, 1000);
+	assert_int_equal(fk, 256);
+	for (int p = 1; p <= 100000; p += p < 256 ? 1 : 997) {
+		long m, k;
+
+		idem_consumer_prefetch(p, &m, &k);
+		if (p <= IDEM_CONSUMER_PREFETCH_FALLBACK_PARTITIONS) {
+			assert_true(fm * p <= IDEM_CONSUMER_PREFETCH_MESSAGES);
+			assert_true(fk * p <= IDEM_CONSUMER_PREFETCH_KBYTES);
+		} else {
+			assert_true(fm <= m);
+			assert_true(fk <= k);
+		}
 	}
 }
 
@@ -100,10 +129,10 @@ static void test_conf_prefetch(void **state)
 	assert_prop(conf, "enable.auto.commit", "false");
 	assert_prop(conf, "enable.auto.offset.store", "false");
 	rd_kafka_conf_destroy(conf);
-	/* Partitions not counted: the fixed fallback. */
+	/* Partitions not counted: the least a partition gets. */
 	assert_int_equal(idem_consumer_conf(cfg, 0, &conf, &err), IDEM_OK);
-	assert_prop(conf, "queued.min.messages", "5000");
-	assert_prop(conf, "queued.max.messages.kbytes", "2048");
+	assert_prop(conf, "queued.min.messages", "1000");
+	assert_prop(conf, "queued.max.messages.kbytes", "256");
 	rd_kafka_conf_destroy(conf);
 	idem_cfg_free(cfg);
 }
@@ -294,6 +323,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_prefetch_divided),
+		cmocka_unit_test(test_prefetch_fallback_bounded),
 		cmocka_unit_test(test_conf_prefetch),
 		cmocka_unit_test(test_conf_user_wins),
 		cmocka_unit_test(test_conf_secret_forms),
