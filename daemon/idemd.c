@@ -198,6 +198,11 @@ static void reload(const char *path, struct idem_cfg *cfg)
 	idem_notify("READY=1");
 }
 
+static void print_key(const char *path, void *arg)
+{
+	fprintf(arg, "%s\n", path);
+}
+
 static void warn_check(const char *msg, void *arg)
 {
 	fprintf(stderr, "%s: warning: %s\n", (const char *)arg, msg);
@@ -216,6 +221,8 @@ int main(int argc, char **argv)
 		{ "check-config", no_argument, NULL, 'n' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
+		/* Not in --help: every key the file accepts, for tests/check_docs.sh. */
+		{ "dump-keys", no_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = DEFAULT_CONFIG;
@@ -242,6 +249,9 @@ int main(int argc, char **argv)
 			return IDEM_EXIT_OK;
 		case 'h':
 			usage(stdout);
+			return IDEM_EXIT_OK;
+		case 'K':
+			idem_cfg_keys(print_key, stdout);
 			return IDEM_EXIT_OK;
 		default:
 			usage(stderr);

@@ -196,6 +196,14 @@ const struct idem_route *idem_cfg_route_for(const struct idem_cfg *cfg, const ch
 void idem_cfg_free(struct idem_cfg *cfg);
 
 /*
+ * @brief Calls @fn with the path of every key the configuration file accepts, in the order of
+ * the tables: a section's own path ("kafka"), then its keys ("kafka.brokers"); a list's items
+ * as "routes[].name". The documentation check (tests/check_docs.sh) compares this list with
+ * idemd.yaml(5) through "idemd --dump-keys".
+ */
+void idem_cfg_keys(void (*fn)(const char *path, void *arg), void *arg);
+
+/*
  * @brief How many workers commit batches: batch.workers, or for 0 two per online CPU, at least
  * 1 and at most 8 (a worker waits on Postgres much of its transaction; more only queue up there).
  */
