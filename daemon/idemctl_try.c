@@ -1,6 +1,6 @@
 /*
  * idemctl_try.c - idemctl try: run messages through their route as idemd would, in a transaction
- * that is always rolled back, and show what would happen (lib/idem_try.h; README "Trying a
+ * that is always rolled back, and show what would happen (lib/idem_try.h; idemctl(8) "Trying a
  * route"). This file reads the options and the messages and prints the report.
  */
 #include <getopt.h>
@@ -31,7 +31,7 @@ void idemctl_try_usage(FILE *f)
 	        "                      business key, the handler's parameters, the claim a duplicate\n"
 	        "                      ran into, the handler's rows, table changes and outbox events;\n"
 	        "                      exit 0 would apply, 10 duplicate, 11 would be quarantined,\n"
-	        "                      12 handler failed (several messages: the worst); README\n"
+	        "                      12 handler failed (several messages: the worst); idemctl(8)\n"
 	        "                      \"Trying a route\" has the message file format\n");
 }
 

@@ -32,8 +32,8 @@ enum idem_cfg_mismatch {
 };
 
 /*
- * routes[].value_format: what json: fields find in a message's value (README "JSON Schema
- * values"). Never guessed from the bytes: a route says it.
+ * routes[].value_format: what json: fields find in a message's value (idemd.yaml(5)
+ * JSON SCHEMA VALUES). Never guessed from the bytes: a route says it.
  */
 enum idem_cfg_value_format {
 	IDEM_CFG_VALUE_JSON = 0,    /* the value is the JSON document */

@@ -1,7 +1,7 @@
 /*
  * idem_try.h - `idemctl try`: run one message, or a few, through their route exactly as idemd
- * would, inside a transaction that is always rolled back, and report what would happen (README
- * "Trying a route").
+ * would, inside a transaction that is always rolled back, and report what would happen (idemctl(8)
+ * TRYING A ROUTE).
  *
  * In two files: idem_try_file.c reads the message file format (below) and Kafka messages into
  * struct idem_try_msgs; idem_try.c runs them. The messages are decoded by idem_batch_add() (the

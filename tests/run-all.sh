@@ -72,6 +72,8 @@ phase "format"
 git ls-files '*.c' '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 phase "layers (ARCHITECTURE.md's include order)"
 bash tests/check_layers.sh
+phase "docs"
+IDEM_JOBS=$jobs bash tests/check_docs.sh
 
 phase "build (Debug)"
 cmake -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug >/dev/null

@@ -120,6 +120,9 @@ version=$(sed -n 's/^project(idemd VERSION \([0-9.]*\).*/\1/p' "$IDEM_SRC/CMakeL
 idem_assert_eq "installed idemd --version" "idemd $version" "$(/usr/bin/idemd --version)"
 idem_assert_eq "shipped example configuration" "configuration OK" \
 	"$(/usr/bin/idemd --check-config /etc/idemd/idemd.yaml)"
+for page in man8/idemd.8 man8/idemctl.8 man5/idemd.yaml.5; do
+	[ -f "/usr/share/man/$page" ] || idem_fail "the package did not install /usr/share/man/$page"
+done
 
 # idemctl migrate from an empty directory: the schema comes from the binary.
 idem_pg_start

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # idemctl try runs messages through their route as idemd would, in a transaction that is always
-# rolled back, and says what would happen (README "Trying a route"):
+# rolled back, and says what would happen (idemctl(8) TRYING A ROUTE):
 # - a new key: exit 0, the business key, each parameter, the handler's returned row, its table
 #   changes (1 ledger row, 1 account row) and its outbox event, from a file and from stdin;
 # - a duplicate of a key idemd applied: exit 10, the claim's topic/partition/offset, when, and
