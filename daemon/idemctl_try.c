@@ -411,6 +411,9 @@ static void print_text(const struct idem_try_report *rep, const struct sources *
 	show_str(rt->consumer);
 	printf(", handler mode %s", rt->handler_mode == IDEM_CFG_MODE_SET ? "set" : "row");
 	printf(", outbox context %s)\n", rep->context ? "set" : "off");
+	printf("search path: '%s', schemas: %s (an unqualified table in the handler is the first "
+	       "of these that has it; qualify names: schema.table)\n",
+	       rep->search_path.setting, rep->search_path.schemas);
 	if (rep->progress_next >= 0)
 		printf("partition progress: next_offset %" PRId64 "\n", rep->progress_next);
 	else
@@ -534,6 +537,9 @@ static void print_json(const struct idem_try_report *rep, const struct sources *
 	        top, "mode",
 	        json_object_new_string(rt->handler_mode == IDEM_CFG_MODE_SET ? "set" : "row"));
 	json_object_object_add(top, "outbox_context", json_object_new_boolean(rep->context));
+	json_object_object_add(top, "search_path",
+	                       json_object_new_string(rep->search_path.setting));
+	json_object_object_add(top, "schemas", json_object_new_string(rep->search_path.schemas));
 	json_object_object_add(top, "next_offset",
 	                       rep->progress_next >= 0 ? json_object_new_int64(rep->progress_next)
 	                                               : NULL);

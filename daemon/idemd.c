@@ -325,6 +325,13 @@ int main(int argc, char **argv)
 		rc = IDEM_EXIT_OK;
 		goto out_free_cfg;
 	}
+	/* A handler's unqualified table is whichever the search path finds first: say which. */
+	for (size_t i = 0; i < cfg->n_routes; i++)
+		idem_log_info("main",
+		              "route '%s': unqualified names in its handler resolve through "
+		              "search_path '%s', schemas: %s (qualify them: schema.table)",
+		              cfg->routes[i].name, idem_daemon_search_path(d)->setting,
+		              idem_daemon_search_path(d)->schemas);
 	idem_log_info("main", "ready: consuming topics of group '%s'", cfg->group_id);
 	idem_notify("READY=1\nSTATUS=connected to postgres, subscribed as group %s", cfg->group_id);
 	wd_usec = idem_notify_watchdog_usec();

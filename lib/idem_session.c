@@ -71,6 +71,10 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	                        NULL, err)) != IDEM_OK ||
 	     (r = idem_sql_prepare(pg->conn, IDEM_SQL_TRACES, err)) != IDEM_OK))
 		return r;
+	/* Read once: a reconnect uses the same conninfo and role, so the same search path. */
+	if (pg->search_path.schemas[0] == '\0' &&
+	    (r = idem_pg_search_path(pg->conn, &pg->search_path, err)) != IDEM_OK)
+		return r;
 	for (size_t i = 0; i < pg->cfg->n_routes; i++) {
 		const struct idem_route *rt = &pg->cfg->routes[i];
 
@@ -167,6 +171,11 @@ bool idem_flush_check(idem_flush *pg)
 bool idem_flush_connected(const idem_flush *pg)
 {
 	return pg->conn != NULL && PQstatus(pg->conn) == CONNECTION_OK;
+}
+
+const struct idem_pg_search_path *idem_flush_search_path(const idem_flush *pg)
+{
+	return &pg->search_path;
 }
 
 uint64_t idem_flush_connects(const idem_flush *pg)

@@ -136,10 +136,11 @@ struct idem_try_report {
 	                                     claims, results */
 	struct idem_try_msg_report *msgs; /* b.n_msgs of them */
 	int64_t progress_next;            /* the partition's next_offset, -1 if it has none */
-	bool context;                     /* IDEM_SQL_CONTEXT was sent before the handler */
-	char **set_params;                /* set mode: the text[] parameters as sent (owned) */
-	struct idem_try_effects set_fx;   /* set mode: what the statement did */
-	char set_reason[1024];            /* set mode: why the statement failed, "" if it did not */
+	struct idem_pg_search_path search_path; /* where the handler's unqualified names resolve */
+	bool context;                           /* IDEM_SQL_CONTEXT was sent before the handler */
+	char **set_params;              /* set mode: the text[] parameters as sent (owned) */
+	struct idem_try_effects set_fx; /* set mode: what the statement did */
+	char set_reason[1024];          /* set mode: why the statement failed, "" if it did not */
 	char set_sqlstate[6];
 };
 
