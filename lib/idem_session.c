@@ -63,6 +63,11 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	         pg->cfg->lock_timeout_ms, pg->cfg->statement_timeout_ms);
 	if ((r = idem_pg_exec(pg->conn, set, "set timeouts", err)) != IDEM_OK)
 		return r;
+	/* Read once: a reconnect uses the same conninfo and role, so the same search path.
+	 * Before pg_temp exists (the trace context's table): it is idemd's, not the handler's. */
+	if (pg->search_path.schemas[0] == '\0' &&
+	    (r = idem_pg_search_path(pg->conn, &pg->search_path, err)) != IDEM_OK)
+		return r;
 	if ((r = idem_sql_prepare_batch(pg->conn, err)) != IDEM_OK)
 		return r;
 	/* Where events are named after their message, they carry its trace context too. */
@@ -70,10 +75,6 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	    ((r = idem_sql_exec(pg->conn, IDEM_SQL_TRACE_TABLE, NULL, "create pg_temp.idem_trace",
 	                        NULL, err)) != IDEM_OK ||
 	     (r = idem_sql_prepare(pg->conn, IDEM_SQL_TRACES, err)) != IDEM_OK))
-		return r;
-	/* Read once: a reconnect uses the same conninfo and role, so the same search path. */
-	if (pg->search_path.schemas[0] == '\0' &&
-	    (r = idem_pg_search_path(pg->conn, &pg->search_path, err)) != IDEM_OK)
 		return r;
 	for (size_t i = 0; i < pg->cfg->n_routes; i++) {
 		const struct idem_route *rt = &pg->cfg->routes[i];
