@@ -89,7 +89,9 @@ static void usage(FILE *f)
 	        "78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
 	        "not prepare, login refused: no such database or role, a wrong or missing\n"
 	        "password, no CONNECT privilege): restarting will not help. A Postgres that is\n"
-	        "not up yet, or has too many connections, is waited for.\n");
+	        "not up yet, or has too many connections, is waited for.\n"
+	        "\n"
+	        "The manual: idemd(8), idemd.yaml(5), idemctl(8).\n");
 }
 
 /*
