@@ -6,6 +6,8 @@
 #    keys are those idemd itself lists from its section tables (idemd --dump-keys; a section's
 #    own name, such as "routes[].handler", is not a key to document), the documented ones the
 #    tags (.TP) of KEYS;
+#  - idemd.yaml(5)'s FIELDS names every field kind lib/idem_field.c reads (its table of names and
+#    the prefixes it parses);
 #  - idemctl(8)'s COMMANDS section has an entry for every command of idemctl's dispatch table
 #    (daemon/idemctl.c), and its EXIT STATUS one for every exit status of enum idem_exit
 #    (lib/idem_common.h); idemd(8)'s EXIT STATUS one for each status idemd itself returns.
@@ -57,6 +59,19 @@ done < <(comm -23 <(echo "$code_keys") <(echo "$doc_keys"))
 while read -r k; do
 	problem "idemd.yaml(5) documents '$k' in KEYS, which is not a key idemd accepts"
 done < <(comm -13 <(echo "$code_keys") <(echo "$doc_keys"))
+
+# Field kinds: the names of lib/idem_field.c's table and the prefixes it parses (json:, avro:,
+# header:...) against the tags of idemd.yaml(5)'s FIELDS.
+fields=$({
+	awk '/^} field_names\[\] = \{/ { exit } /field_names\[\] = \{/ { on = 1; next } on' \
+		"$src/lib/idem_field.c" | grep -o '{ "[a-z_]*"' | tr -d '{" '
+	grep -o 'strncmp(s, "[a-z-]*:"' "$src/lib/idem_field.c" | grep -o '"[a-z-]*:"' | tr -d '"'
+} | sort -u)
+[ -n "$fields" ] || problem "no field kind found in lib/idem_field.c"
+doc_fields=$(tags "$doc/idemd.yaml.5" FIELDS | tr ',' '\n' | sed -e 's/^ *//' -e 's/:.*/:/' -e 's/[/$].*//' | sort -u)
+for f in $fields; do
+	grep -qx -- "$f" <<<"$doc_fields" || problem "idemd.yaml(5) does not document the field '$f' in FIELDS"
+done
 
 # idemctl's commands: the dispatch table's names against COMMANDS' tags (first word).
 cmds=$(awk '/^} commands\[\] = \{/ { on = 1; next } on && /^};/ { exit } on' "$src/daemon/idemctl.c" |
