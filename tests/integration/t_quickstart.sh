@@ -53,7 +53,7 @@ grep -qE '^orders +0 +2 +2 +2 +0 +1 +1 +0 +orders$' "$IDEM_TMP/quickstart.log" |
 
 # The least-privileged role of "As a service", its grants as the README gives them.
 blocks quickstart-grants | sed -n "/<<'EOF'$/,/^EOF$/p" | sed '1d;$d' |
-	sed 's/ ON DATABASE app / ON DATABASE idem /' >"$IDEM_TMP/grants.sql"
+	sed 's/ ON DATABASE idemd / ON DATABASE idem /' >"$IDEM_TMP/grants.sql"
 grep -q 'CREATE ROLE idemd' "$IDEM_TMP/grants.sql" || idem_fail "no grants block in $readme"
 idem_psql -f "$IDEM_TMP/grants.sql"
 sed -e 's/user=idem"/user=idemd"/' -e 's/group_id: quickstart/group_id: service/' -e 's/^routes:/outbox:\n  enabled: true\nretention:\n  interval: 1s\nroutes:/' \
