@@ -126,6 +126,9 @@ struct idem_batch {
 	int64_t reapply_to; /* the end of a gap being read again, as the daemon knows it; -1 */
 	const char *kafka_cluster; /* the Kafka cluster its offsets are in (struct idem_part's),
 	                              NULL or "": unknown */
+	int64_t log_first;    /* where the consumer's first start on the log began; -1 unknown */
+	const char *group_id; /* the consumer group reading it (kafka.group_id); NULL unknown */
+	int32_t log_epoch;    /* the log's epoch (struct idem_part's) */
 	/* and what the last attempt found there: next_offset (-1: no row). */
 	int64_t db_next;
 };

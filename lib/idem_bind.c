@@ -644,6 +644,20 @@ idem_status idem_bind_progress(struct idem_bind *bd, struct idem_bind_progress *
 		                     cluster != NULL ? strlen(cluster) : 0,
 		                     cluster == NULL || cluster[0] == '\0'))
 			return IDEM_ERR_NOMEM;
+		/* Recorded by a row this batch inserts (its start was not recorded at
+		 * assignment): where the first start began, the group, which tells a renamed
+		 * consumer's start that this one is its earlier name, and the log's epoch, which
+		 * the commits' metadata names. */
+		len = snprintf(v, sizeof(v), "%" PRId64, p[k].b->log_first);
+		if (idem_pgarray_add(&bd->prog[17], v, (size_t)len, p[k].b->log_first < 0) ||
+		    idem_pgarray_add(&bd->prog[18],
+		                     p[k].b->group_id != NULL ? p[k].b->group_id : "",
+		                     p[k].b->group_id != NULL ? strlen(p[k].b->group_id) : 0,
+		                     p[k].b->group_id == NULL))
+			return IDEM_ERR_NOMEM;
+		len = snprintf(v, sizeof(v), "%" PRId32, p[k].b->log_epoch);
+		if (idem_pgarray_add(&bd->prog[19], v, (size_t)len, false))
+			return IDEM_ERR_NOMEM;
 	}
 	return prog_close(bd, IDEM_BIND_PROGRESS_PARAMS, ret_vals);
 }

@@ -29,7 +29,7 @@ struct idem_bind_ref {
 };
 
 /* IDEM_SQL_PROGRESS's parameters (idem_bind_progress() fills this many values). */
-#define IDEM_BIND_PROGRESS_PARAMS 17
+#define IDEM_BIND_PROGRESS_PARAMS 20
 
 struct idem_bind {
 	struct idem_buf keys, offs, hashes;  /* the claim's arrays */

@@ -162,6 +162,9 @@ static void dispatch(idem_daemon *d, struct idem_part *p)
 	p->batch.db_floor = p->db_floor;
 	p->batch.reapply_to = p->reapply_to;
 	p->batch.kafka_cluster = p->kafka_cluster;
+	p->batch.log_first = p->log_first;
+	p->batch.group_id = d->cfg->group_id;
+	p->batch.log_epoch = p->log_epoch;
 	idem_part_hand_over(p, idem_mono_ms());
 	p->job.handed_us = idem_mono_us();
 	idem_pool_submit(d->pool, p);

@@ -53,11 +53,16 @@ static const char *log_why(const struct idem_resume_pos *pos)
 	return "";
 }
 
+IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
+                                           const struct idem_resume_pos *pos, const char *db_id,
+                                           const char *cluster, const char *d_group);
+
 /* What idem__daemon_on_assign() decided for one partition, in the log (and a warning where Kafka
  * and the database disagree). Message-derived text never appears: offsets, names from the
  * configuration, and the metadata's fields, which idem_resume_md_parse() checked. */
-static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_resume_pos *pos,
-                       const char *db_id, const char *cluster, const char *d_group)
+IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
+                                           const struct idem_resume_pos *pos, const char *db_id,
+                                           const char *cluster, const char *d_group)
 {
 	const struct idem_resume_in *in = &pos->in;
 	char start[24], db[24], committed[24];
@@ -79,6 +84,28 @@ static void log_assign(const rd_kafka_topic_partition_t *tp, const struct idem_r
 		              idem_resume_case_str(pos->out.why), committed, pos->out.epoch);
 	switch (pos->out.why) {
 	case IDEM_RESUME_BEHIND:
+		if (in->md.consumer[0] != '\0' && strcmp(in->md.consumer, in->consumer) != 0) {
+			char group[24];
+
+			/* A rename and a restore in one: the gap from the group's position, under
+			 * the new name (the database holds none of it under any name). */
+			fmt_offset(group, sizeof(group),
+			           in->other_db > in->db || pos->out.log != IDEM_LOG_SAME
+			                   ? in->other_db
+			                   : in->db);
+			idem_log_warn(
+			        "kafka",
+			        "database behind, consumer renamed: topic=%s partition=%" PRId32
+			        " next_offset=%s in the database for group %s, kafka committed=%s by "
+			        "idemd for consumer %s (an earlier name of %s), database %s: the "
+			        "database went back in time (restore, failover); reading offsets from "
+			        "%s again under consumer %s, %" PRId64 " message(s) to re-apply",
+			        tp->topic, tp->partition, group, d_group, committed,
+			        in->md.consumer, in->consumer,
+			        in->md.db_id[0] ? in->md.db_id : "(unknown)", start, in->consumer,
+			        tp->offset >= 0 ? in->committed - tp->offset : 0);
+			break;
+		}
 		idem_log_warn(
 		        "kafka",
 		        "database behind: topic=%s partition=%" PRId32 " next_offset=%s in the "
@@ -238,7 +265,7 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		                ? pos[i].in.committed
 		                : -1,
 		        pos[i].out.log == IDEM_LOG_SAME ? pos[i].in.db : -1);
-		log_assign(tp, &pos[i], d->db_id, d->cluster, d->cfg->group_id);
+		idem__daemon_log_assign(tp, &pos[i], d->db_id, d->cluster, d->cfg->group_id);
 	}
 	free(pos);
 }
@@ -339,10 +366,10 @@ void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, con
 	/* Paused or fetching, the partition is resumed and sought there (idem_part_rewind() ended
 	 * any wait: FETCHING, or still LEAVING if it drains); without a row, from
 	 * where the consumer's first start on this log began (a `latest` start is not the end of
-	 * the log now), or where a first start would begin if that is not known. */
+	 * the log now), or from the log's start if that is not known (reading again is safe). */
 	if (db < 0 && p->log_first >= 0)
 		db = p->log_first;
-	idem__daemon_resume_part(d, p, db >= 0 ? db : idem_consumer_reset_offset(d->cfg));
+	idem__daemon_resume_part(d, p, db >= 0 ? db : RD_KAFKA_OFFSET_BEGINNING);
 	if (db < 0)
 		p->fetch_next = -1;
 }
@@ -421,36 +448,38 @@ void idem__daemon_check_unread(idem_daemon *d)
 		goto out;
 	idem_resume_read_committed(d->rk, list, pos, UNREAD_TIMEOUT_MS);
 	for (int i = 0; i < list->cnt; i++) {
-		const struct idem_resume_in *in = &pos[i].in;
+		struct idem_resume_in *in = &pos[i].in;
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
+		struct idem_resume_out o;
 		int64_t at;
-		bool ours;
 
 		if (p == NULL || !in->committed_read)
 			continue;
 		at = p->db_next > p->db_floor ? p->db_next : p->db_floor;
-		ours = in->md_idemd && (in->md.consumer[0] == '\0' ||
-		                        strcmp(in->md.consumer, p->route->consumer) == 0);
-		if (in->committed > at && at >= 0 && !ours) {
+		/* The start rule decides: a start beyond where the partition stands is where it
+		 * goes on. */
+		o = idem_resume_decide_late(in, p->route->consumer, p->kafka_cluster, p->log_epoch,
+		                            p->log_first, at);
+		if (at >= 0 && o.start > at) {
 			if (p->busy || idem_part_leaving(p))
 				continue; /* once its batch in flight is done */
 			bool was_halted = p->poison_at >= 0;
 
 			d->bytes_held -= idem_part_bytes(p);
-			idem_part_skip_to(p, in->committed);
-			idem__daemon_resume_part(d, p, in->committed);
+			idem_part_skip_to(p, o.start);
+			idem__daemon_resume_part(d, p, o.start);
 			/* Past the poison a halt stopped at: ready again. */
 			if (was_halted)
 				idem__daemon_ready_changed(d);
 			idem_log_warn("kafka",
 			              "offsets moved ahead by another client, read late: topic=%s "
-			              "partition=%" PRId32 " kafka committed=%" PRId64
+			              "partition=%" PRId32 " case=%s kafka committed=%" PRId64
 			              ", database next_offset=%" PRId64
 			              "; honoured from here: offsets %" PRId64 "..%" PRId64
 			              " are skipped",
-			              p->topic, p->partition, in->committed, at, at,
-			              in->committed - 1);
+			              p->topic, p->partition, idem_resume_case_str(o.why),
+			              in->committed, at, at, o.start - 1);
 		} else {
 			idem_log_info("kafka",
 			              "read the committed offset of topic=%s partition=%" PRId32

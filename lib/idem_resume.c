@@ -231,12 +231,23 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 	            same_cluster(in->md.cluster, in->cluster);
 	bool ours =
 	        here && (in->md.consumer[0] == '\0' || strcmp(in->md.consumer, in->consumer) == 0);
+	/* An earlier name's offset is read again under this name only where both cluster ids are
+	 * known: with one unknown, the offset may be another log's, and what the earlier name
+	 * applied would be applied again under this one. */
+	bool earlier = here && !ours && in->md.cluster[0] != '\0' && in->cluster[0] != '\0';
 	int64_t db = in->db, other = in->other_db, g;
 
 	if (!in->db_read) {
 		if (!in->committed_read)
 			return o;
 		o.why = IDEM_RESUME_NO_DB;
+		/* Made explicit, so that every commit names where the first start began (a
+		 * `latest` start is the end of the log now, not after a later restore). */
+		o.start = k ? in->committed : first_start(in);
+		if (here && in->md.first >= 0 && in->md.first <= in->committed)
+			o.first = in->md.first;
+		else if (!k && o.start >= 0)
+			o.first = o.start;
 		/* idemd committed it only once the database held it: the first transaction
 		 * checks that the database still does. */
 		if (ours)
@@ -274,11 +285,24 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		if (!in->committed_read) {
 			o.why = IDEM_RESUME_NO_KAFKA;
 		} else if (!k || in->committed <= g) {
-			/* as decided above */
-		} else if (ours) {
+			/* As decided above; but a row whose log is not known to be this one (a
+			 * cluster id unknown on either side) may be another cluster's position, and
+			 * a lower offset idemd did not commit this log's (a mirror's translated
+			 * offset): read again from there, which the claims make safe, rather than
+			 * skip. (idemd's own offset below the row is Kafka trailing.) */
+			if (k && !ours && in->committed < g && db == g &&
+			    (in->db_cluster[0] == '\0' || in->cluster[0] == '\0')) {
+				o.start = in->committed;
+			}
+		} else if (ours || earlier) {
+			/* idemd committed it, for this consumer or an earlier name of the group,
+			 * once the database held it: the database went back. Re-applied under
+			 * this name: the database has none of it. */
 			o.why = IDEM_RESUME_BEHIND;
 			o.reapply_to = in->committed;
 		} else if (here) {
+			/* An earlier name's, in a log not known to be this one: never re-apply
+			 * under this name what the group applied. */
 			o.why = IDEM_RESUME_RENAMED;
 			o.start = in->committed;
 			o.record = true;
@@ -298,19 +322,21 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.why = IDEM_RESUME_FIRST;
 		o.start = first_start(in);
 		o.first = o.start >= 0 ? o.start : -1;
-	} else if (ours) {
-		/* The database lost everything of this partition (in this log): from where the
-		 * first start began; without it (metadata of version 1), where one would begin. */
+	} else if (ours || earlier) {
+		/* The database lost everything of this partition (in this log), under this name
+		 * and the group's earlier ones: from where the first start began; without it
+		 * (metadata of version 1, or a start that did not know it), from the log's start
+		 * (reading again is safe; a `latest` start's end now is past what was lost). */
 		o.why = IDEM_RESUME_BEHIND;
-		o.start = in->md.first >= 0 && in->md.first <= in->committed ? in->md.first
-		                                                             : first_start(in);
+		o.start = in->md.first >= 0 && in->md.first <= in->committed
+		                  ? in->md.first
+		                  : (in->low >= 0 ? in->low : RD_KAFKA_OFFSET_BEGINNING);
 		o.first = o.start >= 0 ? o.start : -1;
 		o.reapply_to = in->committed;
 		if (in->md.version >= 2)
 			o.epoch = in->md.epoch > o.epoch ? in->md.epoch : o.epoch;
 	} else if (here) {
-		/* Another consumer name of the group committed it: never re-apply under this one
-		 * what the group applied. */
+		/* An earlier name's, in a log not known to be this one (as above). */
 		o.why = IDEM_RESUME_RENAMED;
 		o.start = in->committed;
 		o.first = in->md.first >= 0 && in->md.first <= o.start ? in->md.first : o.start;
@@ -321,6 +347,22 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 	}
 	o.record = o.start >= 0;
 	return o;
+}
+
+struct idem_resume_out idem_resume_decide_late(struct idem_resume_in *in, const char *consumer,
+                                               const char *cluster, int32_t epoch, int64_t first,
+                                               int64_t at)
+{
+	in->consumer = consumer;
+	in->cluster = cluster;
+	in->low = in->high = -1;
+	in->db_read = true;
+	in->db = at;
+	snprintf(in->db_cluster, sizeof(in->db_cluster), "%s", cluster);
+	in->db_epoch = epoch;
+	in->db_first = first;
+	in->other_db = in->other_first = -1;
+	return idem_resume_decide(in);
 }
 
 idem_resume *idem_resume_new(const struct idem_cfg *cfg)

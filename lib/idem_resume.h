@@ -95,17 +95,19 @@ struct idem_resume_in {
 enum idem_resume_case {
 	IDEM_RESUME_FIRST,    /* no position anywhere: where a first start begins (reset) */
 	IDEM_RESUME_DATABASE, /* the database's position; Kafka's committed offset is not beyond */
-	IDEM_RESUME_BEHIND,   /* idemd committed, for this consumer in this log, an offset the
-	                         database does not hold: it went back; read the gap again */
+	IDEM_RESUME_BEHIND,   /* idemd committed, for this consumer or another of the group in this
+	                         log, an offset the database does not hold: it went back; read the
+	                         gap again */
 	IDEM_RESUME_SKIP,     /* another client moved the offset beyond the database: honoured */
 	IDEM_RESUME_KAFKA,    /* no position in this log, an offset idemd did not commit (a tool,
 	                         a mirror's translated offset): start there */
-	IDEM_RESUME_RENAMED,  /* the group's offset was committed by idemd for another consumer:
+	IDEM_RESUME_RENAMED,  /* an earlier name of this consumer in the group got further:
 	                         continue after what that consumer applied, never re-apply it */
 	IDEM_RESUME_NO_KAFKA, /* the committed offset could not be read: the database's position,
 	                         and nothing committed to Kafka until it is read */
-	IDEM_RESUME_NO_DB,    /* the database could not be read: the committed offset, checked by
-	                         the first transaction if idemd committed it (floor) */
+	IDEM_RESUME_NO_DB,    /* the database could not be read: the committed offset (or where a
+	                         first start begins), checked by the first transaction if idemd
+	                         committed it (floor) */
 };
 #define IDEM_RESUME_CASES (IDEM_RESUME_NO_DB + 1)
 
@@ -140,19 +142,38 @@ struct idem_resume_out {
  * Then:
  *   - Kafka's committed offset not beyond G (or none): G: DATABASE if it is this consumer's,
  *     RENAMED if an earlier name's (never re-apply under a new name what the group applied);
- *   - beyond G, idemd's metadata naming that offset, this cluster and this consumer: BEHIND,
- *     start at G (no position: the metadata's first start) and re-apply up to Kafka's offset;
- *   - beyond G, idemd's metadata naming another consumer: RENAMED, start at Kafka's offset;
+ *     but Kafka's offset, below this consumer's G, when idemd did not commit it for this
+ *     consumer and a cluster id (the row's or the one now) is unknown: G may be another
+ *     cluster's position (reading again is safe, skipping is not);
+ *   - beyond G, idemd's metadata naming that offset, this cluster and this consumer or another
+ *     of the group: BEHIND, start at G (no position: the metadata's first start, or the log's
+ *     start without it) and re-apply up to Kafka's offset; for another consumer only where
+ *     both cluster ids are known, else RENAMED, start at Kafka's offset (the offset may be
+ *     another log's, and re-applied under this name it would apply again what the group did);
  *   - beyond G, anything else: SKIP (KAFKA without a position), start at Kafka's offset;
  *   - Kafka's offset unreadable: NO_KAFKA, start at G (reading again is safe, skipping is not);
  *     without G, librdkafka's start (FIRST).
  * Without any position and any committed offset: FIRST (the log's start or end, by @reset, made
  * explicit when the watermarks are known, so that where it began can be recorded). With the
- * database unreadable: NO_DB, librdkafka's start, and the floor is Kafka's offset when idemd
- * committed it for this consumer, so that the first transaction finds a database that lacks it.
+ * database unreadable: NO_DB, Kafka's offset (none: where a first start begins), the first start
+ * the metadata names or this one, and the floor is Kafka's offset when idemd committed it for
+ * this consumer, so that the first transaction finds a database that lacks it.
  * A committed offset beyond the log's end is not an offset of this log and counts as none.
  */
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in);
+
+/*
+ * @brief The rule for a running partition whose committed offset, unreadable at assignment, has
+ * just been read (@in's Kafka side, as idem_resume_read_committed() leaves it): @in is completed
+ * with where the partition stands (@at, the position this process knows the database holds, in
+ * the log of @cluster and @epoch, first start @first, for @consumer) and decided by
+ * idem_resume_decide(). A start beyond @at is where the partition goes on (an operator's skip, an
+ * earlier name's offset in a log not known to be this one); any other stays at @at (idemd's own
+ * offset beyond it is the database gone back, read again from @at already).
+ */
+struct idem_resume_out idem_resume_decide_late(struct idem_resume_in *in, const char *consumer,
+                                               const char *cluster, int32_t epoch, int64_t first,
+                                               int64_t at);
 
 /*
  * @brief Row @row of IDEM_SQL_RESUME_GET into @in: the partition's row (db, db_cluster,

@@ -81,23 +81,27 @@ static const char sql_claims_get[] =
  * unless the batch ends below the gap's end as idemd knows it). $17 is the Kafka cluster the
  * offsets are in (NULL: unknown): a row that names another one holds a position in another log
  * (its start was not recorded at assignment: the database could not be read then), which this
- * batch's position replaces (ARCHITECTURE.md "Where a partition starts").
+ * batch's position replaces (ARCHITECTURE.md "Where a partition starts"). $18 and $19 (where the
+ * consumer's first start on the log began, the group) fill a row's first_offset and group_id
+ * where it has none, so that a row this statement inserts names them too.
  */
 static const char sql_progress[] =
         "INSERT INTO idem.partition_progress AS p"
         " (consumer, topic, partition, next_offset, consumed, applied, duplicates, quarantined,"
         " dup_redelivery, dup_replay, dup_upstream, payload_mismatches, halted_offset,"
-        " halt_reason, reapply_to, reapplied, kafka_cluster)"
+        " halt_reason, reapply_to, reapplied, kafka_cluster, first_offset, group_id, log_epoch)"
         " SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[],"
         " $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"
-        " $12::bigint[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[], $17::text[])"
+        " $12::bigint[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[], $17::text[],"
+        " $18::bigint[], $19::text[], $20::int[])"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = CASE WHEN p.kafka_cluster <> excluded.kafka_cluster"
         " THEN excluded.next_offset ELSE greatest(p.next_offset, excluded.next_offset) END,"
         " log_epoch = CASE WHEN p.kafka_cluster <> excluded.kafka_cluster"
         " THEN p.log_epoch + 1 ELSE p.log_epoch END,"
         " first_offset = CASE WHEN p.kafka_cluster <> excluded.kafka_cluster"
-        " THEN NULL ELSE p.first_offset END,"
+        " THEN excluded.first_offset ELSE coalesce(p.first_offset, excluded.first_offset) END,"
+        " group_id = coalesce(p.group_id, excluded.group_id),"
         " kafka_cluster = coalesce(excluded.kafka_cluster, p.kafka_cluster),"
         " replay_to = CASE WHEN greatest(p.next_offset, excluded.next_offset) >= p.replay_to"
         " THEN NULL ELSE p.replay_to END,"
@@ -442,7 +446,7 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_RESULTS] = { "idem_results", 3, sql_results },
 	[IDEM_SQL_PROGRESS_GET] = { "idem_progress_get", 3, sql_progress_get },
 	[IDEM_SQL_CLAIMS_GET] = { "idem_claims_get", 2, sql_claims_get },
-	[IDEM_SQL_PROGRESS] = { "idem_progress", 17, sql_progress },
+	[IDEM_SQL_PROGRESS] = { "idem_progress", 20, sql_progress },
 	[IDEM_SQL_QUARANTINE] = { "idem_quarantine", 13, sql_quarantine },
 	[IDEM_SQL_QUARANTINE_DLT] = { "idem_quarantine_dlt", 16, sql_quarantine_dlt },
 	[IDEM_SQL_REPLIES] = { "idem_replies", 10, sql_replies, true },

@@ -28,7 +28,7 @@ enum idem_sql_id {
 	IDEM_SQL_PROGRESS_GET,   /* partitions' next_offset, replay_to, reapply_to: consumers[],
 	                            topics[], partitions[] (also read by idem_resume) */
 	IDEM_SQL_CLAIMS_GET,     /* where keys were claimed: consumer, keys[] */
-	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (17 arrays) */
+	IDEM_SQL_PROGRESS,       /* advance partitions' progress and counters (20 arrays) */
 	IDEM_SQL_QUARANTINE,     /* quarantine one message (13 parameters) */
 	IDEM_SQL_QUARANTINE_DLT, /* the same and its dead letter: 13 parameters, DLT topic,
 	                            traceparent and tracestate to pass on */

@@ -271,6 +271,9 @@ static bool run_batch(PGconn *conn, const struct raw_opts *o, struct bench_batch
 	snprintf(pr[14], sizeof(pr[14]), "{NULL}"); /* no gap being read again */
 	snprintf(pr[15], sizeof(pr[15]), "{0}");
 	snprintf(pr[16], sizeof(pr[16]), "{NULL}"); /* the Kafka cluster: not named */
+	snprintf(pr[17], sizeof(pr[17]), "{NULL}"); /* the first start: not known */
+	snprintf(pr[18], sizeof(pr[18]), "{NULL}"); /* the group: not named */
+	snprintf(pr[19], sizeof(pr[19]), "{0}");    /* the log's epoch */
 	for (int k = 0; k < IDEM_BIND_PROGRESS_PARAMS; k++)
 		pv[k] = pr[k];
 	if (any_result) {

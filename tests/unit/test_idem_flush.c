@@ -859,6 +859,13 @@ static void test_progress_rows(void **state)
 	/* The Kafka cluster each batch's offsets are in; NULL when unknown. */
 	fx->b[0].kafka_cluster = "mockCluster1";
 	fx->b[1].kafka_cluster = "";
+	/* What a row the batch inserts records: the first start, the group, the log's epoch. */
+	fx->b[0].log_first = 3;
+	fx->b[0].group_id = "g-pay";
+	fx->b[0].log_epoch = 2;
+	fx->b[1].log_first = -1;
+	fx->b[1].group_id = NULL;
+	fx->b[1].log_epoch = 0;
 	/* In reverse order: the statement gets them sorted. */
 	for (size_t k = 0; k < 2; k++) {
 		idem__flush_finish_stats(&ctx[1 - k]);
@@ -890,6 +897,10 @@ static void test_progress_rows(void **state)
 	assert_string_equal(v[14], "{NULL,\"45\"}");           /* reapply_to */
 	assert_string_equal(v[15], "{\"0\",\"1\"}");           /* reapplied */
 	assert_string_equal(v[16], "{\"mockCluster1\",NULL}"); /* kafka_cluster */
+	assert_string_equal(v[17], "{\"3\",NULL}");            /* first_offset */
+	assert_string_equal(v[18], "{\"g-pay\",NULL}");        /* group_id */
+	assert_string_equal(v[19], "{\"2\",\"0\"}");           /* log_epoch */
+	assert_non_null(strstr(idem_sql(IDEM_SQL_PROGRESS)->text, "group_id, log_epoch)"));
 }
 
 /*

@@ -13,8 +13,14 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "idem_log.h"
 #include "idem_resume.h"
+
+void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
+                             const struct idem_resume_pos *pos, const char *db_id,
+                             const char *cluster, const char *d_group);
 
 #define DB_ID "5b0e8f5e-1c1a-4c55-9f5e-2d0d3f1b6a7c"
 #define CL_A  "mockClusterA1"
@@ -175,6 +181,16 @@ static const struct rcase cases[] = {
 	  0),
 	R("cluster unknown now: the same log", true, 250, CL_A, 2, 7, -1, true, 250, CL_A, "shop",
 	  7, 250, BEG, 0, 1000, "", IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, false, 7, 2),
+	R("a row without a cluster id, a lower offset idemd did not commit (a mirror's translated "
+	  "offset): read again from it, not skipped",
+	  true, 8000, "", 0, 0, -1, true, 4100, NULL, NULL, -1, -1, BEG, 0, 8000, CL_B,
+	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 4100, 4100, -1, true, 0, 0),
+	R("cluster unknown now, a lower offset idemd did not commit: read again from it", true,
+	  8000, CL_A, 0, 0, -1, true, 4100, NULL, NULL, -1, -1, BEG, 0, 8000, "",
+	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 4100, 8000, -1, false, 0, 0),
+	R("a row without a cluster id, idemd's own offset below it: Kafka trails", true, 250, "", 0,
+	  0, -1, true, 100, CL_A, "shop", 0, 100, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE,
+	  IDEM_LOG_SAME, 250, 250, -1, true, 0, 0),
 	R("committed beyond the log's end counts as none", true, 250, CL_A, 0, 0, -1, true, 5000,
 	  CL_A, "shop", 0, 5000, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250,
 	  -1, false, 0, 0),
@@ -194,9 +210,9 @@ static const struct rcase cases[] = {
 	R("no row, version 1 metadata: where a first start begins", true, -1, "", 0, -1, -1, true,
 	  390, "v1", "", -1, 390, BEG, 10, 1000, CL_A, IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 10, 10,
 	  390, true, 10, 0),
-	R("no row, version 1, latest, watermarks unknown", true, -1, "", 0, -1, -1, true, 390, "v1",
-	  "", -1, 390, END, -1, -1, CL_A, IDEM_RESUME_BEHIND, IDEM_LOG_SAME, END, -1, 390, false,
-	  -1, 0),
+	R("no row, version 1, latest, watermarks unknown: from the log's start, not its end now",
+	  true, -1, "", 0, -1, -1, true, 390, "v1", "", -1, 390, END, -1, -1, CL_A,
+	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, BEG, -1, 390, false, -1, 0),
 	R("restore keeps the log's epoch from the metadata", true, -1, "", 0, -1, -1, true, 390,
 	  CL_A, "shop", 100, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 100, 100,
 	  390, true, 100, 0),
@@ -219,27 +235,40 @@ static const struct rcase cases[] = {
 	R("renamed: the old consumer's database position beyond Kafka's", true, -1, "", 0, -1, 5200,
 	  true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A, IDEM_RESUME_RENAMED,
 	  IDEM_LOG_SAME, 5200, 5200, -1, true, 5200, 0),
-	R("renamed: the old name's row in another cluster (not read): the group's offset", true, -1,
-	  "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
+	R("renamed, no row of the group here, the group's offset by idemd: the database lost it "
+	  "(a restore and a rename): from the group's first start",
+	  true, -1, "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
+	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 0, 0, 5000, true, 0, 0),
+	R("renamed, no row of the group here, the group's offset by idemd without a cluster id: "
+	  "it may be another log's, so not re-applied under this name",
+	  true, -1, "", 0, -1, -1, true, 5000, "", "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
 	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000, -1, true, 0, 0),
+	R("renamed, no row of the group here, the group's offset by idemd, cluster unknown now",
+	  true, -1, "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, "",
+	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000, -1, true, 0, 0),
+	R("renamed back, the later name committed beyond the database without a cluster id: "
+	  "continue after it",
+	  true, 5000, CL_A, 0, 0, 7000, true, 7500, "", "shop-v2", 0, 7500, BEG, 0, 8000, CL_A,
+	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 7500, 7500, -1, true, 0, 0),
 	R("renamed twice, the middle name's commits never reached Kafka", true, -1, "", 0, -1, 7000,
 	  true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 8000, CL_A, IDEM_RESUME_RENAMED,
 	  IDEM_LOG_SAME, 7000, 7000, -1, true, 7000, 0),
 	R("renamed back, the later name's commits never reached Kafka", true, 5000, CL_A, 0, 0,
 	  7000, true, 5000, CL_A, "shop", 0, 5000, BEG, 0, 8000, CL_A, IDEM_RESUME_RENAMED,
 	  IDEM_LOG_SAME, 7000, 7000, -1, true, 0, 0),
-	R("renamed back, the later name committed beyond the database (it went back)", true, 5000,
-	  CL_A, 0, 0, 7000, true, 7500, CL_A, "shop-v2", 0, 7500, BEG, 0, 8000, CL_A,
-	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 7500, 7500, -1, true, 0, 0),
+	R("renamed back, the later name committed beyond the database (it went back): the gap "
+	  "read again",
+	  true, 5000, CL_A, 0, 0, 7000, true, 7500, CL_A, "shop-v2", 0, 7500, BEG, 0, 8000, CL_A,
+	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 7000, 7000, 7500, true, 0, 0),
 	R("unreadable offsets, an earlier name further", true, -1, "", 0, -1, 7000, false, -1, NULL,
 	  NULL, -1, -1, BEG, 0, 8000, CL_A, IDEM_RESUME_NO_KAFKA, IDEM_LOG_SAME, 7000, 7000, -1,
 	  true, 7000, 0),
 	R("an earlier name's row beyond the log's end is no position", true, 300, CL_A, 0, 0, 9000,
 	  true, 300, CL_A, "shop", 0, 300, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME,
 	  300, 300, -1, false, 0, 0),
-	R("renamed back: this consumer's row behind the other's offset", true, 300, CL_A, 0, 0, -1,
-	  true, 900, CL_A, "shop-v2", 300, 900, BEG, 0, 1000, CL_A, IDEM_RESUME_RENAMED,
-	  IDEM_LOG_SAME, 900, 900, -1, true, 0, 0),
+	R("renamed back: this consumer's row behind the other's offset, which the database lacks",
+	  true, 300, CL_A, 0, 0, -1, true, 900, CL_A, "shop-v2", 300, 900, BEG, 0, 1000, CL_A,
+	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 300, 300, 900, false, 0, 0),
 	R("renamed, and this consumer ahead: its own position", true, 950, CL_A, 0, 0, -1, true,
 	  900, CL_A, "shop-v2", 300, 900, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME,
 	  950, 950, -1, false, 0, 0),
@@ -283,14 +312,18 @@ static const struct rcase cases[] = {
 	R("Kafka unreadable, no row: librdkafka reads it", true, -1, "", 0, -1, -1, false, -1, NULL,
 	  NULL, -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, INV, -1, -1, false,
 	  -1, 0),
-	R("database unreadable: idemd's offset is the floor", false, -1, "", 0, -1, -1, true, 390,
-	  CL_A, "shop", 0, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB, IDEM_LOG_SAME, INV, 390, -1,
-	  false, -1, 0),
+	R("database unreadable: idemd's offset is the floor, its first start kept", false, -1, "",
+	  0, -1, -1, true, 390, CL_A, "shop", 0, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB,
+	  IDEM_LOG_SAME, 390, 390, -1, false, 0, 0),
 	R("database unreadable, another consumer's offset: no floor", false, -1, "", 0, -1, -1,
 	  true, 390, CL_A, "shop-v1", 0, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB, IDEM_LOG_SAME,
-	  INV, -1, -1, false, -1, 0),
+	  390, -1, -1, false, 0, 0),
 	R("database unreadable, a tool's offset", false, -1, "", 0, -1, -1, true, 390, NULL, NULL,
-	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB, IDEM_LOG_SAME, INV, -1, -1, false, -1, 0),
+	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB, IDEM_LOG_SAME, 390, -1, -1, false, -1, 0),
+	R("database unreadable, nothing committed, latest: the end now, and that is the first "
+	  "start every commit names",
+	  false, -1, "", 0, -1, -1, true, -1, NULL, NULL, -1, -1, END, 0, 1150, CL_A,
+	  IDEM_RESUME_NO_DB, IDEM_LOG_SAME, 1150, -1, -1, false, 1150, 0),
 	R("neither", false, -1, "", 0, -1, -1, false, -1, NULL, NULL, -1, -1, BEG, 0, 1000, CL_A,
 	  IDEM_RESUME_FIRST, IDEM_LOG_SAME, INV, -1, -1, false, -1, 0),
 };
@@ -356,12 +389,124 @@ static void test_rule_table(void **state)
 	}
 }
 
+/*
+ * A committed offset read late, while the partition runs at 300 in CL_A's log: the same rule as
+ * at assignment. Goes on from a start beyond 300 only: an operator's skip (metadata of another
+ * cluster is not idemd's offset here), an earlier name's offset in a log not known to be this
+ * one; idemd's offset, this consumer's or an earlier name's in this log, is the database gone
+ * back, read again from 300 already.
+ */
+static void test_decide_late(void **state)
+{
+	static const struct {
+		const char *md_cluster, *md_consumer; /* NULL: no metadata */
+		int64_t committed;
+		enum idem_resume_case why;
+		int64_t start;
+	} late[] = {
+		{ NULL, NULL, 900, IDEM_RESUME_SKIP, 900 },
+		{ CL_B, "shop", 900, IDEM_RESUME_SKIP, 900 },
+		{ CL_A, "shop", 900, IDEM_RESUME_BEHIND, 300 },
+		{ CL_A, "shop-v1", 900, IDEM_RESUME_BEHIND, 300 },
+		{ "", "shop-v1", 900, IDEM_RESUME_RENAMED, 900 },
+		{ NULL, NULL, 200, IDEM_RESUME_DATABASE, 300 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(late) / sizeof(late[0]); i++) {
+		struct idem_resume_in in = { 0 };
+		struct idem_resume_out o;
+
+		in.committed_read = true;
+		in.committed = late[i].committed;
+		in.md.first = in.md.next = -1;
+		if (late[i].md_cluster != NULL) {
+			struct idem_resume_md m =
+			        md_of(late[i].md_cluster, 0, late[i].md_consumer, 0, in.committed);
+			char buf[512];
+			int n = idem_resume_md_format(buf, sizeof(buf), &m);
+
+			in.md_idemd = idem_resume_md_parse(buf, (size_t)n, &in.md) &&
+			              in.md.next == in.committed;
+		}
+		o = idem_resume_decide_late(&in, "shop", CL_A, 0, 0, 300);
+		print_message("case: %zu\n", i);
+		assert_string_equal(idem_resume_case_str(o.why), idem_resume_case_str(late[i].why));
+		assert_int_equal(o.start, late[i].start);
+	}
+}
+
+/* What idem__daemon_log_assign() writes for @pos (started at @start) into @buf. */
+static void logged(const struct idem_resume_pos *pos, int64_t start, char *buf, size_t len)
+{
+	rd_kafka_topic_partition_t tp = { .topic = (char *)(uintptr_t) "payments",
+		                          .partition = 3,
+		                          .offset = start };
+	FILE *f = tmpfile();
+	int saved = dup(STDERR_FILENO);
+	size_t n;
+
+	assert_non_null(f);
+	assert_true(saved >= 0);
+	idem_log_set_level(IDEM_LOG_INFO);
+	assert_true(dup2(fileno(f), STDERR_FILENO) >= 0);
+	idem__daemon_log_assign(&tp, pos, DB_ID, CL_A, "g-shop");
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+	rewind(f);
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+}
+
+/*
+ * A restore and a rename in one (behind, idemd's offset for an earlier name): the warning says
+ * so, with the group's position it starts from; behind under the same name is as before.
+ */
+static void test_log_behind_renamed(void **state)
+{
+	static struct idem_resume_pos pos;
+	static char buf[8192];
+	const struct rcase *c = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (strcmp(cases[i].name, "renamed back, the later name committed beyond the "
+		                          "database (it went back): the gap read again") == 0)
+			c = &cases[i];
+	}
+	assert_non_null(c);
+	pos.in = in_of(c);
+	pos.out = idem_resume_decide(&pos.in);
+	assert_int_equal(pos.out.why, IDEM_RESUME_BEHIND);
+	logged(&pos, pos.out.start, buf, sizeof(buf));
+	assert_non_null(strstr(buf,
+	                       "database behind, consumer renamed: topic=payments "
+	                       "partition=3 next_offset=7000 in the database for group g-shop, "
+	                       "kafka committed=7500 by idemd for consumer shop-v2 (an earlier "
+	                       "name of shop)"));
+	assert_non_null(strstr(buf, "reading offsets from 7000 again under consumer shop, 500 "
+	                            "message(s) to re-apply"));
+	assert_non_null(strstr(buf, "case=behind"));
+
+	c = &cases[0];
+	while (strcmp(c->name, "restore: idemd's own offset ahead") != 0)
+		c++;
+	pos.in = in_of(c);
+	pos.out = idem_resume_decide(&pos.in);
+	logged(&pos, pos.out.start, buf, sizeof(buf));
+	assert_non_null(strstr(buf, "database behind: topic=payments partition=3 next_offset=180 "
+	                            "in the database, kafka committed=390 by idemd for consumer "
+	                            "shop"));
+	assert_null(strstr(buf, "renamed"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_md_round_trip),
-		cmocka_unit_test(test_md_foreign),
-		cmocka_unit_test(test_rule_table),
+		cmocka_unit_test(test_md_round_trip),      cmocka_unit_test(test_md_foreign),
+		cmocka_unit_test(test_rule_table),         cmocka_unit_test(test_decide_late),
+		cmocka_unit_test(test_log_behind_renamed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
