@@ -145,6 +145,7 @@ sed -e 's/^\(message 1 (\).*\(:1), offset\)/\1FILE\2/' -e "s/event='[0-9]*'/even
 	-e 's/event_id [0-9a-f-]*$/event_id ID/' "$IDEM_TMP/out-try3.txt" >"$IDEM_TMP/try3.got"
 cat >"$IDEM_TMP/try3.want" <<EOF
 route 'payments' (topic 'payments' partition 0, consumer 'payments', handler mode row, outbox context set)
+search path: '"\$user", public', schemas: pg_catalog, idem, public (an unqualified table in the handler is the first of these that has it; qualify names: schema.table)
 partition progress: next_offset 4
 
 message 1 (FILE:1), offset 4: would apply
@@ -168,7 +169,7 @@ for want in "  business key: $esc_k4" "    echoed=$esc_k4, event='N'" "    heade
 	sed "s/event='[0-9]*'/event='N'/" "$IDEM_TMP/out-try4.txt" | grep -qxF -- "$want" ||
 		idem_fail "try: no line '$want' in: $(cat "$IDEM_TMP/out-try4.txt")"
 done
-idem_assert_eq "try: lines of the NUL key" 16 "$(wc -l <"$IDEM_TMP/out-try4.txt")"
+idem_assert_eq "try: lines of the NUL key" 17 "$(wc -l <"$IDEM_TMP/out-try4.txt")"
 # --json: the exact bytes, text where JSON can hold them, else null and hex.
 idem_assert_eq "try --json: business_key" "$k3_hex" "$(jq -j '.messages[0].business_key' "$IDEM_TMP/out-try3.json" | hex)"
 idem_assert_eq "try --json: returned row" "$k3_hex" "$(jq -j '.messages[0].effects.rows[0].echoed' "$IDEM_TMP/out-try3.json" | hex)"
