@@ -42,12 +42,14 @@ static void usage(FILE *f)
 	idemctl_purge_usage(f);
 	idemctl_quarantine_usage(f);
 	idemctl_try_usage(f);
+	idemctl_preflight_usage(f);
 	fprintf(f,
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
 	        "applied; 4 verify: database behind (idemd re-applies the gap); 10 try: a key is\n"
 	        "claimed already; 11 try: would be quarantined; 12 try: the handler failed; 78\n"
 	        "configuration error, or Postgres refused the login (no such database or role, a\n"
-	        "wrong or missing password, no CONNECT privilege).\n");
+	        "wrong or missing password, no CONNECT privilege), preflight: a check failed that\n"
+	        "the operator must fix (1: a service did not answer).\n");
 }
 
 static const struct {
@@ -58,6 +60,7 @@ static const struct {
 	{ "verify", idemctl_verify },         { "lookup", idemctl_lookup },
 	{ "replay", idemctl_replay },         { "purge", idemctl_purge },
 	{ "quarantine", idemctl_quarantine }, { "try", idemctl_try },
+	{ "preflight", idemctl_preflight },
 };
 
 static int cmp_names(const void *a, const void *b)
