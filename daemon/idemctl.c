@@ -45,11 +45,12 @@ static void usage(FILE *f)
 	idemctl_preflight_usage(f);
 	fprintf(f,
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
-	        "applied; 4 verify: database behind (idemd re-applies the gap); 10 try: a key is\n"
-	        "claimed already; 11 try: would be quarantined; 12 try: the handler failed; 78\n"
-	        "configuration error, or Postgres refused the login (no such database or role, a\n"
-	        "wrong or missing password, no CONNECT privilege), preflight: a check failed that\n"
-	        "the operator must fix (1: a service did not answer).\n");
+	        "applied; 4 verify: database behind (idemd re-applies the gap); 5 verify: positions\n"
+	        "of another log or consumer; 10 try: a key is claimed already; 11 try: would be\n"
+	        "quarantined; 12 try: the handler failed; 78 configuration error, or Postgres\n"
+	        "refused the login (no such database or role, a wrong or missing password, no\n"
+	        "CONNECT privilege), preflight: a check failed that the operator must fix (1: a\n"
+	        "service did not answer). idemctl(8) has the details.\n");
 }
 
 static const struct {

@@ -183,8 +183,8 @@ static int status_or_verify(const struct idem_cfg *cfg, int argc, char **argv, b
 			       "failed over): the messages will be re-applied at the next assignment\n",
 			       behind);
 		if (moved)
-			printf("MOVED: positions of another log or consumer on %d partition(s) (README.md, "
-			       "Incident runbook, \"Reading verify\"): idemd decides them anew at the next "
+			printf("MOVED: positions of another log or consumer on %d partition(s) (idemd(8), "
+			       "INCIDENT RUNBOOK, \"Reading verify\"): idemd decides them anew at the next "
 			       "assignment\n",
 			       moved);
 		if (!alarms && !behind && !moved)

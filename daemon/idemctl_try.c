@@ -1,6 +1,6 @@
 /*
  * idemctl_try.c - idemctl try: run messages through their route as idemd would, in a transaction
- * that is always rolled back, and show what would happen (lib/idem_try.h; README "Trying a
+ * that is always rolled back, and show what would happen (lib/idem_try.h; idemctl(8) "Trying a
  * route"). This file reads the options and the messages and prints the report.
  */
 #include <getopt.h>
@@ -31,7 +31,7 @@ void idemctl_try_usage(FILE *f)
 	        "                      business key, the handler's parameters, the claim a duplicate\n"
 	        "                      ran into, the handler's rows, table changes and outbox events;\n"
 	        "                      exit 0 would apply, 10 duplicate, 11 would be quarantined,\n"
-	        "                      12 handler failed (several messages: the worst); README\n"
+	        "                      12 handler failed (several messages: the worst); idemctl(8)\n"
 	        "                      \"Trying a route\" has the message file format\n");
 }
 
@@ -411,6 +411,9 @@ static void print_text(const struct idem_try_report *rep, const struct sources *
 	show_str(rt->consumer);
 	printf(", handler mode %s", rt->handler_mode == IDEM_CFG_MODE_SET ? "set" : "row");
 	printf(", outbox context %s)\n", rep->context ? "set" : "off");
+	printf("search path: '%s', schemas: %s (an unqualified table in the handler is the first "
+	       "of these that has it; qualify names: schema.table)\n",
+	       rep->search_path.setting, rep->search_path.schemas);
 	if (rep->progress_next >= 0)
 		printf("partition progress: next_offset %" PRId64 "\n", rep->progress_next);
 	else
@@ -543,6 +546,9 @@ static void print_json(const struct idem_try_report *rep, const struct sources *
 	        top, "mode",
 	        json_object_new_string(rt->handler_mode == IDEM_CFG_MODE_SET ? "set" : "row"));
 	json_object_object_add(top, "outbox_context", json_object_new_boolean(rep->context));
+	json_object_object_add(top, "search_path",
+	                       json_object_new_string(rep->search_path.setting));
+	json_object_object_add(top, "schemas", json_object_new_string(rep->search_path.schemas));
 	json_object_object_add(top, "next_offset",
 	                       rep->progress_next >= 0 ? json_object_new_int64(rep->progress_next)
 	                                               : NULL);

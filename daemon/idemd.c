@@ -89,7 +89,9 @@ static void usage(FILE *f)
 	        "78 configuration error (invalid file, schema not migrated, handler SQL that does\n"
 	        "not prepare, login refused: no such database or role, a wrong or missing\n"
 	        "password, no CONNECT privilege): restarting will not help. A Postgres that is\n"
-	        "not up yet, or has too many connections, is waited for.\n");
+	        "not up yet, or has too many connections, is waited for.\n"
+	        "\n"
+	        "The manual: idemd(8), idemd.yaml(5), idemctl(8).\n");
 }
 
 /*
@@ -198,6 +200,11 @@ static void reload(const char *path, struct idem_cfg *cfg)
 	idem_notify("READY=1");
 }
 
+static void print_key(const char *path, void *arg)
+{
+	fprintf(arg, "%s\n", path);
+}
+
 static void warn_check(const char *msg, void *arg)
 {
 	fprintf(stderr, "%s: warning: %s\n", (const char *)arg, msg);
@@ -216,6 +223,8 @@ int main(int argc, char **argv)
 		{ "check-config", no_argument, NULL, 'n' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
+		/* Not in --help: every key the file accepts, for tests/check_docs.sh. */
+		{ "dump-keys", no_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = DEFAULT_CONFIG;
@@ -242,6 +251,9 @@ int main(int argc, char **argv)
 			return IDEM_EXIT_OK;
 		case 'h':
 			usage(stdout);
+			return IDEM_EXIT_OK;
+		case 'K':
+			idem_cfg_keys(print_key, stdout);
 			return IDEM_EXIT_OK;
 		default:
 			usage(stderr);
@@ -315,6 +327,13 @@ int main(int argc, char **argv)
 		rc = IDEM_EXIT_OK;
 		goto out_free_cfg;
 	}
+	/* A handler's unqualified table is whichever the search path finds first: say which. */
+	for (size_t i = 0; i < cfg->n_routes; i++)
+		idem_log_info("main",
+		              "route '%s': unqualified names in its handler resolve through "
+		              "search_path '%s', schemas: %s (qualify them: schema.table)",
+		              cfg->routes[i].name, idem_daemon_search_path(d)->setting,
+		              idem_daemon_search_path(d)->schemas);
 	idem_log_info("main", "ready: consuming topics of group '%s'", cfg->group_id);
 	idem_notify("READY=1\nSTATUS=connected to postgres, subscribed as group %s", cfg->group_id);
 	wd_usec = idem_notify_watchdog_usec();

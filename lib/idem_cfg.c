@@ -854,6 +854,28 @@ idem_status idem_cfg_parse(const char *name, const char *buf, size_t len, struct
 	return r;
 }
 
+static void cfg_keys_walk(const struct cfg_section *sec, const char *prefix,
+                          void (*fn)(const char *path, void *arg), void *arg)
+{
+	char path[128];
+
+	for (size_t i = 0; i < sec->n_keys; i++) {
+		const struct cfg_key *k = &sec->keys[i];
+
+		snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", k->name);
+		fn(path, arg);
+		if (k->type == CFG_LIST)
+			strncat(path, "[]", sizeof(path) - strlen(path) - 1);
+		if (k->sub != NULL)
+			cfg_keys_walk(k->sub, path, fn, arg);
+	}
+}
+
+void idem_cfg_keys(void (*fn)(const char *path, void *arg), void *arg)
+{
+	cfg_keys_walk(&top_section, "", fn, arg);
+}
+
 idem_status idem_cfg_load(const char *path, struct idem_cfg **ret_cfg, char **ret_errors)
 {
 	struct idem_buf b = { 0 };

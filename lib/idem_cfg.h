@@ -32,8 +32,8 @@ enum idem_cfg_mismatch {
 };
 
 /*
- * routes[].value_format: what json: fields find in a message's value (README "JSON Schema
- * values"). Never guessed from the bytes: a route says it.
+ * routes[].value_format: what json: fields find in a message's value (idemd.yaml(5)
+ * JSON SCHEMA VALUES). Never guessed from the bytes: a route says it.
  */
 enum idem_cfg_value_format {
 	IDEM_CFG_VALUE_JSON = 0,    /* the value is the JSON document */
@@ -194,6 +194,14 @@ IDEM_NODISCARD idem_status idem_cfg_parse(const char *name, const char *buf, siz
 const struct idem_route *idem_cfg_route_for(const struct idem_cfg *cfg, const char *topic);
 
 void idem_cfg_free(struct idem_cfg *cfg);
+
+/*
+ * @brief Calls @fn with the path of every key the configuration file accepts, in the order of
+ * the tables: a section's own path ("kafka"), then its keys ("kafka.brokers"); a list's items
+ * as "routes[].name". The documentation check (tests/check_docs.sh) compares this list with
+ * idemd.yaml(5) through "idemd --dump-keys".
+ */
+void idem_cfg_keys(void (*fn)(const char *path, void *arg), void *arg);
 
 /*
  * @brief How many workers commit batches: batch.workers, or for 0 two per online CPU, at least

@@ -1,5 +1,5 @@
 /*
- * idem_cfg_secrets.c - where the configuration's secrets come from (README, "Secrets"): the
+ * idem_cfg_secrets.c - where the configuration's secrets come from (idemd.yaml(5) SECRETS): the
  * NAME_env and NAME_file forms of librdkafka's secret properties in kafka.properties, the
  * warning for a secret written in the file itself, and reading every secret once at start-up.
  * Part of the cfg module, beside idem_cfg.c (which calls the checks here from its tables).

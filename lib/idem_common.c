@@ -304,9 +304,9 @@ static idem_status secret_file(const char *key, const char *file, char *buf, siz
 		return idem_error_set(
 		        err, IDEM_ERR_CONFIG, "%s: cannot open '%s': %s%s", key, path, strerror(e),
 		        file[0] != '/' && !credential
-		                ? " (a relative path names a file of $CREDENTIALS_DIRECTORY, which is not set: see LoadCredential= in README, \"Secrets\")"
+		                ? " (a relative path names a file of $CREDENTIALS_DIRECTORY, which is not set: see LoadCredential= in idemd.yaml(5), SECRETS)"
 		        : e == EACCES && !credential
-		                ? " (with DynamicUser=, pass the file with LoadCredential= instead: README, \"Secrets\")"
+		                ? " (with DynamicUser=, pass the file with LoadCredential= instead: idemd.yaml(5), SECRETS)"
 		                : "");
 	}
 	if (fstat(fd, &st) != 0) {
@@ -324,7 +324,7 @@ static idem_status secret_file(const char *key, const char *file, char *buf, siz
 	if (!credential && (st.st_mode & 077) != 0) {
 		r = idem_error_set(
 		        err, IDEM_ERR_CONFIG,
-		        "%s: '%s' is open to group or others (mode %04o), refused; make it readable by its owner only (chmod 600 '%s'), or under systemd with DynamicUser= keep it root's and pass it with LoadCredential= (README, \"Secrets\")",
+		        "%s: '%s' is open to group or others (mode %04o), refused; make it readable by its owner only (chmod 600 '%s'), or under systemd with DynamicUser= keep it root's and pass it with LoadCredential= (idemd.yaml(5), SECRETS)",
 		        key, path, (unsigned)(st.st_mode & 07777), path);
 		goto out_close;
 	}

@@ -24,7 +24,7 @@
 #define IDEM_CLUSTER_ID_LEN 64
 
 /*
- * Exit codes of idemd and idemctl, in one place (README "Exit status" documents them).
+ * Exit codes of idemd and idemctl, in one place (EXIT STATUS of idemd(8), idemctl(8)).
  * IDEM_EXIT_CONFIG is sysexits.h EX_CONFIG: systemd must not restart on it
  * (RestartPreventExitStatus=78 in the units).
  */
@@ -99,7 +99,7 @@ idem_status idem_error_nomem(idem_error *err);
  * happen before other threads start (idem_cfg_secrets_check() at start-up).
  *
  * A relative @file names a file of $CREDENTIALS_DIRECTORY when that is set (systemd's
- * LoadCredential=, README "Secrets"), else of the working directory. Any other file must be
+ * LoadCredential=, idemd.yaml(5) SECRETS), else of the working directory. Any other file must be
  * closed to group and others (mode & 077 == 0).
  *
  * @param buf receives the secret, NUL-terminated, on success only; on failure it is wiped.

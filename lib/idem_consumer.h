@@ -31,7 +31,7 @@
  * on 2 CPUs, 160,000 let it reach 107,000: tests/bench/README.md, "Prefetch"). Divided among
  * the partitions (at least 1,000 messages and 256 KiB each), so memory stays bounded whatever
  * the backlog and the partition count: the bytes bound the payloads, the count bounds
- * librdkafka's overhead of about 400 bytes a message (README, "Memory").
+ * librdkafka's overhead of about 400 bytes a message (idemd.yaml(5) MEMORY).
  */
 #define IDEM_CONSUMER_PREFETCH_MESSAGES 160000
 #define IDEM_CONSUMER_PREFETCH_KBYTES   32768

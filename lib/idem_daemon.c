@@ -497,6 +497,11 @@ void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats
 	ret_stats->halted = idem_parts_halted(&d->parts);
 }
 
+const struct idem_pg_search_path *idem_daemon_search_path(const idem_daemon *d)
+{
+	return idem_pool_search_path(d->pool);
+}
+
 int64_t idem_daemon_stalled_ms(const idem_daemon *d)
 {
 	return idem_pool_stalled_ms(&d->parts, idem_mono_ms());

@@ -87,6 +87,12 @@ void idem_daemon_stats(const idem_daemon *d, struct idem_daemon_stats *ret_stats
  * are getting anywhere.
  */
 int64_t idem_daemon_stalled_ms(const idem_daemon *d);
+
+/*
+ * @brief Where an unqualified name in a handler resolves: the search path of the workers'
+ * connections, read when they were set up (valid as @d).
+ */
+const struct idem_pg_search_path *idem_daemon_search_path(const idem_daemon *d);
 void idem_daemon_free(idem_daemon *d);
 
 #endif

@@ -10,8 +10,8 @@
  * itself is kept and reused). JSON pointers are resolved here rather than with
  * json_pointer_get(), which copies the pointer on every call.
  *
- * A framed value (README "JSON Schema values") is byte 0 = 0, bytes 1-4 the schema id, then the
- * document. Its header is read once per message and the id's schema asked for through
+ * A framed value (idemd.yaml(5) JSON SCHEMA VALUES) is byte 0 = 0, bytes 1-4 the schema id, then
+ * the document. Its header is read once per message and the id's schema asked for through
  * doc->schema_fn (the registry, as for avro: fields), which must be a JSON schema; with
  * doc->validate (routes[].validate) the document is checked against it (idem_jsonschema), once
  * per message, before any field is read. Past the header, the document is read exactly as a

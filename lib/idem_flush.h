@@ -60,6 +60,9 @@ bool idem_flush_connected(const idem_flush *pg);
  */
 uint64_t idem_flush_connects(const idem_flush *pg);
 
+/* @brief The search path of @pg's connection, read when it was first set up (valid as @pg). */
+const struct idem_pg_search_path *idem_flush_search_path(const idem_flush *pg);
+
 /*
  * @brief For an idle session: notice a connection the server closed meanwhile (a terminated
  * backend, a server shutting down: libpq sees it only when it reads), and reconnect one that is

@@ -57,9 +57,10 @@ struct idem_flush {
 	bool emit_context;       /* name each message for idem.emit() (IDEM_SQL_CONTEXT) */
 	const char *ctx_vals[2]; /* its parameters */
 	uint64_t connects;       /* connections set up so far (atomic) */
-	struct idem_bind bind;   /* statement parameters, rebuilt for each statement */
-	struct flush_ctx one;    /* idem_flush_batch() and idem_flush_apply_one() */
-	struct flush_ctx *many;  /* idem_flush_many(), cap_many of them */
+	struct idem_pg_search_path search_path; /* the connection's, read at its first setup */
+	struct idem_bind bind;  /* statement parameters, rebuilt for each statement */
+	struct flush_ctx one;   /* idem_flush_batch() and idem_flush_apply_one() */
+	struct flush_ctx *many; /* idem_flush_many(), cap_many of them */
 	size_t cap_many;
 	const struct idem_batch **many_b;  /* the batches of pg->many, for the combined claim */
 	struct idem_bind_progress *many_p; /* and their progress rows */

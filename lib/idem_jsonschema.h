@@ -1,6 +1,6 @@
 /*
  * idem_jsonschema.h - JSON Schema validation of JSON documents (json-c trees), for the values of
- * `value_format: json-schema` routes (README "JSON Schema values").
+ * `value_format: json-schema` routes (idemd.yaml(5) JSON SCHEMA VALUES).
  *
  * Debian 12 has no C JSON Schema validator, so idemd has its own, over json-c. A schema is
  * compiled once (every keyword read, every $ref resolved, every pattern translated) and then

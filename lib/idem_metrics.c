@@ -15,7 +15,7 @@
 #include <sys/resource.h>
 
 /*
- * The operator endpoints' limits (README, "Running it"): one event loop (epoll) serves
+ * The operator endpoints' limits (idemd(8) RUNNING): one event loop (epoll) serves
  * every connection, so idle or byte-at-a-time clients cost a slot each, never the loop. A client
  * address may hold HTTP_PER_CLIENT connections, all clients together HTTP_MAX_CONNECTIONS; a
  * connection with nothing arriving for HTTP_IDLE_SECONDS is closed, and one whose request

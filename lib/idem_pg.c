@@ -244,6 +244,28 @@ idem_status idem_pg_exec(PGconn *conn, const char *sql, const char *what, idem_e
 	return idem_pg_result(conn, PQexec(conn, sql), what, NULL, err);
 }
 
+idem_status idem_pg_search_path(PGconn *conn, struct idem_pg_search_path *ret, idem_error *err)
+{
+	static const char sql[] = "SELECT current_setting('search_path'), "
+	                          "array_to_string(current_schemas(true), ', ')";
+	PGresult *res = NULL;
+	idem_status r;
+
+	if ((r = idem_pg_exec_params(conn, sql, 0, NULL, "read the search path", &res, err)) !=
+	    IDEM_OK)
+		goto out_clear_res;
+	if (PQntuples(res) != 1 || PQnfields(res) != 2) {
+		r = idem_error_set(err, IDEM_ERR_PG, "read the search path: unexpected result");
+		goto out_clear_res;
+	}
+	snprintf(ret->setting, sizeof(ret->setting), "%s", PQgetvalue(res, 0, 0));
+	snprintf(ret->schemas, sizeof(ret->schemas), "%s", PQgetvalue(res, 0, 1));
+	r = IDEM_OK;
+out_clear_res:
+	PQclear(res);
+	return r;
+}
+
 idem_status idem_pg_exec_params(PGconn *conn, const char *sql, int n, const char *const *pv,
                                 const char *what, PGresult **ret_res, idem_error *err)
 {

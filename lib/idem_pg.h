@@ -90,6 +90,20 @@ idem_status idem_pg_error(idem_error *err, PGconn *conn, const PGresult *res, co
 IDEM_NODISCARD idem_status idem_pg_result(PGconn *conn, PGresult *res, const char *what,
                                           PGresult **ret_res, idem_error *err);
 
+/* Where an unqualified name in a handler resolves on a connection. */
+struct idem_pg_search_path {
+	char setting[256]; /* search_path as set ('"$user", public'), cut short if longer */
+	char schemas[256]; /* current_schemas(true), in order, ", "-separated: where an unqualified
+	                      table is looked for ("pg_catalog, public") */
+};
+
+/*
+ * @brief Read the effective search path of @conn into *@ret (written only on success), so that
+ * idemd and idemctl try can say which schema a handler's unqualified table resolves to.
+ */
+IDEM_NODISCARD idem_status idem_pg_search_path(PGconn *conn, struct idem_pg_search_path *ret,
+                                               idem_error *err);
+
 /*
  * @brief End the transaction open on @conn, if any, undoing it: the one ROLLBACK of idemd's own
  * transactions (a failure is ignored: a connection that cannot roll back has nothing to keep).

@@ -101,6 +101,11 @@ out_free:
 	return r;
 }
 
+const struct idem_pg_search_path *idem_pool_search_path(const idem_pool *pool)
+{
+	return idem_flush_search_path(pool->workers[0].pg);
+}
+
 size_t idem_pool_size(const idem_pool *pool)
 {
 	return pool->n_workers;

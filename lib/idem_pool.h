@@ -44,6 +44,9 @@ IDEM_NODISCARD idem_status idem_pool_start(idem_pool *pool, rd_kafka_t *rk, idem
 /* @brief How many workers (and Postgres connections) the pool has. */
 size_t idem_pool_size(const idem_pool *pool);
 
+/* @brief The search path of the workers' connections (one conninfo and role: the same for all). */
+const struct idem_pg_search_path *idem_pool_search_path(const idem_pool *pool);
+
 /*
  * @brief Queue @p, just handed over (idem_part_hand_over()), for a worker: it commits
  * p->inflight and records the outcome in p->job (r, st, err).

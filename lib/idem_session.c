@@ -63,6 +63,11 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	         pg->cfg->lock_timeout_ms, pg->cfg->statement_timeout_ms);
 	if ((r = idem_pg_exec(pg->conn, set, "set timeouts", err)) != IDEM_OK)
 		return r;
+	/* Read once: a reconnect uses the same conninfo and role, so the same search path.
+	 * Before pg_temp exists (the trace context's table): it is idemd's, not the handler's. */
+	if (pg->search_path.schemas[0] == '\0' &&
+	    (r = idem_pg_search_path(pg->conn, &pg->search_path, err)) != IDEM_OK)
+		return r;
 	if ((r = idem_sql_prepare_batch(pg->conn, err)) != IDEM_OK)
 		return r;
 	/* Where events are named after their message, they carry its trace context too. */
@@ -167,6 +172,11 @@ bool idem_flush_check(idem_flush *pg)
 bool idem_flush_connected(const idem_flush *pg)
 {
 	return pg->conn != NULL && PQstatus(pg->conn) == CONNECTION_OK;
+}
+
+const struct idem_pg_search_path *idem_flush_search_path(const idem_flush *pg)
+{
+	return &pg->search_path;
 }
 
 uint64_t idem_flush_connects(const idem_flush *pg)

@@ -637,6 +637,7 @@ idem_status idem_try_run(const struct idem_cfg *cfg, PGconn *conn, const struct 
 		goto out_schemas;
 	/* The trace context's table as a worker's session has it, gone with the rollback. */
 	if ((r = exec(&rn, set, "set the timeouts")) != IDEM_OK ||
+	    (r = idem_pg_search_path(conn, &ret->search_path, err)) != IDEM_OK ||
 	    (ret->context &&
 	     (r = idem_sql_exec(conn, IDEM_SQL_TRACE_TABLE, NULL, "create pg_temp.idem_trace", NULL,
 	                        err)) != IDEM_OK) ||

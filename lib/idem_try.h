@@ -1,7 +1,7 @@
 /*
  * idem_try.h - `idemctl try`: run one message, or a few, through their route exactly as idemd
- * would, inside a transaction that is always rolled back, and report what would happen (README
- * "Trying a route").
+ * would, inside a transaction that is always rolled back, and report what would happen (idemctl(8)
+ * TRYING A ROUTE).
  *
  * In two files: idem_try_file.c reads the message file format (below) and Kafka messages into
  * struct idem_try_msgs; idem_try.c runs them. The messages are decoded by idem_batch_add() (the
@@ -136,10 +136,11 @@ struct idem_try_report {
 	                                     claims, results */
 	struct idem_try_msg_report *msgs; /* b.n_msgs of them */
 	int64_t progress_next;            /* the partition's next_offset, -1 if it has none */
-	bool context;                     /* IDEM_SQL_CONTEXT was sent before the handler */
-	char **set_params;                /* set mode: the text[] parameters as sent (owned) */
-	struct idem_try_effects set_fx;   /* set mode: what the statement did */
-	char set_reason[1024];            /* set mode: why the statement failed, "" if it did not */
+	struct idem_pg_search_path search_path; /* where the handler's unqualified names resolve */
+	bool context;                           /* IDEM_SQL_CONTEXT was sent before the handler */
+	char **set_params;              /* set mode: the text[] parameters as sent (owned) */
+	struct idem_try_effects set_fx; /* set mode: what the statement did */
+	char set_reason[1024];          /* set mode: why the statement failed, "" if it did not */
 	char set_sqlstate[6];
 };
 

@@ -11,6 +11,7 @@ pkgs=(
 	prometheus dpkg-dev python3
 	systemd # systemd-analyze, for t_package's unit check (a container may lack it)
 	gdb     # a failed test prints the stacks of the idemd it left running (lib.sh)
+	groff-base man-db # tests/check_docs.sh renders the manual pages
 )
 missing=()
 for p in "${pkgs[@]}"; do

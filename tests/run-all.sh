@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every idemd test on a fresh Debian 12 machine: installs what is missing, builds
-# warning-free (Debug, Release, and Asan = ASan+UBSan), checks formatting and the include layers
-# of ARCHITECTURE.md, runs the unit tests in both builds, the fuzzers for a bounded time, and the
+# warning-free (Debug, Release, and Asan = ASan+UBSan), checks formatting, the include layers
+# of ARCHITECTURE.md and the manual pages against the code (tests/check_docs.sh), runs the unit tests in both builds, the fuzzers for a bounded time, and the
 # integration and fault tests (real Postgres + embedded Kafka) under ASan+UBSan, several side by
 # side (tests/README.md, "Time").
 #
@@ -72,6 +72,8 @@ phase "format"
 git ls-files '*.c' '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 phase "layers (ARCHITECTURE.md's include order)"
 bash tests/check_layers.sh
+phase "docs"
+IDEM_JOBS=$jobs bash tests/check_docs.sh
 
 phase "build (Debug)"
 cmake -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug >/dev/null

@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 
 -- The handlers, one file each (idemd's tests, benchmark and demo read them from there; the
--- README and etc/idemd.yaml show the same text, which a unit test checks):
+-- manual idemd.yaml(5) and etc/idemd.yaml show the same text; a unit test checks the latter):
 --
 -- payments_row.sql, for handler.mode: row (run once per newly claimed payment, in the claim's
 -- transaction). $1 business_key, $2 json:/account, $3 json:/amount. Returns the new balance,

@@ -1263,7 +1263,7 @@ report() {
 	echo
 	for ph in C Cs Vs Gs Js Jv; do
 		[ -n "${V[1.$ph.rss]:-}" ] || continue
-		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (the prefetch holds up to 160,000 messages: README, \"Memory\")"
+		echo "idemd peak RSS (VmHWM) in $(phase_name "$ph") with a backlog of $messages messages: median $(fmt %.0f "$(medof "$ph.rss")") MiB (the prefetch holds up to 160,000 messages: idemd.yaml(5), MEMORY)"
 	done
 	for ph in C Cs Vs Gs; do
 		[ -n "${V[1.$ph.bpc]:-}" ] || continue

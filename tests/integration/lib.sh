@@ -335,6 +335,18 @@ idem_pg_restart_immediate() {
 	idem__pg_wait_ready
 }
 
+# idem_sandbox_env FILE: write, as shell assignments, how to reach this test's Postgres and
+# Kafka (PGHOST PGPORT PGUSER PGDATABASE IDEM_BROKERS), the file README's quickstart sources:
+# tests/sandbox.sh writes it for a person, t_quickstart for the quickstart's commands.
+idem_sandbox_env() {
+	{
+		echo "# the sandbox's Postgres (as PG* for psql and libpq) and embedded Kafka"
+		printf 'export PGHOST=%q PGPORT=%q PGUSER=%q PGDATABASE=%q\n' \
+			"$PGHOST" "$PGPORT" "$PGUSER" "$PGDATABASE"
+		printf 'export IDEM_BROKERS=%q\n' "$IDEM_BROKERS"
+	} >"$1"
+}
+
 # idem_psql ARGS... : psql on the test database, quiet, unaligned, tuples only, stop on error.
 idem_psql() {
 	psql -X -q -At -v ON_ERROR_STOP=1 "$@"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The schema registry's failures, as README "Avro values" says: a registry that is down (or
+# The schema registry's failures, as idemd.yaml(5) AVRO VALUES says: a registry that is down (or
 # answers 503) makes the partitions that need a schema they have not seen wait, nothing is
 # quarantined, and everything is applied once it is back; an id the registry does not know (404)
 # quarantines exactly its messages, naming the id, while their neighbours are applied; SIGHUP

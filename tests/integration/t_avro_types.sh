@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Avro values (Confluent wire format, schemas from a registry), encoded by python3-avro, not by
 # the library idemd decodes with: every type's text as idemd binds it, checked in the database,
-# exactly as README "Avro values" says; unions, nested records, arrays and maps by pointer and as
+# exactly as idemd.yaml(5) AVRO VALUES says; unions, nested records, arrays and maps by pointer and as
 # JSON; an Avro Kafka key; two schema versions on one topic (a field added with a default in v2
 # leaves v1's keys as they were: a v1 payment re-sent in v2 is a duplicate).
 set -euo pipefail

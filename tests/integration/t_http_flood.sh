@@ -7,7 +7,7 @@
 # exercised: of 127.0.0.3's 300 connections the server closes the 44 over 256 and holds 256, and
 # a new request from 127.0.0.3 goes unanswered while one from 127.0.0.1 is served. Prints the
 # probe latencies and the apply time of the same stream with and without the flood. Without the
-# event loop and the per-client and total limits (README, "Running it"), the 17th connection was
+# event loop and the per-client and total limits (idemd(8) RUNNING), the 17th connection was
 # refused and the probes failed.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

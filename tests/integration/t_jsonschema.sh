@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# JSON Schema values, as README "JSON Schema values" says: a route with value_format:
+# JSON Schema values, as idemd.yaml(5) JSON SCHEMA VALUES says: a route with value_format:
 # json-schema reads Confluent-framed JSON documents (byte 0, the 4-byte schema id, the document)
 # through the schema registry. Payments under two schema versions on one topic are each applied
 # once, and a v2 re-send of a v1 payment is a duplicate (an upstream re-send whose payload

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# JSON Schema validation, as README "JSON Schema values" says: a route with value_format:
+# JSON Schema validation, as idemd.yaml(5) JSON SCHEMA VALUES says: a route with value_format:
 # json-schema and validate: true checks every document against the schema of its id. Documents
 # the schema refuses (a wrong type, below a minimum, a required property missing, a pattern not
 # matched, a nested item of the wrong type, an extra property where none may be) are each

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Protobuf values (Confluent wire format, schemas from a registry), written by python3-protobuf's
 # pure-Python implementation, not by the library idemd decodes with: every type's text as idemd
-# binds it, checked in the database, exactly as README "Protobuf values" says; well-known types;
+# binds it, checked in the database, exactly as idemd.yaml(5) PROTOBUF VALUES says; well-known types;
 # a message type imported through a schema reference (fetched from the registry by subject and
 # version); nested messages, repeated fields and maps by pointer and as JSON; presence (proto3
 # defaults, optional, oneof, unset messages); a message that is not the file's first; a

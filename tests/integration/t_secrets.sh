@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Secrets as a daemon keeps them (README, "Secrets"): --check-config warns about a Kafka secret
+# Secrets as a daemon keeps them (idemd.yaml(5) SECRETS): --check-config warns about a Kafka secret
 # written in the file (naming it, not its value). Postgres asks for a password (scram) from the
 # role idemd uses, and idemd
 #  - starts with postgres.password_file naming a credential of $CREDENTIALS_DIRECTORY (what

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trace context through two idemd instances chained by the outbox (README "Trace context").
+# Trace context through two idemd instances chained by the outbox (idemd.yaml(5) TRACE CONTEXT).
 # Producer -> A (consumer a, topic orders, row mode) -> events on topic shipments -> B (consumer
 # b, set mode) -> events on topic audit, replies on replies-b, dead letters on dlt-b.
 #  - a message's valid W3C traceparent reaches its handler as the field traceparent: the same

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # idemctl try runs messages through their route as idemd would, in a transaction that is always
-# rolled back, and says what would happen (README "Trying a route"):
+# rolled back, and says what would happen (idemctl(8) TRYING A ROUTE):
 # - a new key: exit 0, the business key, each parameter, the handler's returned row, its table
 #   changes (1 ledger row, 1 account row) and its outbox event, from a file and from stdin;
 # - a duplicate of a key idemd applied: exit 10, the claim's topic/partition/offset, when, and
@@ -9,7 +9,9 @@
 # - a handler that raises: exit 12, the SQLSTATE and the error, and what idemd would do;
 # - set mode, three messages from two files: one statement with text[] arrays, 3 ledger rows;
 # - messages read from Kafka by --topic/--partition/--offset (--count 2, --json);
-# - bad input (an unknown field) is a usage error naming the file, the line and the field.
+# - bad input (an unknown field) is a usage error naming the file, the line and the field;
+# - the search path the handler's unqualified names resolve through, in try's output and in
+#   idemd's log at start.
 # After every one: idem.processed_messages, the handler's tables, idem.outbox,
 # idem.partition_progress and idem.quarantine byte for byte as before, no lock held by another
 # session and no session of idemctl left, and the group's committed offsets unchanged.
@@ -32,6 +34,10 @@ done
 idemd_start a "$IDEM_CFG"
 idem_wait_done g-try 60
 idemd_stop a
+# The fixture's role is idem, so "$user" finds the schema idem first: its unqualified ledger is
+# idem.ledger, and idemd says so at start.
+grep -qF "info main: route 'payments': unqualified names in its handler resolve through search_path '\"\$user\", public', schemas: pg_catalog, idem, public (qualify them: schema.table)" \
+	"$IDEM_TMP/idemd-a.log" || idem_fail "idemd did not log the route's search path: $(grep -F search_path "$IDEM_TMP/idemd-a.log")"
 idem_assert_eq "payments applied by idemd" "3 6" \
 	"$(idem_psql -c "SELECT count(*) || ' ' || sum(amount) FROM ledger")"
 
@@ -91,6 +97,7 @@ EOF
 try 0 "new key" "$IDEM_TMP/new.msg"
 says "route 'payments' (topic 'payments' partition 0"
 says "partition progress: next_offset 3"
+says "search path: '\"\$user\", public', schemas: pg_catalog, idem, public (an unqualified table in the handler is the first of these that has it; qualify names: schema.table)"
 says "message 1 ($IDEM_TMP/new.msg:2), offset 3: would apply"
 says "business key: 'p-new'"
 says "\$1 business_key = 'p-new'"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR/../integration
 # tests/soak/run.sh - the soak: idemd under a steady storm of faults for a set time. Not part of
-# the default test run (README, "Tests and benchmarks").
+# the default test run (tests/README.md).
 #
 #   tests/soak/run.sh [--minutes M] [--rate R] [--partitions P] [--instances N]
 #                     [--kill-every S] [--pg-restart-every S] [--terminate-every S]

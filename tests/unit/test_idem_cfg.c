@@ -962,6 +962,33 @@ static void squeeze(char *s)
  * One copy of the example handlers: the shipped etc/idemd.yaml carries exactly
  * sql/examples/payments_set.sql (in set mode), the statement the tests and the benchmark read.
  */
+struct keys_seen {
+	size_t n;
+	bool top, leaf, item, nested;
+};
+
+static void key_seen(const char *path, void *arg)
+{
+	struct keys_seen *k = arg;
+
+	k->n++;
+	k->top |= strcmp(path, "kafka") == 0;
+	k->leaf |= strcmp(path, "kafka.brokers") == 0;
+	k->item |= strcmp(path, "routes[].name") == 0;
+	k->nested |= strcmp(path, "routes[].handler.sql") == 0;
+}
+
+/* idem_cfg_keys() walks every table (tests/check_docs.sh compares it with idemd.yaml(5)). */
+static void test_keys(void **state)
+{
+	struct keys_seen k = { 0 };
+
+	(void)state;
+	idem_cfg_keys(key_seen, &k);
+	assert_true(k.top && k.leaf && k.item && k.nested);
+	assert_true(k.n > 50);
+}
+
 static void test_example_config_matches_examples(void **state)
 {
 	char *etc = data_path("../../../etc/idemd.yaml");
@@ -1015,6 +1042,7 @@ int main(void)
 		cmocka_unit_test(test_diff),
 		cmocka_unit_test(test_example_config_matches_examples),
 		cmocka_unit_test(test_golden_dir),
+		cmocka_unit_test(test_keys),
 	};
 	struct CMUnitTest *golden;
 	size_t n;

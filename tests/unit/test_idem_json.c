@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "idem_field.h"
@@ -353,12 +354,52 @@ static void test_fields_of_one_message(void **state)
 	idem_jsondoc_done(&slow);
 }
 
+/* nested(levels): {"k":"v","a":[[...1...]]} with @levels containers in all (the root counts). */
+static char *nested(size_t levels)
+{
+	size_t arrays = levels - 1, n = 0;
+	char *d = malloc(arrays * 2 + 32);
+
+	assert_non_null(d);
+	n += (size_t)sprintf(d, "{\"k\":\"v\",\"a\":");
+	memset(d + n, '[', arrays);
+	n += arrays;
+	d[n++] = '1';
+	memset(d + n, ']', arrays);
+	n += arrays;
+	d[n++] = '}';
+	d[n] = '\0';
+	return d;
+}
+
+/* The scanner recurses once per container: IDEM_JSON_DEPTH containers are read, one more is
+ * "not known" (json-c, which does not recurse, answers), and so is a document nested 200,000
+ * deep, without exhausting the stack. */
+static void test_depth_bound(void **state)
+{
+	const size_t levels[] = { IDEM_JSON_DEPTH, IDEM_JSON_DEPTH + 1, 200000 };
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+		char *d = nested(levels[i]);
+		const char *p = NULL;
+		size_t n = 0;
+		bool known = idem_json_scalar(d, strlen(d), "/k", &p, &n);
+
+		assert_int_equal(known, levels[i] <= IDEM_JSON_DEPTH);
+		if (known)
+			assert_true(n == 1 && p[0] == 'v');
+		free(d);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scalar_cases),   cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_same_as_json_c), cmocka_unit_test(test_members_cases),
 		cmocka_unit_test(test_members_doc),    cmocka_unit_test(test_fields_of_one_message),
+		cmocka_unit_test(test_depth_bound),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
