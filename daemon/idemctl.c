@@ -42,13 +42,15 @@ static void usage(FILE *f)
 	idemctl_purge_usage(f);
 	idemctl_quarantine_usage(f);
 	idemctl_try_usage(f);
+	idemctl_preflight_usage(f);
 	fprintf(f,
 	        "\nExit status: 0 success; 1 failure; 2 usage error; 3 verify: loss alarm, lookup: not\n"
 	        "applied; 4 verify: database behind (idemd re-applies the gap); 5 verify: positions\n"
 	        "of another log or consumer; 10 try: a key is claimed already; 11 try: would be\n"
 	        "quarantined; 12 try: the handler failed; 78 configuration error, or Postgres\n"
 	        "refused the login (no such database or role, a wrong or missing password, no\n"
-	        "CONNECT privilege). idemctl(8) has the details.\n");
+	        "CONNECT privilege), preflight: a check failed that the operator must fix (1: a\n"
+	        "service did not answer). idemctl(8) has the details.\n");
 }
 
 static const struct {
@@ -59,6 +61,7 @@ static const struct {
 	{ "verify", idemctl_verify },         { "lookup", idemctl_lookup },
 	{ "replay", idemctl_replay },         { "purge", idemctl_purge },
 	{ "quarantine", idemctl_quarantine }, { "try", idemctl_try },
+	{ "preflight", idemctl_preflight },
 };
 
 static int cmp_names(const void *a, const void *b)

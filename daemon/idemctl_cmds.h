@@ -40,4 +40,8 @@ void idemctl_quarantine_usage(FILE *f);
 int idemctl_try(const struct idem_cfg *cfg, int argc, char **argv);
 void idemctl_try_usage(FILE *f);
 
+/* daemon/idemctl_preflight.c: preflight */
+int idemctl_preflight(const struct idem_cfg *cfg, int argc, char **argv);
+void idemctl_preflight_usage(FILE *f);
+
 #endif

@@ -136,6 +136,12 @@ struct idem_registry_stats {
 IDEM_NODISCARD idem_status idem_registry_new(const struct idem_registry_opts *opts,
                                              idem_registry **ret_reg, idem_error *err);
 /*
+ * @brief Ask @reg for its subjects (GET {url}/subjects) once, on the calling thread, up to its
+ * timeout: whether it answers, for a check before consuming. *@ret_http is the HTTP status of
+ * the answer (0: none came), set on failure too. Errors: IDEM_ERR_UNAVAILABLE with the reason.
+ */
+IDEM_NODISCARD idem_status idem_registry_ping(idem_registry *reg, long *ret_http, idem_error *err);
+/*
  * @brief Accepts NULL. Aborts the requests of the fetcher threads under way (within about a
  * second, however long the registry takes), joins the threads, drops the ids queued for them and
  * releases every cached schema. Not to be called concurrently with get() or peek().

@@ -659,3 +659,20 @@ void idem__registry_fetch(idem_registry *reg, struct idem_registry_conn *conn, i
 	else
 		idem_log_debug("registry", "%s", res->why);
 }
+
+idem_status idem_registry_ping(idem_registry *reg, long *ret_http, idem_error *err)
+{
+	struct idem_registry_conn *conn = idem__registry_conn_new(reg);
+	struct idem_registry_result res = { 0 };
+	long status = 0;
+	idem_status r = IDEM_OK;
+
+	if (!idem_registry_request(reg, conn, "/subjects", "list the subjects", &res)) {
+		if (conn != NULL)
+			curl_easy_getinfo(conn->curl, CURLINFO_RESPONSE_CODE, &status);
+		r = idem_error_set(err, IDEM_ERR_UNAVAILABLE, "%s", res.why);
+	}
+	idem__registry_conn_free(conn);
+	*ret_http = status;
+	return r;
+}

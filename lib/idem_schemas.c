@@ -376,3 +376,8 @@ void idem_schemas_stats(idem_schemas *s, struct idem_registry_stats *ret_stats)
 	}
 	idem_registry_stats(s->reg, ret_stats);
 }
+
+idem_status idem_schemas_ping(idem_schemas *s, long *ret_http, idem_error *err)
+{
+	return idem_registry_ping(s->reg, ret_http, err);
+}

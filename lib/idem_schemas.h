@@ -24,6 +24,11 @@ typedef struct idem_schemas idem_schemas;
 IDEM_NODISCARD idem_status idem_schemas_open(const struct idem_cfg *cfg, void (*wake)(void *ctx),
                                              void *wake_ctx, idem_schemas **ret_schemas,
                                              idem_error *err);
+/*
+ * @brief idem_registry_ping() of @s's registry (opened with a schema_registry.url), with the
+ * configured credentials.
+ */
+IDEM_NODISCARD idem_status idem_schemas_ping(idem_schemas *s, long *ret_http, idem_error *err);
 /* Accepts NULL. Stops the fetchers (a request under way is aborted): no @wake after it. */
 void idem_schemas_close(idem_schemas *s);
 
