@@ -562,7 +562,8 @@ static idem_status take(idem_daemon *d, rd_kafka_message_t *rkm, idem_error *err
 	/* The partition waits (RETRY_WAIT, SCHEMA_WAIT, HALTED): it is paused, and what still
 	 * arrives is fetched again from where it resumes. Below fetch_next: fetched before a seek
 	 * back. */
-	if (idem_part_paused(p) || (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
+	if (idem_part_paused(p) || idem_part_starting(p) ||
+	    (p->fetch_next >= 0 && rkm->offset < p->fetch_next))
 		return IDEM_OK;
 	if (idem_consumer_view(rkm, &d->hdrs, &m) != IDEM_OK)
 		return idem_error_nomem(err);
@@ -927,7 +928,7 @@ idem_status idem_daemon_tick(idem_daemon *d, idem_error *err)
 		idem__daemon_commit_offsets(d, false, false, "interval");
 	if (idem_pool_reconnects(d->pool) != d->reconnects && idem_mono_ms() >= d->check_at_ms)
 		idem__daemon_check_positions(d);
-	idem__daemon_check_unread(d);
+	idem__daemon_check_starts(d);
 	idem__daemon_check_topics(d);
 	if ((r = collect(d, err)) != IDEM_OK)
 		return r;

@@ -4,11 +4,13 @@
  * The rebalance callbacks, on the consumer thread (idem_consumer calls them from within a
  * poll): an assigned partition starts at the database's position, or at Kafka's committed offset
  * where another client moved it ahead (idem_resume decides; ARCHITECTURE.md "Where a partition
- * starts"); the start is logged, and committed to Kafka once assigned. A revoked partition's
- * batches are drained and its offsets committed before it is given up.
+ * starts"); the start is logged, and committed to Kafka once assigned. A partition whose start
+ * cannot be decided (a fact unreadable, a consumer renamed in the configuration only) waits,
+ * paused (STARTING), and is decided again every START_RETRY_MS (idem__daemon_check_starts()).
+ * A revoked partition's batches are drained and its offsets committed before it is given up.
  * While partitions are held, the database may go back in time (a restore, a failover): found by
- * a batch's transaction or by the check after a worker reconnected, a partition is read again
- * from the database's position (ARCHITECTURE.md "When the database goes back").
+ * a batch's transaction or by the check after a worker reconnected, the partition's start is
+ * decided again, as at assignment (ARCHITECTURE.md "When the database goes back").
  * The main loop is idem_daemon.c; struct idem_daemon is in idem_daemon_int.h.
  */
 #include <inttypes.h>
@@ -25,9 +27,10 @@
 #include "idem_pool.h"
 #include "idem_resume.h"
 
-/* Committed offsets unreadable at assignment: read again this often, each read this long. */
-#define UNREAD_RETRY_MS   2000
-#define UNREAD_TIMEOUT_MS 1000
+/* A partition whose start is not decided: decided again this often; its wait logged again
+ * this often. */
+#define START_RETRY_MS 2000
+#define START_LOG_MS   60000
 
 static void fmt_offset(char *buf, size_t len, int64_t offset)
 {
@@ -55,18 +58,20 @@ static const char *log_why(const struct idem_resume_pos *pos)
 
 IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
                                            const struct idem_resume_pos *pos, const char *db_id,
-                                           const char *cluster, const char *d_group);
+                                           const char *cluster);
 
 /* What idem__daemon_on_assign() decided for one partition, in the log (and a warning where Kafka
  * and the database disagree). Message-derived text never appears: offsets, names from the
  * configuration, and the metadata's fields, which idem_resume_md_parse() checked. */
 IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
                                            const struct idem_resume_pos *pos, const char *db_id,
-                                           const char *cluster, const char *d_group)
+                                           const char *cluster)
 {
 	const struct idem_resume_in *in = &pos->in;
 	char start[24], db[24], committed[24];
 
+	if (pos->out.why == IDEM_RESUME_HOLD)
+		return; /* said by log_waiting() */
 	fmt_offset(start, sizeof(start), tp->offset);
 	fmt_offset(db, sizeof(db), in->db);
 	fmt_offset(committed, sizeof(committed), in->committed);
@@ -84,26 +89,17 @@ IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
 		              idem_resume_case_str(pos->out.why), committed, pos->out.epoch);
 	switch (pos->out.why) {
 	case IDEM_RESUME_BEHIND:
-		if (in->md.consumer[0] != '\0' && strcmp(in->md.consumer, in->consumer) != 0) {
-			char group[24];
-
-			/* A rename and a restore in one: the gap from the group's position, under
-			 * the new name (the database holds none of it under any name). */
-			fmt_offset(group, sizeof(group),
-			           in->other_db > in->db || pos->out.log != IDEM_LOG_SAME
-			                   ? in->other_db
-			                   : in->db);
+		if (pos->out.mirror) {
 			idem_log_warn(
 			        "kafka",
-			        "database behind, consumer renamed: topic=%s partition=%" PRId32
-			        " next_offset=%s in the database for group %s, kafka committed=%s by "
-			        "idemd for consumer %s (an earlier name of %s), database %s: the "
-			        "database went back in time (restore, failover); reading offsets from "
-			        "%s again under consumer %s, %" PRId64 " message(s) to re-apply",
-			        tp->topic, tp->partition, group, d_group, committed,
-			        in->md.consumer, in->consumer,
-			        in->md.db_id[0] ? in->md.db_id : "(unknown)", start, in->consumer,
-			        tp->offset >= 0 ? in->committed - tp->offset : 0);
+			        "database behind, mirrored offset: topic=%s partition=%" PRId32
+			        " kafka committed=%s carries idemd's metadata of cluster %s (next=%" PRId64
+			        "), which the database does not hold there (next_offset %s): it went "
+			        "back in time; reading offsets from %s again",
+			        tp->topic, tp->partition, committed, in->md.cluster, in->md.next,
+			        in->db >= 0 && strcmp(in->db_cluster, in->md.cluster) == 0 ? db
+			                                                                   : "none",
+			        start);
 			break;
 		}
 		idem_log_warn(
@@ -118,24 +114,6 @@ IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
 		        in->md.db_id[0] ? in->md.db_id : "(unknown)", start,
 		        tp->offset >= 0 ? in->committed - tp->offset : 0);
 		break;
-	case IDEM_RESUME_RENAMED: {
-		char other[24];
-
-		fmt_offset(other, sizeof(other), in->other_db);
-		idem_log_warn(
-		        "kafka",
-		        "consumer renamed: topic=%s partition=%" PRId32
-		        " kafka committed=%s by idemd for consumer %s and not for this route's "
-		        "consumer %s (next_offset %s); the furthest earlier consumer of group "
-		        "%s got to next_offset %s: what earlier names applied is not applied "
-		        "again under %s; starting at %s. To apply it again on purpose: "
-		        "idemctl replay",
-		        tp->topic, tp->partition, committed,
-		        in->md_idemd && in->md.consumer[0] ? in->md.consumer : "(unknown)",
-		        in->consumer, pos->out.log == IDEM_LOG_SAME ? db : "none", d_group, other,
-		        in->consumer, start);
-		break;
-	}
 	case IDEM_RESUME_SKIP:
 		idem_log_warn("kafka",
 		              "offsets moved ahead by another client: topic=%s partition=%" PRId32
@@ -143,21 +121,15 @@ IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
 		              "%s..%" PRId64 " are skipped",
 		              tp->topic, tp->partition, committed, db, db, in->committed - 1);
 		break;
-	case IDEM_RESUME_NO_KAFKA:
-		idem_log_warn("kafka",
-		              "cannot read the committed offset of topic=%s partition=%" PRId32
-		              " (%s): starting it at the database's next_offset=%s; nothing is "
-		              "committed to Kafka for it until its committed offset can be read",
-		              tp->topic, tp->partition, pos->kafka_err, db);
-		break;
-	case IDEM_RESUME_NO_DB:
-		idem_log_warn("kafka",
-		              "starting topic=%s partition=%" PRId32
-		              " at kafka committed=%s without the database%s",
-		              tp->topic, tp->partition, committed,
-		              pos->out.floor >= 0 ? " (its first transaction checks that the "
-		                                    "database holds it)"
-		                                  : "");
+	case IDEM_RESUME_KAFKA:
+		if (pos->out.mirror)
+			idem_log_warn(
+			        "kafka",
+			        "mirrored offset: topic=%s partition=%" PRId32
+			        " kafka committed=%s carries idemd's metadata of cluster %s "
+			        "(next=%" PRId64 "), which the database holds there: starting "
+			        "at it",
+			        tp->topic, tp->partition, committed, in->md.cluster, in->md.next);
 		break;
 	default:
 		break;
@@ -167,16 +139,10 @@ IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
 		              "read the committed offset of topic=%s partition=%" PRId32
 		              " after %d failed read(s) (last: %s)",
 		              tp->topic, tp->partition, pos->kafka_failed, pos->kafka_err);
-	if (pos->record_err[0] != '\0')
-		idem_log_warn("kafka",
-		              "cannot record the start of topic=%s partition=%" PRId32
-		              " in the database (%s): started without it",
-		              tp->topic, tp->partition, pos->record_err);
 	idem_log_info("kafka",
 	              "assigned topic=%s partition=%" PRId32 " start=%s (database next_offset=%s, "
-	              "kafka committed=%s%s) case=%s database=%s cluster=%s log_epoch=%" PRId32,
+	              "kafka committed=%s) case=%s database=%s cluster=%s log_epoch=%" PRId32,
 	              tp->topic, tp->partition, start, db, committed,
-	              tp->offset >= 0 ? "" : "; librdkafka starts it at the committed offset",
 	              idem_resume_case_str(pos->out.why), db_id[0] ? db_id : "-",
 	              cluster[0] ? cluster : "-", pos->out.epoch);
 }
@@ -190,13 +156,120 @@ static void wake(rd_kafka_t *rk, void *opaque)
 	rd_kafka_queue_yield(d->cq);
 }
 
+/* Why a partition's start waits, and since when: logged at once, then every START_LOG_MS. */
+static void log_waiting(idem_daemon *d, struct idem_part *p, const struct idem_resume_pos *pos,
+                        const char *detail)
+{
+	const struct idem_resume_in *in = &pos->in;
+	int64_t now = idem_mono_ms();
+	char db[24], other[24];
+
+	if (p->start_wait == pos->out.wait && p->start_logged_ms != 0 &&
+	    now - p->start_logged_ms < START_LOG_MS)
+		return;
+	p->start_wait = pos->out.wait;
+	p->start_logged_ms = now;
+	if (pos->out.wait != IDEM_WAIT_RENAMED) {
+		idem_log_warn("kafka",
+		              "not starting topic=%s partition=%" PRId32 " yet: %s%s%s; nothing "
+		              "of it is read until it can be, tried again every %ds",
+		              p->topic, p->partition, idem_resume_wait_why(pos->out.wait),
+		              detail[0] != '\0' ? " (" : "", detail[0] != '\0' ? ")" : "",
+		              START_RETRY_MS / 1000);
+		return;
+	}
+	fmt_offset(db, sizeof(db), in->db);
+	fmt_offset(other, sizeof(other), in->other_db);
+	idem_log_error(
+	        "kafka",
+	        "not starting topic=%s partition=%" PRId32 ": consumer renamed in the "
+	        "configuration only: consumer %s of group %s got to next_offset %s on it, where "
+	        "this route's consumer %s has %s; %s's claims are not %s's, so going on after it "
+	        "would skip and starting before it would apply twice. Stop every instance that "
+	        "runs %s, then run: idemctl rename %s %s (moves its claims and positions in one "
+	        "transaction), or set the route's consumer back to %s. Tried again every %ds",
+	        p->topic, p->partition, in->other_consumer, d->cfg->group_id,
+	        in->other_db >= 0 ? other : "(another cluster's)", in->consumer,
+	        in->db >= 0 ? db : "no position", in->other_consumer, in->consumer,
+	        in->other_consumer, in->other_consumer, in->consumer, in->other_consumer,
+	        START_RETRY_MS / 1000);
+}
+
+/* Readiness and the count of partitions not started: said to idem_metrics. */
+static void starting_changed(idem_daemon *d)
+{
+	const struct idem_part *first = NULL;
+	size_t n = 0;
+	char why[160] = "";
+
+	for (size_t i = 0; i < d->parts.n; i++) {
+		if (!idem_part_starting(d->parts.v[i]))
+			continue;
+		if (n++ == 0)
+			first = d->parts.v[i];
+	}
+	if (first != NULL)
+		snprintf(why, sizeof(why), "topic %s partition %" PRId32 " not started: %s%s",
+		         first->topic, first->partition,
+		         first->start_wait == IDEM_WAIT_RENAMED
+		                 ? "its consumer was renamed in the configuration only "
+		                   "(idemctl rename)"
+		                 : idem_resume_wait_why(first->start_wait),
+		         n > 1 ? " (and others)" : "");
+	idem_metrics_starting(d->metrics, n, why);
+	idem__daemon_ready_changed(d);
+}
+
 /*
- * The group hands partitions over (idem_consumer assigns them after this): each one starts at
- * the database's position, unless Kafka's committed offset is beyond it and idemd did not commit
- * it (an operator's skip); an offset idemd committed that the database lacks means the database
- * went back, and the gap is read again (idem_resume; ARCHITECTURE.md "Where a partition starts"
- * and "When the database goes back"). This holds for eager and incremental (cooperative)
- * assignment alike: librdkafka starts each partition of @list at its .offset.
+ * What was decided for @p (just assigned, or STARTING): a start sets its floor, the gap being
+ * read again, its log, and is logged and counted; a HOLD leaves it (or puts it) STARTING.
+ * @returns whether it starts.
+ */
+static bool decided(idem_daemon *d, struct idem_part *p, rd_kafka_topic_partition_t *tp,
+                    const struct idem_resume_pos *pos, const char *db_why)
+{
+	const struct idem_resume_out *o = &pos->out;
+
+	if (o->why == IDEM_RESUME_HOLD) {
+		(void)idem_part_await_start(p);
+		log_waiting(d, p, pos,
+		            o->wait == IDEM_WAIT_DATABASE
+		                    ? (pos->record_err[0] != '\0' ? pos->record_err : db_why)
+		            : o->wait == IDEM_WAIT_KAFKA ? pos->kafka_err
+		                                         : "");
+		return false;
+	}
+	memcpy(p->kafka_cluster, d->cluster, sizeof(p->kafka_cluster));
+	p->db_floor = o->floor;
+	p->reapply_to = o->reapply_to;
+	p->log_epoch = o->epoch;
+	p->log_first = o->first;
+	if (o->why == IDEM_RESUME_BEHIND)
+		idem_metrics_database_behind(d->metrics);
+	idem_metrics_partition_start(d->metrics, idem_resume_case_str(o->why),
+	                             o->log != IDEM_LOG_SAME);
+	/* The loss alarm is for messages skipped by another client's move only: a gap the
+	 * database lost is read again, a mirror's translated offset is where the same messages
+	 * are in the new log. */
+	idem_metrics_partition_assigned(
+	        d->metrics, tp->topic, tp->partition,
+	        o->log == IDEM_LOG_SAME && !o->mirror &&
+	                        (o->why == IDEM_RESUME_SKIP || o->why == IDEM_RESUME_KAFKA)
+	                ? pos->in.committed
+	                : -1,
+	        o->log == IDEM_LOG_SAME ? pos->in.db : -1);
+	idem__daemon_log_assign(tp, pos, d->db_id, d->cluster);
+	return true;
+}
+
+/*
+ * The group hands partitions over (idem_consumer assigns them after this): each one starts where
+ * idem_resume decides (ARCHITECTURE.md "Where a partition starts"): the database's position,
+ * unless Kafka's committed offset is beyond it and idemd did not commit it (an operator's skip);
+ * an offset idemd committed that the database lacks means the database went back, and the gap
+ * is read again. One whose start cannot be decided is assigned, then paused (STARTING) until it
+ * can be. This holds for eager and incremental (cooperative) assignment alike: librdkafka
+ * starts each partition of @list at its .offset.
  */
 void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 {
@@ -205,15 +278,8 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 	idem_error db_err = { 0 };
 	char db_id[IDEM_DB_ID_LEN] = "", cluster[IDEM_CLUSTER_ID_LEN] = "";
 
-	/* Out of memory: every partition starts at its committed offset, as librdkafka would. */
 	if (pos != NULL) {
 		idem_resume_positions(d->resume, d->rk, list, pos, db_id, cluster, &db_err);
-		if (db_err.code != IDEM_OK)
-			idem_log_warn(
-			        "kafka",
-			        "cannot read where the partitions stopped in the database (%s): "
-			        "starting them from Kafka's committed offsets",
-			        db_err.msg);
 		if (db_id[0] != '\0')
 			memcpy(d->db_id, db_id, sizeof(d->db_id));
 		if (cluster[0] != '\0')
@@ -226,8 +292,10 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 
 		/* Still held (not expected: a partition is revoked before it is assigned again):
 		 * its bookkeeping goes on, and so does its fetching. */
-		if (p != NULL)
+		if (p != NULL) {
 			tp->offset = RD_KAFKA_OFFSET_INVALID;
+			continue;
+		}
 		r = idem_parts_assign(&d->parts, d->cfg, tp->topic, tp->partition, &p);
 		if (r == IDEM_OK && p->queue == NULL) {
 			p->queue =
@@ -241,60 +309,105 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 			               tp->topic, tp->partition, idem_status_str(r));
 			continue;
 		}
-		if (tp->offset >= 0)
-			p->fetch_next = tp->offset;
-		memcpy(p->kafka_cluster, d->cluster, sizeof(p->kafka_cluster));
-		if (pos == NULL)
+		/* Out of memory: decided later, like one whose facts could not be read. */
+		if (pos == NULL) {
+			(void)idem_part_await_start(p);
 			continue;
-		p->db_floor = pos[i].out.floor;
-		p->reapply_to = pos[i].out.reapply_to;
-		p->log_epoch = pos[i].out.epoch;
-		p->log_first = pos[i].out.first;
-		p->commit_unread = pos[i].out.why == IDEM_RESUME_NO_KAFKA;
-		if (pos[i].out.why == IDEM_RESUME_BEHIND)
-			idem_metrics_database_behind(d->metrics);
-		idem_metrics_partition_start(d->metrics, idem_resume_case_str(pos[i].out.why),
-		                             pos[i].out.log != IDEM_LOG_SAME);
-		/* The loss alarm is for messages skipped by another client's move only: a gap
-		 * the database lost is read again, a mirror's translated offset is where the same
-		 * messages are in the new log. */
-		idem_metrics_partition_assigned(
-		        d->metrics, tp->topic, tp->partition,
-		        pos[i].out.log == IDEM_LOG_SAME && (pos[i].out.why == IDEM_RESUME_SKIP ||
-		                                            pos[i].out.why == IDEM_RESUME_KAFKA)
-		                ? pos[i].in.committed
-		                : -1,
-		        pos[i].out.log == IDEM_LOG_SAME ? pos[i].in.db : -1);
-		idem__daemon_log_assign(tp, &pos[i], d->db_id, d->cluster, d->cfg->group_id);
+		}
+		if (decided(d, p, tp, &pos[i], db_err.msg))
+			p->fetch_next = tp->offset;
 	}
 	free(pos);
+	d->starts_at_ms = idem_mono_ms() + START_RETRY_MS;
 }
 
 /*
- * The partitions of @list are assigned: where one starts from the database's position, commit
- * that to Kafka too (the offset rule holds: everything below it is applied), so the committed
- * offset catches up even if no message follows, for lag tools; and where the database went
- * back, Kafka's offset follows it down, with metadata naming the database's position.
+ * A decided start: if the database holds it, commit it to Kafka too (the offset rule holds:
+ * everything below it is applied), so the committed offset catches up even if no message
+ * follows, for lag tools; and where the database went back, Kafka's offset follows it down,
+ * with metadata naming the database's position.
  */
+static void commit_start(struct idem_part *p, int64_t start)
+{
+	/* Only the database's own position: committed with idemd's metadata, a skip's start
+	 * would read, after a crash, as a position the database lost. The skip is committed
+	 * with the first batch past it. */
+	if (start < 0 || start != p->db_floor)
+		return;
+	p->db_next = start;
+	p->stored_next = start;
+}
+
+/* The partitions of @list are assigned: those not started are paused, the others' starts
+ * committed. */
 void idem__daemon_on_assigned(void *opaque, const rd_kafka_topic_partition_list_t *list)
 {
 	idem_daemon *d = opaque;
 
 	for (int i = 0; i < list->cnt; i++) {
-		struct idem_part *p;
+		struct idem_part *p =
+		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
-		if (list->elems[i].offset < 0)
+		if (p == NULL)
 			continue;
-		p = idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
-		/* Only the database's own position: committed with idemd's metadata, a skip's start
-		 * would read, after a crash, as a position the database lost. The skip is
-		 * committed with the first batch past it. */
-		if (p == NULL || list->elems[i].offset != p->db_floor)
-			continue;
-		p->db_next = list->elems[i].offset;
-		p->stored_next = list->elems[i].offset;
+		if (idem_part_starting(p))
+			idem_consumer_pause(d->rk, p->topic, p->partition);
+		else if (list->elems[i].offset >= 0)
+			commit_start(p, list->elems[i].offset);
 	}
-	idem__daemon_ready_changed(d);
+	starting_changed(d);
+}
+
+/*
+ * Every START_RETRY_MS while partitions are STARTING (and at once after the database went
+ * back): decide their starts again, on everything read anew, and start those it can.
+ */
+void idem__daemon_check_starts(idem_daemon *d)
+{
+	rd_kafka_topic_partition_list_t *list;
+	struct idem_resume_pos *pos = NULL;
+	idem_error db_err = { 0 };
+	char db_id[IDEM_DB_ID_LEN] = "", cluster[IDEM_CLUSTER_ID_LEN] = "";
+	bool any = false;
+
+	if (idem_mono_ms() < d->starts_at_ms)
+		return;
+	d->starts_at_ms = idem_mono_ms() + START_RETRY_MS;
+	for (size_t i = 0; i < d->parts.n && !any; i++)
+		any = idem_part_starting(d->parts.v[i]) && !d->parts.v[i]->busy;
+	if (!any)
+		return;
+	list = rd_kafka_topic_partition_list_new((int)d->parts.n);
+	for (size_t i = 0; i < d->parts.n; i++) {
+		if (idem_part_starting(d->parts.v[i]) && !d->parts.v[i]->busy)
+			rd_kafka_topic_partition_list_add(list, d->parts.v[i]->topic,
+			                                  d->parts.v[i]->partition);
+	}
+	pos = calloc((size_t)list->cnt, sizeof(*pos));
+	if (pos == NULL)
+		goto out;
+	idem_resume_positions(d->resume, d->rk, list, pos, db_id, cluster, &db_err);
+	if (db_id[0] != '\0')
+		memcpy(d->db_id, db_id, sizeof(d->db_id));
+	if (cluster[0] != '\0')
+		memcpy(d->cluster, cluster, sizeof(d->cluster));
+	for (int i = 0; i < list->cnt; i++) {
+		rd_kafka_topic_partition_t *tp = &list->elems[i];
+		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);
+
+		/* Revoked meanwhile (a rebalance runs within the reads' polls). */
+		if (p == NULL || !idem_part_starting(p))
+			continue;
+		if (!decided(d, p, tp, &pos[i], db_err.msg))
+			continue;
+		(void)idem_part_start(p, tp->offset);
+		idem__daemon_resume_part(d, p, tp->offset);
+		commit_start(p, tp->offset);
+	}
+out:
+	free(pos);
+	rd_kafka_topic_partition_list_destroy(list);
+	starting_changed(d);
 }
 
 /*
@@ -332,54 +445,49 @@ void idem__daemon_on_revoke(void *opaque, const rd_kafka_topic_partition_list_t 
 		idem_log_info("kafka", "revoked topic=%s partition=%" PRId32, list->elems[i].topic,
 		              list->elems[i].partition);
 	}
-	idem__daemon_ready_changed(d);
+	starting_changed(d);
 }
 
 /*
  * The database no longer holds what this process saw it hold for @p: it went back in time (a
- * restore, a failover to a standby that lacked the last commits). Found by a batch's
- * transaction (@how "transaction", which rolled back) or by the check after a worker
- * reconnected ("reconnect"); @p has nothing in flight. Everything in hand is dropped and the
- * partition is read again from the database's position @db (no progress row: where the
- * consumer's first start on the log began, or where one would begin if that is not known);
- * the claims make the part the database still has a no-op, and the rest is
- * applied again, exactly once (ARCHITECTURE.md "When the database goes back").
+ * restore, a failover to a standby that lacked the last commits), or holds another log's
+ * position. Found by a batch's transaction (@how "transaction", which rolled back) or by the
+ * check after a worker reconnected ("reconnect"); @p has nothing in flight. Everything in hand
+ * is dropped, the partition is paused, and its start is decided again as at assignment
+ * (idem__daemon_check_starts(), at once): the database's position, re-applying up to what
+ * idemd committed to Kafka, or wherever the rule says (ARCHITECTURE.md "When the database goes
+ * back").
  */
 void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, const char *how)
 {
-	int64_t was = p->db_floor > p->db_next ? p->db_floor : p->db_next, gap;
+	int64_t was = p->db_floor > p->db_next ? p->db_floor : p->db_next;
 	size_t bytes = idem_part_bytes(p);
 	bool was_halted = p->poison_at >= 0;
+	char at[24];
 
-	gap = idem_part_rewind(p, db);
+	if (!idem_part_await_start(p))
+		return;
 	d->bytes_held -= bytes;
+	idem_consumer_pause(d->rk, p->topic, p->partition);
 	idem_metrics_database_behind(d->metrics);
 	if (was_halted)
 		idem__daemon_ready_changed(d);
+	fmt_offset(at, sizeof(at), db);
 	idem_log_warn("kafka",
-	              "database behind: topic=%s partition=%" PRId32 " next_offset=%" PRId64
-	              " in the database, %" PRId64
-	              " committed by this process (found at %s): it went back in time (restore, "
-	              "failover); reading the partition again from there, %" PRId64
-	              " message(s) to re-apply",
-	              p->topic, p->partition, db, was, how, gap);
-	/* Paused or fetching, the partition is resumed and sought there (idem_part_rewind() ended
-	 * any wait: FETCHING, or still LEAVING if it drains); without a row, from
-	 * where the consumer's first start on this log began (a `latest` start is not the end of
-	 * the log now), or from the log's start if that is not known (reading again is safe). */
-	if (db < 0 && p->log_first >= 0)
-		db = p->log_first;
-	idem__daemon_resume_part(d, p, db >= 0 ? db : RD_KAFKA_OFFSET_BEGINNING);
-	if (db < 0)
-		p->fetch_next = -1;
+	              "database behind: topic=%s partition=%" PRId32 " next_offset=%s in the "
+	              "database, %" PRId64 " committed by this process (found at %s): it went back "
+	              "in time (restore, failover); deciding the partition's start again",
+	              p->topic, p->partition, at, was, how);
+	d->starts_at_ms = 0;
+	starting_changed(d);
 }
 
 /*
  * A worker opened a new connection, which may reach another database state (a standby promoted
  * after a failover): every partition is checked against the database's progress rows, on a
  * connection of the consumer thread's own, and one the database holds less of than this process
- * saw is read again from there (idem__daemon_went_back()). A partition with a batch in flight is
- * left to that batch's transaction, which checks the same before it commits.
+ * saw has its start decided again (idem__daemon_went_back()). A partition with a batch in flight
+ * is left to that batch's transaction, which checks the same before it commits.
  */
 void idem__daemon_check_positions(idem_daemon *d)
 {
@@ -412,86 +520,12 @@ void idem__daemon_check_positions(idem_daemon *d)
 		struct idem_part *p =
 		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
 
-		if (p != NULL && !p->busy && !idem_part_leaving(p) && p->db_floor >= 0 &&
-		    db[i] < p->db_floor)
+		if (p != NULL && !p->busy && !idem_part_leaving(p) && !idem_part_starting(p) &&
+		    p->db_floor >= 0 && db[i] < p->db_floor)
 			idem__daemon_went_back(d, p, db[i], "reconnect");
 	}
 out:
 	free(db);
-	rd_kafka_topic_partition_list_destroy(list);
-}
-
-/*
- * Partitions whose committed offset could not be read at assignment commit nothing (an offset
- * Kafka has that idemd could not read is never overwritten: it may be an operator's skip) and
- * read it again every few seconds. Once read: an offset another client moved beyond where the
- * partition stands is honoured from there on (what was applied meanwhile stays applied, and is
- * logged); anything else lets commits go on.
- */
-void idem__daemon_check_unread(idem_daemon *d)
-{
-	rd_kafka_topic_partition_list_t *list;
-	struct idem_resume_pos *pos;
-	int64_t now = idem_mono_ms();
-
-	if (now < d->unread_at_ms)
-		return;
-	d->unread_at_ms = now + UNREAD_RETRY_MS;
-	list = rd_kafka_topic_partition_list_new((int)d->parts.n + 1);
-	for (size_t i = 0; i < d->parts.n; i++) {
-		if (d->parts.v[i]->commit_unread)
-			rd_kafka_topic_partition_list_add(list, d->parts.v[i]->topic,
-			                                  d->parts.v[i]->partition);
-	}
-	pos = list->cnt > 0 ? calloc((size_t)list->cnt, sizeof(*pos)) : NULL;
-	if (pos == NULL)
-		goto out;
-	idem_resume_read_committed(d->rk, list, pos, UNREAD_TIMEOUT_MS);
-	for (int i = 0; i < list->cnt; i++) {
-		struct idem_resume_in *in = &pos[i].in;
-		struct idem_part *p =
-		        idem_parts_find(&d->parts, list->elems[i].topic, list->elems[i].partition);
-		struct idem_resume_out o;
-		int64_t at;
-
-		if (p == NULL || !in->committed_read)
-			continue;
-		at = p->db_next > p->db_floor ? p->db_next : p->db_floor;
-		/* The start rule decides: a start beyond where the partition stands is where it
-		 * goes on. */
-		o = idem_resume_decide_late(in, p->route->consumer, p->kafka_cluster, p->log_epoch,
-		                            p->log_first, at);
-		if (at >= 0 && o.start > at) {
-			if (p->busy || idem_part_leaving(p))
-				continue; /* once its batch in flight is done */
-			bool was_halted = p->poison_at >= 0;
-
-			d->bytes_held -= idem_part_bytes(p);
-			idem_part_skip_to(p, o.start);
-			idem__daemon_resume_part(d, p, o.start);
-			/* Past the poison a halt stopped at: ready again. */
-			if (was_halted)
-				idem__daemon_ready_changed(d);
-			idem_log_warn("kafka",
-			              "offsets moved ahead by another client, read late: topic=%s "
-			              "partition=%" PRId32 " case=%s kafka committed=%" PRId64
-			              ", database next_offset=%" PRId64
-			              "; honoured from here: offsets %" PRId64 "..%" PRId64
-			              " are skipped",
-			              p->topic, p->partition, idem_resume_case_str(o.why),
-			              in->committed, at, at, o.start - 1);
-		} else {
-			idem_log_info("kafka",
-			              "read the committed offset of topic=%s partition=%" PRId32
-			              " at last (kafka committed=%" PRId64
-			              ", database next_offset=%" PRId64
-			              "): committing its offsets again",
-			              p->topic, p->partition, in->committed, at);
-		}
-		p->commit_unread = false;
-	}
-out:
-	free(pos);
 	rd_kafka_topic_partition_list_destroy(list);
 }
 

@@ -52,15 +52,15 @@ struct idem_daemon {
 	idem_resume *resume;        /* where assigned partitions start (its own connection) */
 	char db_id[IDEM_DB_ID_LEN]; /* the database's identity, named in commit metadata */
 	char cluster[IDEM_CLUSTER_ID_LEN]; /* the Kafka cluster's id, as last read ("" unknown) */
-	int64_t unread_at_ms;   /* next read of the committed offsets unread at assignment */
-	int64_t last_commit_ms; /* offsets last committed to Kafka */
-	int commit_ms;          /* and how often (auto.commit.interval.ms) */
-	uint64_t reconnects;    /* idem_pool_reconnects() as last checked */
-	int64_t check_at_ms;    /* no position check before (one failed) */
-	bool *topic_missing;    /* cfg->n_topics: not subscribed, the brokers not having it (or
-	                           not known to have it) */
-	int64_t topics_at_ms;   /* next look at the missing topics */
-	int64_t topics_log_ms;  /* next warning naming them */
+	int64_t starts_at_ms;              /* next decision of the starts of STARTING partitions */
+	int64_t last_commit_ms;            /* offsets last committed to Kafka */
+	int commit_ms;                     /* and how often (auto.commit.interval.ms) */
+	uint64_t reconnects;               /* idem_pool_reconnects() as last checked */
+	int64_t check_at_ms;               /* no position check before (one failed) */
+	bool *topic_missing;   /* cfg->n_topics: not subscribed, the brokers not having it (or
+	                          not known to have it) */
+	int64_t topics_at_ms;  /* next look at the missing topics */
+	int64_t topics_log_ms; /* next warning naming them */
 };
 
 /* idem_daemon_assign.c: topics that do not exist (yet) */
@@ -97,10 +97,12 @@ idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err);
 void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list);
 void idem__daemon_on_assigned(void *opaque, const rd_kafka_topic_partition_list_t *list);
 void idem__daemon_on_revoke(void *opaque, const rd_kafka_topic_partition_list_t *list);
-/* The database holds @p only up to @db: drop what is in hand and read @p again from there. */
+/* The database holds @p only up to @db (or another log): drop what is in hand, and decide its
+ * start again. */
 void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, const char *how);
 /* After a worker reconnected: check every idle partition against the database's positions. */
 void idem__daemon_check_positions(idem_daemon *d);
-void idem__daemon_check_unread(idem_daemon *d);
+/* Decide again the starts of STARTING partitions, every few seconds. */
+void idem__daemon_check_starts(idem_daemon *d);
 
 #endif

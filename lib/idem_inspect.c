@@ -107,6 +107,7 @@ static idem_status db_log(PGconn *conn, const char *group, const char *cluster,
 		p->db_first = in.db_first;
 		p->other_db = in.other_db;
 		p->other_first = in.other_first;
+		memcpy(p->other_consumer, in.other_consumer, sizeof(p->other_consumer));
 	}
 	PQclear(res);
 	return r;
@@ -240,6 +241,7 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 	struct idem_resume_out o;
 
 	memcpy(in.db_cluster, p->db_cluster, sizeof(in.db_cluster));
+	memcpy(in.other_consumer, p->other_consumer, sizeof(in.other_consumer));
 	o = idem_resume_decide(&in);
 	if (o.log == IDEM_LOG_CLUSTER)
 		return IDEM_VERIFY_OTHER_CLUSTER;
@@ -254,8 +256,9 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 		return IDEM_VERIFY_DB_BEHIND;
 	case IDEM_RESUME_SKIP:
 		return IDEM_VERIFY_KAFKA_AHEAD;
-	case IDEM_RESUME_RENAMED:
-		return IDEM_VERIFY_RENAMED;
+	case IDEM_RESUME_HOLD:
+		/* Everything is read here: only a rename made in the configuration holds it. */
+		return o.wait == IDEM_WAIT_RENAMED ? IDEM_VERIFY_RENAMED : IDEM_VERIFY_OK;
 	case IDEM_RESUME_KAFKA:
 		/* No progress row, an offset idemd did not commit: what lies below was never
 		 * applied here. */
@@ -312,9 +315,9 @@ const char *idem_verify_state_str(enum idem_verify_state s)
 	case IDEM_VERIFY_NO_COMMIT:
 		return "no committed offset yet";
 	case IDEM_VERIFY_RENAMED:
-		return "CONSUMER RENAMED: the group's offset was committed by idemd for another "
-		       "consumer; idemd continues after what that consumer applied (nothing applied "
-		       "twice; idemctl replay applies it again on purpose)";
+		return "CONSUMER RENAMED in the configuration only: another consumer of the group "
+		       "got further on this partition; idemd does not start it (its claims are not "
+		       "this consumer's) until `idemctl rename OLD NEW` moves them";
 	case IDEM_VERIFY_OTHER_CLUSTER:
 		return "ANOTHER CLUSTER: the database's position is an offset in another Kafka "
 		       "cluster's log (disaster recovery, migration); idemd starts at the group's "
@@ -647,7 +650,7 @@ idem_status idem_inspect_replay_plan(const struct idem_cfg *cfg, rd_kafka_t *rk,
 			plan->clamped = true;
 		}
 		/* Without the replay, idemd would start at the database's position, or at Kafka's
-		 * offset where that is ahead (a skip, a renamed consumer: idem_resume_decide()),
+		 * offset where that is ahead (a skip: idem_resume_decide()),
 		 * and a replay still pending reads on to its end: the range read again ends at the
 		 * highest of them. */
 		if ((r = db_position(conn, route->consumer, plan, &replay_to, err)) != IDEM_OK)

@@ -28,7 +28,9 @@ struct idem_part_status {
 	int64_t other_db;    /* the furthest next_offset of the group's other consumers (earlier
 	                        names) on the partition in this cluster, or -1 */
 	int64_t other_first; /* their earliest first_offset, or -1 */
-	int64_t low, high;   /* Kafka watermarks */
+	char other_consumer[IDEM_CONSUMER_NAME_MAX + 1]; /* the furthest of them (in any cluster if
+	                                                    none is in this one), or "" */
+	int64_t low, high;                               /* Kafka watermarks */
 	int64_t consumed, applied, duplicates, quarantined; /* database counters */
 	int64_t quarantine_rows; /* unresolved rows in idem.quarantine for the partition */
 	int64_t halted_offset;   /* where on_poison: halt stopped it, or -1 */

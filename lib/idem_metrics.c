@@ -76,6 +76,8 @@ struct idem_metrics {
 	size_t n_parts, cap_parts;
 	bool assigned, halted;
 	size_t topics_missing;              /* subscribed topics the brokers do not have */
+	size_t starting;                    /* assigned partitions whose start is not decided */
+	char starting_why[160];             /* what the first of them waits for */
 	char topic_missing[256];            /* the first of them, for /readyz */
 	idem_metrics_probe_fn connected_fn; /* asked at each request */
 	const void *connected_arg;
@@ -371,6 +373,16 @@ void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted)
 	pthread_mutex_unlock(&m->lock);
 }
 
+void idem_metrics_starting(idem_metrics *m, size_t n, const char *why)
+{
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->starting = n;
+	snprintf(m->starting_why, sizeof(m->starting_why), "%s", why != NULL ? why : "");
+	pthread_mutex_unlock(&m->lock);
+}
+
 void idem_metrics_topics_missing(idem_metrics *m, const char *first, size_t n)
 {
 	if (m == NULL)
@@ -452,9 +464,10 @@ static bool ready_locked(const idem_metrics *m, char *why, size_t len)
 		         !connected     ? "not connected to postgres"
 		         : !m->assigned ? "no partition assigned"
 		         : m->halted    ? "a partition is halted"
+		         : m->starting  ? m->starting_why
 		                        : "ready");
 	}
-	return connected && m->topics_missing == 0 && m->assigned && !m->halted;
+	return connected && m->topics_missing == 0 && m->assigned && !m->halted && m->starting == 0;
 }
 
 bool idem_metrics_is_ready(idem_metrics *m, char *why, size_t len)
@@ -727,8 +740,12 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	            m->bytes_budget, m->bytes_held, m->bytes_held_max) ||
 	    idem_buf_printf(
 	            o,
-	            "# HELP idemd_ready Whether idemd is connected to Postgres, every subscribed topic exists, partitions are assigned and none is halted (what /readyz answers).\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
+	            "# HELP idemd_ready Whether idemd is connected to Postgres, every subscribed topic exists, partitions are assigned, none is halted and every one has started (what /readyz answers).\n# TYPE idemd_ready gauge\nidemd_ready %d\n",
 	            ready_locked(m, NULL, 0)) ||
+	    idem_buf_printf(
+	            o,
+	            "# HELP idemd_partitions_starting Assigned partitions not started: what their start is decided on cannot be read, or their consumer was renamed in the configuration only (the log says which).\n# TYPE idemd_partitions_starting gauge\nidemd_partitions_starting %zu\n",
+	            m->starting) ||
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_topics_missing Subscribed topics the brokers do not have (not consumed until they exist).\n# TYPE idemd_topics_missing gauge\nidemd_topics_missing %zu\n",

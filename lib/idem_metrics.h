@@ -103,6 +103,11 @@ typedef bool (*idem_metrics_probe_fn)(const void *arg);
 void idem_metrics_connected_probe(idem_metrics *m, idem_metrics_probe_fn fn, const void *arg);
 void idem_metrics_ready(idem_metrics *m, bool assigned, bool halted);
 /*
+ * Assigned partitions whose start is not decided (STARTING): @n of them, @why what the first
+ * waits for, said by /readyz, which is not ready while there is one.
+ */
+void idem_metrics_starting(idem_metrics *m, size_t n, const char *why);
+/*
  * Subscribed topics the brokers do not have: @n of them, @first named by /readyz ("topic 'x'
  * does not exist"), which is not ready while there is one.
  */

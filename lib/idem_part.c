@@ -142,6 +142,8 @@ const char *idem_part_state_str(enum idem_part_state state)
 		return "halted";
 	case IDEM_PART_LEAVING:
 		return "leaving";
+	case IDEM_PART_STARTING:
+		return "starting";
 	}
 	return "?";
 }
@@ -167,7 +169,7 @@ bool idem_part_hold(struct idem_part *p)
  */
 static bool batch_ended(struct idem_part *p, enum idem_part_state to, int64_t wake_at_ms)
 {
-	if (p->state == IDEM_PART_HALTED)
+	if (p->state == IDEM_PART_HALTED || p->state == IDEM_PART_STARTING)
 		return false;
 	if (p->state != IDEM_PART_LEAVING)
 		p->state = to;
@@ -313,32 +315,33 @@ void idem_part_stored(struct idem_part *p, int64_t next)
 
 bool idem_part_commit_due(const struct idem_part *p, bool only_leaving)
 {
-	if (p->stored_next < 0 || p->stored_next == p->commit_acked || p->commit_unread)
+	if (p->stored_next < 0 || p->stored_next == p->commit_acked)
 		return false;
 	return !only_leaving || p->state == IDEM_PART_LEAVING;
 }
 
-int64_t idem_part_rewind(struct idem_part *p, int64_t db)
+bool idem_part_await_start(struct idem_part *p)
 {
-	int64_t end = p->db_floor;
-
-	if (p->db_next > end)
-		end = p->db_next;
-	if (p->reapply_to > end)
-		end = p->reapply_to;
+	if (p->busy || p->state == IDEM_PART_LEAVING)
+		return false;
 	restart(p);
-	p->db_floor = db;
-	p->db_next = db;
-	p->stored_next = db;
-	p->fetch_next = db;
-	p->reapply_to = end > db ? end : -1;
-	return end > db ? end - (db > 0 ? db : 0) : 0;
+	p->state = IDEM_PART_STARTING;
+	p->db_floor = p->db_next = p->stored_next = p->fetch_next = p->reapply_to = -1;
+	return true;
 }
 
-void idem_part_skip_to(struct idem_part *p, int64_t offset)
+bool idem_part_start(struct idem_part *p, int64_t offset)
 {
-	restart(p);
-	p->reapply_to = -1;
-	p->stored_next = -1;
+	if (p->state != IDEM_PART_STARTING)
+		return false;
+	p->state = IDEM_PART_FETCHING;
 	p->fetch_next = offset;
+	p->start_wait = IDEM_WAIT_NONE;
+	p->start_logged_ms = 0;
+	return true;
+}
+
+bool idem_part_starting(const struct idem_part *p)
+{
+	return p->state == IDEM_PART_STARTING;
 }

@@ -32,6 +32,7 @@
 #include "idem_cfg.h"
 #include "idem_common.h"
 #include "idem_flush.h"
+#include "idem_resume.h"
 #include "idem_schemas.h"
 
 /* A batch handed to a worker, and what came of it. */
@@ -56,15 +57,17 @@ struct idem_part_job {
  * refuse the rest. Every (state, event) pair is in the table of tests/unit/test_idem_part.c; in
  * short (- refused):
  *
- *   event \ from  FETCHING     HELD         RETRY_WAIT   SCHEMA_WAIT  HALTED    LEAVING
- *   hold          HELD (busy)  HELD (busy)  -            -            -         -
- *   release       FETCHING     FETCHING     FETCHING     FETCHING     -         LEAVING
- *   retry_at      RETRY_WAIT   RETRY_WAIT   RETRY_WAIT   RETRY_WAIT   -         LEAVING
- *   wait_schema   SCHEMA_WAIT  SCHEMA_WAIT  -            SCHEMA_WAIT  -         -
- *   halt          HALTED       HALTED       HALTED       HALTED       -         LEAVING
- *   due (time)    -            -            FETCHING     FETCHING     FETCHING  -
- *   leave         LEAVING      LEAVING      LEAVING      LEAVING      LEAVING   LEAVING
- *   rewind, skip  FETCHING     FETCHING     FETCHING     FETCHING     FETCHING  LEAVING
+ *   event \ from  FETCHING     HELD         RETRY_WAIT   SCHEMA_WAIT  HALTED    LEAVING  STARTING
+ *   hold          HELD (busy)  HELD (busy)  -            -            -         -        -
+ *   release       FETCHING     FETCHING     FETCHING     FETCHING     -         LEAVING  -
+ *   retry_at      RETRY_WAIT   RETRY_WAIT   RETRY_WAIT   RETRY_WAIT   -         LEAVING  -
+ *   wait_schema   SCHEMA_WAIT  SCHEMA_WAIT  -            SCHEMA_WAIT  -         -        -
+ *   halt          HALTED       HALTED       HALTED       HALTED       -         LEAVING  -
+ *   due (time)    -            -            FETCHING     FETCHING     FETCHING  -        -
+ *   leave         LEAVING      LEAVING      LEAVING      LEAVING      LEAVING   LEAVING  LEAVING
+ *   await_start   STARTING     STARTING     STARTING     STARTING     STARTING  -        STARTING
+ *   start         -            -            -            -            -         -        FETCHING
+ * (await_start is refused with a batch in flight.)
  *
  * Kept apart from it, because they hold in several states at once:
  * - @busy: a batch is in flight, owned by a worker. Any state but HALTED may have one: HELD
@@ -94,6 +97,11 @@ enum idem_part_state {
 	/* Being revoked or shut down: drained (its batches still committed, failed ones retried
 	 * at wake_at_ms), never fetched again. Final: the entry goes with it. */
 	IDEM_PART_LEAVING,
+	/* Its start is not decided (idem_resume: a fact unreadable, a rename made in the
+	 * configuration only), at assignment or after the database went back: paused, nothing
+	 * taken, nothing committed, its offsets unknown; decided again every few seconds
+	 * (idem__daemon_check_starts()), then started where the rule says. */
+	IDEM_PART_STARTING,
 };
 
 struct idem_part {
@@ -130,9 +138,9 @@ struct idem_part {
 	 * in the metadata of every offset committed, set at assignment: */
 	char kafka_cluster[IDEM_CLUSTER_ID_LEN]; /* "" unknown */
 	int32_t log_epoch;
-	int64_t log_first;  /* where the consumer's first start on the log began; -1 unknown */
-	bool commit_unread; /* Kafka's committed offset could not be read at assignment: nothing
-	                       is committed over it until it is (idem__daemon_check_unread()) */
+	int64_t log_first; /* where the consumer's first start on the log began; -1 unknown */
+	enum idem_resume_wait start_wait; /* STARTING: what its start waits for */
+	int64_t start_logged_ms;          /* STARTING: when the wait was last logged; 0 never */
 };
 
 struct idem_parts {
@@ -240,6 +248,23 @@ bool idem_part_wake_now(struct idem_part *p, int64_t now_ms);
  */
 bool idem_part_leave(struct idem_part *p);
 
+/*
+ * @brief Its start is not known (at assignment, or the database went back): FETCHING, HELD,
+ * RETRY_WAIT, SCHEMA_WAIT, HALTED, STARTING -> STARTING. Its batches are dropped, its offsets
+ * forgotten (-1: nothing is committed for it), a wait, a halt and failures end. Refused with a
+ * batch in flight (its end comes first) and in LEAVING.
+ */
+bool idem_part_await_start(struct idem_part *p);
+
+/*
+ * @brief Its start is decided: STARTING -> FETCHING, read from @offset (fetch_next). Refused in
+ * the other states.
+ */
+bool idem_part_start(struct idem_part *p, int64_t offset);
+
+/* @brief Is @p STARTING? */
+bool idem_part_starting(const struct idem_part *p);
+
 /* @brief Is @p's queue read (FETCHING or HELD; HELD only while the batch has room)? */
 bool idem_part_fetching(const struct idem_part *p);
 
@@ -278,28 +303,8 @@ void idem_part_stored(struct idem_part *p, int64_t next);
 
 /*
  * @brief Does Kafka lack @p's stored offset, which may be committed (the commit list of
- * idem_daemon.c)? Not while Kafka's committed offset is unread (commit_unread: it may be an
- * operator's skip, never overwritten), and with @only_leaving (revoke) only if LEAVING.
+ * idem_daemon.c)? With @only_leaving (revoke) only if LEAVING.
  */
 bool idem_part_commit_due(const struct idem_part *p, bool only_leaving);
-
-/*
- * @brief The database holds @p only up to @db (-1: nothing): it went back in time. Its batches
- * (in hand; the caller makes sure none is in flight) are dropped, and its offsets go back to
- * @db: what the database holds is all that is known to be applied. The end of the gap (the
- * furthest this process saw the database hold) becomes reapply_to. A hold, a wait and a halt
- * end: -> FETCHING, its failures forgotten (LEAVING stays LEAVING, nothing pending).
- * @returns how many offsets the gap spans (0 if none is known).
- */
-int64_t idem_part_rewind(struct idem_part *p, int64_t db);
-
-/*
- * @brief Another client moved Kafka's offset of @p ahead to @offset, found after @p started (its
- * committed offset could not be read at assignment): drop what is in hand (the caller makes
- * sure nothing is in flight) and read from @offset. Nothing is stored for Kafka until a batch
- * past it commits, as for a skip found at assignment; what the database holds is unchanged.
- * The state goes as in idem_part_rewind().
- */
-void idem_part_skip_to(struct idem_part *p, int64_t offset);
 
 #endif

@@ -14,15 +14,23 @@
 #include "idem_pg.h"
 #include "idem_sql.h"
 
-/* The rebalance waits for this: keep it short (seconds; milliseconds). */
-#define CONNECT_TIMEOUT_S     5
-#define STATEMENT_TIMEOUT_MS  5000
-#define COMMITTED_TIMEOUT_MS  10000 /* one read of the committed offsets */
-#define COMMITTED_BOUND_MS    30000 /* all reads of them, retried in this time */
-#define COMMITTED_PAUSE_MS    1000  /* between two reads */
+/*
+ * The rebalance callback waits for these, and so does the consumer thread when it decides a
+ * waiting partition's start again: what cannot be read in time holds the partition (it is
+ * tried again), so each read is short. In all at most IDEM_RESUME_BOUND_MS (idem_resume.h):
+ * the cluster's id, one read of the committed offsets, the watermarks, the connection and its
+ * three statements (the database's identity, the rows, the record).
+ */
 #define CLUSTER_TIMEOUT_MS    5000
+#define COMMITTED_TIMEOUT_MS  5000
 #define WATERMARKS_TIMEOUT_MS 5000
-#define WATERMARKS_BOUND_MS   10000 /* all partitions' watermarks */
+#define WATERMARKS_BOUND_MS   5000 /* all partitions' watermarks */
+#define CONNECT_TIMEOUT_S     5
+#define STATEMENT_TIMEOUT_MS  3000
+_Static_assert(CLUSTER_TIMEOUT_MS + COMMITTED_TIMEOUT_MS + WATERMARKS_BOUND_MS +
+                               CONNECT_TIMEOUT_S * 1000 + 3 * STATEMENT_TIMEOUT_MS <=
+                       IDEM_RESUME_BOUND_MS,
+               "idem_resume_positions() is bounded by IDEM_RESUME_BOUND_MS");
 
 /* The commit metadata's versions; a later idemd that changes it writes another prefix. */
 #define MD_PREFIX_V1 "idemd/1 "
@@ -168,12 +176,8 @@ const char *idem_resume_case_str(enum idem_resume_case why)
 		return "skip";
 	case IDEM_RESUME_KAFKA:
 		return "kafka";
-	case IDEM_RESUME_RENAMED:
-		return "renamed";
-	case IDEM_RESUME_NO_KAFKA:
-		return "no-kafka";
-	case IDEM_RESUME_NO_DB:
-		return "no-database";
+	case IDEM_RESUME_HOLD:
+		return "hold";
 	}
 	return "?";
 }
@@ -191,69 +195,104 @@ const char *idem_resume_log_str(enum idem_resume_log log)
 	return "?";
 }
 
-/* Two cluster ids that may be the same log's: equal, or one of them unknown. */
-static bool same_cluster(const char *a, const char *b)
+const char *idem_resume_wait_str(enum idem_resume_wait wait)
 {
-	return a[0] == '\0' || b[0] == '\0' || strcmp(a, b) == 0;
+	switch (wait) {
+	case IDEM_WAIT_NONE:
+		return "";
+	case IDEM_WAIT_DATABASE:
+		return "database";
+	case IDEM_WAIT_KAFKA:
+		return "kafka";
+	case IDEM_WAIT_CLUSTER:
+		return "cluster";
+	case IDEM_WAIT_WATERMARKS:
+		return "watermarks";
+	case IDEM_WAIT_RENAMED:
+		return "renamed";
+	}
+	return "?";
 }
 
-/* The row's position is in another log than the partition's now, and why. */
+const char *idem_resume_wait_why(enum idem_resume_wait wait)
+{
+	switch (wait) {
+	case IDEM_WAIT_NONE:
+		return "";
+	case IDEM_WAIT_DATABASE:
+		return "the database's progress rows cannot be read";
+	case IDEM_WAIT_KAFKA:
+		return "the group's committed offset cannot be read";
+	case IDEM_WAIT_CLUSTER:
+		return "the Kafka cluster's id cannot be read";
+	case IDEM_WAIT_WATERMARKS:
+		return "the partition's first and last offsets cannot be read";
+	case IDEM_WAIT_RENAMED:
+		return "another consumer of the group got further on it: the route's consumer was "
+		       "renamed in the configuration only";
+	}
+	return "?";
+}
+
+/* The row's position is in another log than the partition's now, and why. A row from before
+ * the cluster was recorded (NULL) is taken as this cluster's. */
 static enum idem_resume_log row_log(const struct idem_resume_in *in)
 {
 	if (in->db < 0)
 		return IDEM_LOG_SAME;
-	if (!same_cluster(in->db_cluster, in->cluster))
+	if (in->db_cluster[0] != '\0' && strcmp(in->db_cluster, in->cluster) != 0)
 		return IDEM_LOG_CLUSTER;
-	if (in->high >= 0 && in->db > in->high)
+	if (in->db > in->high)
+		return IDEM_LOG_TRUNCATED;
+	/* idemd committed this offset in a later log of this cluster than the row's (a topic
+	 * created again, then the database restored to before that). */
+	if (in->md_idemd && in->md.version >= 2 && strcmp(in->md.cluster, in->cluster) == 0 &&
+	    in->md.epoch > in->db_epoch)
 		return IDEM_LOG_TRUNCATED;
 	return IDEM_LOG_SAME;
 }
 
-/* Where a first start begins: made explicit from the watermarks where they are known. */
-static int64_t first_start(const struct idem_resume_in *in)
+static struct idem_resume_out hold(struct idem_resume_out o, enum idem_resume_wait wait)
 {
-	if (in->reset == RD_KAFKA_OFFSET_END)
-		return in->high >= 0 ? in->high : RD_KAFKA_OFFSET_END;
-	return in->low >= 0 ? in->low : RD_KAFKA_OFFSET_BEGINNING;
+	o.why = IDEM_RESUME_HOLD;
+	o.wait = wait;
+	o.log = IDEM_LOG_SAME;
+	o.start = o.floor = o.reapply_to = o.first = -1;
+	o.epoch = 0;
+	o.record = false;
+	o.mirror = false;
+	return o;
 }
 
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 {
-	struct idem_resume_out o = {
-		IDEM_RESUME_FIRST, IDEM_LOG_SAME, RD_KAFKA_OFFSET_INVALID, -1, -1, false, -1, 0
-	};
-	/* Kafka's offset is an offset of this log (a committed offset lives in the cluster it
-	 * is read from) unless it lies beyond the log's end. */
-	bool k = in->committed_read && in->committed >= 0 &&
-	         !(in->high >= 0 && in->committed > in->high);
-	/* idemd committed that very offset in this cluster: for this consumer, or another. */
-	bool here = k && in->md_idemd && in->md.next == in->committed &&
-	            same_cluster(in->md.cluster, in->cluster);
-	bool ours =
-	        here && (in->md.consumer[0] == '\0' || strcmp(in->md.consumer, in->consumer) == 0);
-	/* An earlier name's offset is read again under this name only where both cluster ids are
-	 * known: with one unknown, the offset may be another log's, and what the earlier name
-	 * applied would be applied again under this one. */
-	bool earlier = here && !ours && in->md.cluster[0] != '\0' && in->cluster[0] != '\0';
-	int64_t db = in->db, other = in->other_db, g;
+	struct idem_resume_out o = { IDEM_RESUME_FIRST, IDEM_LOG_SAME, -1, -1, -1, false, -1, 0,
+		                     IDEM_WAIT_NONE,    false };
+	const struct idem_resume_md *md = &in->md;
+	int64_t db = in->db, other = in->other_db;
+	bool k, ours, mirror;
 
-	if (!in->db_read) {
-		if (!in->committed_read)
-			return o;
-		o.why = IDEM_RESUME_NO_DB;
-		/* Made explicit, so that every commit names where the first start began (a
-		 * `latest` start is the end of the log now, not after a later restore). */
-		o.start = k ? in->committed : first_start(in);
-		if (here && in->md.first >= 0 && in->md.first <= in->committed)
-			o.first = in->md.first;
-		else if (!k && o.start >= 0)
-			o.first = o.start;
-		/* idemd committed it only once the database held it: the first transaction
-		 * checks that the database still does. */
-		if (ours)
-			o.floor = in->committed;
-		return o;
-	}
+	/* A start is decided on complete knowledge only: what cannot be read now is read again
+	 * (the partition is not fetched meanwhile; nothing it holds is applied without the
+	 * database anyway). */
+	if (!in->db_read)
+		return hold(o, IDEM_WAIT_DATABASE);
+	if (!in->committed_read)
+		return hold(o, IDEM_WAIT_KAFKA);
+	if (in->cluster[0] == '\0')
+		return hold(o, IDEM_WAIT_CLUSTER);
+	if (in->low < 0 || in->high < in->low)
+		return hold(o, IDEM_WAIT_WATERMARKS);
+	/* Kafka's offset is an offset of this log unless it lies beyond the log's end. */
+	k = in->committed >= 0 && in->committed <= in->high;
+	/* idemd committed that very offset in this cluster (for this consumer namespace: within
+	 * a group a topic is one route's, and `idemctl rename` moves a namespace whole): the
+	 * database held it then. Metadata of version 1, or without a cluster, is this cluster's. */
+	ours = k && in->md_idemd &&
+	       (md->cluster[0] == '\0' || strcmp(md->cluster, in->cluster) == 0);
+	/* idemd's metadata of another cluster, copied with a translated offset (a mirror). */
+	mirror = k && md->version >= 2 && md->cluster[0] != '\0' &&
+	         strcmp(md->cluster, in->cluster) != 0;
 	o.epoch = in->db_epoch;
 	o.first = in->db_first;
 	o.log = row_log(in);
@@ -264,105 +303,89 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.epoch = in->db_epoch + 1;
 		o.first = -1;
 	}
-	if (in->high >= 0 && other > in->high)
+	if (other > in->high)
 		other = -1;
-	g = db > other ? db : other;
-	if (g >= 0) {
-		o.start = g;
-		o.floor = db;
-		if (db < 0 || other > db) {
-			/* An earlier name of this consumer got further: go on from there, and
-			 * record it as this consumer's position, its first start the group's. */
-			o.why = IDEM_RESUME_RENAMED;
-			o.record = true;
-			if (o.first < 0 || (in->other_first >= 0 && in->other_first < o.first))
-				o.first = in->other_first >= 0 ? in->other_first : g;
-		} else {
-			o.why = IDEM_RESUME_DATABASE;
-			/* A row from before the log was recorded: record it now (same position). */
-			o.record = in->db_cluster[0] == '\0' && in->cluster[0] != '\0';
-		}
-		if (!in->committed_read) {
-			o.why = IDEM_RESUME_NO_KAFKA;
-		} else if (!k || in->committed <= g) {
-			/* As decided above; but a row whose log is not known to be this one (a
-			 * cluster id unknown on either side) may be another cluster's position, and
-			 * a lower offset idemd did not commit this log's (a mirror's translated
-			 * offset): read again from there, which the claims make safe, rather than
-			 * skip. (idemd's own offset below the row is Kafka trailing.) */
-			if (k && !ours && in->committed < g && db == g &&
-			    (in->db_cluster[0] == '\0' || in->cluster[0] == '\0')) {
+	/* Another consumer of the group got further on this partition: a rename made in the
+	 * configuration only. Its claims are not this consumer's; going on after it skips
+	 * what this name never applied, starting before it applies twice what that name did. */
+	if ((other >= 0 && other > db) || (in->db < 0 && in->other_consumer[0] != '\0'))
+		return hold(o, IDEM_WAIT_RENAMED);
+	if (db >= 0) {
+		o.why = IDEM_RESUME_DATABASE;
+		o.start = o.floor = db;
+		/* A row from before the cluster was recorded: record it now (same position). */
+		o.record = in->db_cluster[0] == '\0';
+		if (k && !ours && in->committed < db && in->db_cluster[0] == '\0') {
+			/* Such a row may be another cluster's position, and a lower offset idemd
+			 * did not commit this log's (a mirror's translated offset): read again
+			 * from there, which the claims make safe, rather than skip. */
+			o.start = in->committed;
+		} else if (k && in->committed > db) {
+			if (ours) {
+				/* idemd committed it once the database held it: the database
+				 * went back. */
+				o.why = IDEM_RESUME_BEHIND;
+				o.reapply_to = in->committed;
+			} else {
+				/* Moved ahead by another client: honoured. Not recorded: the
+				 * first batch past it is (and commits it to Kafka). */
+				o.why = IDEM_RESUME_SKIP;
 				o.start = in->committed;
 			}
-		} else if (ours || earlier) {
-			/* idemd committed it, for this consumer or an earlier name of the group,
-			 * once the database held it: the database went back. Re-applied under
-			 * this name: the database has none of it. */
-			o.why = IDEM_RESUME_BEHIND;
-			o.reapply_to = in->committed;
-		} else if (here) {
-			/* An earlier name's, in a log not known to be this one: never re-apply
-			 * under this name what the group applied. */
-			o.why = IDEM_RESUME_RENAMED;
-			o.start = in->committed;
-			o.record = true;
-		} else {
-			o.why = IDEM_RESUME_SKIP;
-			o.start = in->committed;
-			o.record = false;
 		}
-		return o;
-	}
-	if (!in->committed_read) {
-		/* librdkafka reads the committed offset itself, and starts there or at reset. */
+	} else if (!k) {
 		o.why = IDEM_RESUME_FIRST;
-		return o;
-	}
-	if (!k) {
-		o.why = IDEM_RESUME_FIRST;
-		o.start = first_start(in);
-		o.first = o.start >= 0 ? o.start : -1;
-	} else if (ours || earlier) {
-		/* The database lost everything of this partition (in this log), under this name
-		 * and the group's earlier ones: from where the first start began; without it
-		 * (metadata of version 1, or a start that did not know it), from the log's start
-		 * (reading again is safe; a `latest` start's end now is past what was lost). */
+		o.start = in->reset == RD_KAFKA_OFFSET_END ? in->high : in->low;
+		o.first = o.start;
+	} else if (ours) {
+		/* The database lost everything of this partition in this log: from where the
+		 * first start began; without it (metadata of version 1, or a first start that did
+		 * not know it), from the log's start (a `latest` start's end now is past what was
+		 * lost; reading again is safe). */
 		o.why = IDEM_RESUME_BEHIND;
-		o.start = in->md.first >= 0 && in->md.first <= in->committed
-		                  ? in->md.first
-		                  : (in->low >= 0 ? in->low : RD_KAFKA_OFFSET_BEGINNING);
-		o.first = o.start >= 0 ? o.start : -1;
+		o.start = md->first >= 0 && md->first <= in->committed ? md->first : in->low;
+		o.first = o.start;
 		o.reapply_to = in->committed;
-		if (in->md.version >= 2)
-			o.epoch = in->md.epoch > o.epoch ? in->md.epoch : o.epoch;
-	} else if (here) {
-		/* An earlier name's, in a log not known to be this one (as above). */
-		o.why = IDEM_RESUME_RENAMED;
-		o.start = in->committed;
-		o.first = in->md.first >= 0 && in->md.first <= o.start ? in->md.first : o.start;
+		if (md->version >= 2 && md->epoch > o.epoch)
+			o.epoch = md->epoch;
+	} else if (mirror) {
+		/* A mirror's offset, translated from one idemd committed in the other cluster
+		 * (the metadata copied with it). A mirror's offsets are as dense as the source's
+		 * or denser, and a translation errs low: K - (md.next - x) is at or before where
+		 * offset x of the other cluster is here. So the first start is that of md.first,
+		 * and a database that does not hold md.next there (its row behind, or gone) went
+		 * back: the gap is read again from where its position there is here. */
+		bool held = in->db >= 0 && strcmp(in->db_cluster, md->cluster) == 0;
+		int64_t from = held ? in->db : md->first;
+
+		o.mirror = true;
+		o.first = md->first >= 0 && md->first <= md->next
+		                  ? in->committed - (md->next - md->first)
+		                  : in->low;
+		if (held && in->db >= md->next) {
+			o.why = IDEM_RESUME_KAFKA;
+			o.start = in->committed;
+		} else {
+			o.why = IDEM_RESUME_BEHIND;
+			o.start = from >= 0 && from <= md->next ? in->committed - (md->next - from)
+			                                        : in->low;
+			o.reapply_to = in->committed;
+		}
+		if (o.first < in->low)
+			o.first = in->low;
 	} else {
 		o.why = IDEM_RESUME_KAFKA;
-		o.start = in->committed;
-		o.first = o.start;
+		o.start = o.first = in->committed;
 	}
-	o.record = o.start >= 0;
+	if (o.start < in->low) {
+		/* Below the log's first offset (retention deleted it): from there, never a reset.
+		 */
+		o.start = in->low;
+	}
+	/* A start without a position in this log is recorded (where it began, in which log). */
+	if (db < 0)
+		o.record = true;
 	return o;
-}
-
-struct idem_resume_out idem_resume_decide_late(struct idem_resume_in *in, const char *consumer,
-                                               const char *cluster, int32_t epoch, int64_t first,
-                                               int64_t at)
-{
-	in->consumer = consumer;
-	in->cluster = cluster;
-	in->low = in->high = -1;
-	in->db_read = true;
-	in->db = at;
-	snprintf(in->db_cluster, sizeof(in->db_cluster), "%s", cluster);
-	in->db_epoch = epoch;
-	in->db_first = first;
-	in->other_db = in->other_first = -1;
-	return idem_resume_decide(in);
 }
 
 idem_resume *idem_resume_new(const struct idem_cfg *cfg)
@@ -533,6 +556,7 @@ void idem_resume_row(const PGresult *res, int row, struct idem_resume_in *in)
 	in->db_first = column_int(res, row, 3);
 	in->other_db = column_int(res, row, 4);
 	in->other_first = column_int(res, row, 5);
+	column_text(res, row, 6, in->other_consumer, sizeof(in->other_consumer));
 }
 
 /*
@@ -644,33 +668,6 @@ bool idem_resume_read_committed(rd_kafka_t *rk, const rd_kafka_topic_partition_l
 	return all;
 }
 
-/*
- * The committed offsets, tried again within a bound (a coordinator that moves answers again in
- * seconds): an offset that could not be read is never overwritten, so a partition without it
- * starts at the database's position and commits nothing until it is read (NO_KAFKA).
- */
-static void read_committed(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *list,
-                           struct idem_resume_pos *pos)
-{
-	int64_t deadline = idem_mono_ms() + COMMITTED_BOUND_MS;
-
-	for (int attempt = 0;; attempt++) {
-		int64_t left = deadline - idem_mono_ms();
-
-		if (idem_resume_read_committed(
-		            rk, list, pos,
-		            (int)(left < COMMITTED_TIMEOUT_MS ? left : COMMITTED_TIMEOUT_MS)))
-			return;
-		left = deadline - idem_mono_ms();
-		if (left <= COMMITTED_PAUSE_MS)
-			return;
-		nanosleep(&(struct timespec){ COMMITTED_PAUSE_MS / 1000,
-		                              (COMMITTED_PAUSE_MS % 1000) * 1000000L },
-		          NULL);
-		(void)attempt;
-	}
-}
-
 /* The cluster's id into @ret ("" if it cannot be had within @timeout_ms). */
 static void read_cluster(rd_kafka_t *rk, char ret[IDEM_CLUSTER_ID_LEN], int timeout_ms)
 {
@@ -730,7 +727,7 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 	if (list->cnt == 0)
 		return;
 	read_cluster(rk, ret_cluster, CLUSTER_TIMEOUT_MS);
-	read_committed(rk, list, ret_pos);
+	idem_resume_read_committed(rk, list, ret_pos, COMMITTED_TIMEOUT_MS);
 	read_watermarks(rk, list, ret_pos);
 	if (connect_db(rs, db_err) == IDEM_OK &&
 	    read_rows(rs, list, ret_pos, ret_cluster, ret_db_id, db_err) == IDEM_OK)
@@ -740,12 +737,11 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 		ret_pos[i].out = idem_resume_decide(&ret_pos[i].in);
 	}
 	if (db_read && record_rows(rs, list, ret_pos, ret_cluster, &rec_err) != IDEM_OK) {
-		/* Started without the row: nothing known to be held there. */
+		/* A start that must be recorded is not made without its row: decided again. */
 		for (int i = 0; i < list->cnt; i++) {
 			if (!ret_pos[i].out.record)
 				continue;
-			ret_pos[i].out.record = false;
-			ret_pos[i].out.floor = -1;
+			ret_pos[i].out = hold(ret_pos[i].out, IDEM_WAIT_DATABASE);
 			snprintf(ret_pos[i].record_err, sizeof(ret_pos[i].record_err), "%.*s",
 			         (int)sizeof(ret_pos[i].record_err) - 1, rec_err.msg);
 		}
@@ -756,6 +752,9 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 		/* A recorded start is held by the database now. */
 		if (ret_pos[i].out.record)
 			ret_pos[i].out.floor = ret_pos[i].out.start;
-		list->elems[i].offset = ret_pos[i].out.start;
+		/* A held partition is paused once assigned (its start is decided later). */
+		list->elems[i].offset = ret_pos[i].out.why == IDEM_RESUME_HOLD
+		                                ? RD_KAFKA_OFFSET_INVALID
+		                                : ret_pos[i].out.start;
 	}
 }

@@ -17,9 +17,9 @@
  * metadata, or with metadata naming another offset, was moved by someone else.
  * idem_resume_decide() is that rule, on its own so that every case is unit-tested.
  *
- * Reading never blocks progress for long (5 s connect, 5 s statement, 10 s for the committed
- * offsets) and never fails the assignment: what cannot be read is decided without it (see
- * idem_resume_decide()).
+ * Reading never blocks progress for long (IDEM_RESUME_BOUND_MS in all, each read a few seconds)
+ * and never fails the assignment: a partition whose facts cannot all be read is held, and
+ * decided again later (idem_resume_decide(): HOLD).
  *
  * Opens a Postgres connection of its own for each call (application name idemd-resume) and
  * closes it before returning. Threading: the consumer thread only (the rebalance callback, and
@@ -33,6 +33,13 @@
 
 #include "idem_cfg.h"
 #include "idem_common.h"
+
+/*
+ * The longest idem_resume_positions() takes: the rebalance callback's bound, well within the
+ * systemd watchdog's interval (systemd/idemd.service WatchdogSec=120s, pinged every half of it
+ * from the main loop) and Kafka's max.poll.interval.ms (300 s).
+ */
+#define IDEM_RESUME_BOUND_MS 30000
 
 /* A database identity (idem.database_identity.id, a UUID's text), or "" when unknown. */
 #define IDEM_DB_ID_LEN 37
@@ -82,34 +89,45 @@ struct idem_resume_in {
 	char db_cluster[IDEM_CLUSTER_ID_LEN]; /* the row's kafka_cluster; "" unknown */
 	int32_t db_epoch;                     /* the row's log_epoch */
 	int64_t db_first;                     /* the row's first_offset; -1 unknown */
-	int64_t other_db;    /* the furthest next_offset of the group's other consumers (earlier
-	                        names of this one) on the partition in this cluster; -1: none */
+	int64_t other_db;    /* the furthest next_offset of the group's other consumers on the
+	                        partition in this cluster (earlier names of this one); -1: none */
 	int64_t other_first; /* the earliest first_offset among them; -1 unknown */
-	bool committed_read; /* the group's committed offset could be read */
-	int64_t committed;   /* -1: none */
-	bool md_idemd;       /* @md is idemd's metadata of @committed */
-	struct idem_resume_md md;
+	char other_consumer[IDEM_CONSUMER_NAME_MAX + 1]; /* the furthest one's name (in any
+	                                                    cluster if none is in this one); "":
+	                                                    the group has no other consumer on it */
+	bool committed_read;      /* the group's committed offset could be read */
+	int64_t committed;        /* -1: none */
+	bool md_idemd;            /* @md is idemd's metadata of @committed */
+	struct idem_resume_md md; /* idemd's metadata found with @committed (md.version 0: none;
+	                             it may name another offset: a mirror's copy) */
 };
 
 /* How the start was decided. */
 enum idem_resume_case {
 	IDEM_RESUME_FIRST,    /* no position anywhere: where a first start begins (reset) */
 	IDEM_RESUME_DATABASE, /* the database's position; Kafka's committed offset is not beyond */
-	IDEM_RESUME_BEHIND,   /* idemd committed, for this consumer or another of the group in this
-	                         log, an offset the database does not hold: it went back; read the
-	                         gap again */
+	IDEM_RESUME_BEHIND,   /* idemd committed, in this log, an offset the database does not hold:
+	                         it went back; read the gap again */
 	IDEM_RESUME_SKIP,     /* another client moved the offset beyond the database: honoured */
-	IDEM_RESUME_KAFKA,    /* no position in this log, an offset idemd did not commit (a tool,
-	                         a mirror's translated offset): start there */
-	IDEM_RESUME_RENAMED,  /* an earlier name of this consumer in the group got further:
-	                         continue after what that consumer applied, never re-apply it */
-	IDEM_RESUME_NO_KAFKA, /* the committed offset could not be read: the database's position,
-	                         and nothing committed to Kafka until it is read */
-	IDEM_RESUME_NO_DB,    /* the database could not be read: the committed offset (or where a
-	                         first start begins), checked by the first transaction if idemd
-	                         committed it (floor) */
+	IDEM_RESUME_KAFKA,    /* no position in this log, an offset idemd did not commit here (a
+	                         tool, a mirror's translated offset): start there */
+	IDEM_RESUME_HOLD,     /* not started: a fact the rule needs is unknown, or the consumer was
+	                         renamed without `idemctl rename` (@wait says which); decided again
+	                         when it is known */
 };
-#define IDEM_RESUME_CASES (IDEM_RESUME_NO_DB + 1)
+#define IDEM_RESUME_CASES (IDEM_RESUME_HOLD + 1)
+
+/* What a held partition waits for (IDEM_RESUME_HOLD). */
+enum idem_resume_wait {
+	IDEM_WAIT_NONE,
+	IDEM_WAIT_DATABASE,   /* the database could not be read */
+	IDEM_WAIT_KAFKA,      /* the group's committed offset could not be read */
+	IDEM_WAIT_CLUSTER,    /* the Kafka cluster's id could not be read */
+	IDEM_WAIT_WATERMARKS, /* the partition's first and last offsets could not be read */
+	IDEM_WAIT_RENAMED,    /* another consumer of the group got further on the partition than
+	                         this one: a rename made in the configuration only (`idemctl rename`
+	                         moves the claims and positions of a consumer in one transaction) */
+};
 
 /* Why the database's position is in another log than the partition's now. */
 enum idem_resume_log {
@@ -123,61 +141,50 @@ struct idem_resume_out {
 	enum idem_resume_case why;
 	enum idem_resume_log log; /* not SAME: the row's position was set aside, @why is decided
 	                             as for a partition without one */
-	int64_t start;      /* where fetching starts; RD_KAFKA_OFFSET_INVALID: librdkafka's start */
+	int64_t start;      /* where fetching starts, within the log's offsets; HOLD: none (-1) */
 	int64_t floor;      /* what the database must hold before anything of the partition commits
 	                       (struct idem_batch.db_floor); -1: nothing known */
 	int64_t reapply_to; /* BEHIND: the end of the gap read again (Kafka's offset); else -1 */
 	bool record;        /* write the progress row at @start with @first and @epoch before
-	                       fetching (a first start, a replaced log, a renamed consumer) */
+	                       fetching (a first start, a replaced log, a database that lost it) */
 	int64_t first;      /* where this consumer's first start on the log began; -1 unknown */
 	int32_t epoch;      /* the log's epoch */
+	enum idem_resume_wait wait; /* HOLD: what it waits for */
+	bool mirror; /* KAFKA or BEHIND from a mirror's offset (idemd's metadata of another
+	                cluster, copied with the translated offset) */
 };
 
 /*
- * @brief The rule (ARCHITECTURE.md "Where a partition starts" has it as a table). A position
- * is an offset in one log for one consumer; first, is the row's position in this log at all
- * (IDEM_LOG_*: another cluster, or beyond the log's end)? If not, it is set aside (the epoch
- * moves on) and the partition is decided as one without a position. The group's position G is
- * the furthest of this consumer's and its group's other consumers' (earlier names) in this log.
- * Then:
- *   - Kafka's committed offset not beyond G (or none): G: DATABASE if it is this consumer's,
- *     RENAMED if an earlier name's (never re-apply under a new name what the group applied);
- *     but Kafka's offset, below this consumer's G, when idemd did not commit it for this
- *     consumer and a cluster id (the row's or the one now) is unknown: G may be another
- *     cluster's position (reading again is safe, skipping is not);
- *   - beyond G, idemd's metadata naming that offset, this cluster and this consumer or another
- *     of the group: BEHIND, start at G (no position: the metadata's first start, or the log's
- *     start without it) and re-apply up to Kafka's offset; for another consumer only where
- *     both cluster ids are known, else RENAMED, start at Kafka's offset (the offset may be
- *     another log's, and re-applied under this name it would apply again what the group did);
- *   - beyond G, anything else: SKIP (KAFKA without a position), start at Kafka's offset;
- *   - Kafka's offset unreadable: NO_KAFKA, start at G (reading again is safe, skipping is not);
- *     without G, librdkafka's start (FIRST).
- * Without any position and any committed offset: FIRST (the log's start or end, by @reset, made
- * explicit when the watermarks are known, so that where it began can be recorded). With the
- * database unreadable: NO_DB, Kafka's offset (none: where a first start begins), the first start
- * the metadata names or this one, and the floor is Kafka's offset when idemd committed it for
- * this consumer, so that the first transaction finds a database that lacks it.
- * A committed offset beyond the log's end is not an offset of this log and counts as none.
+ * @brief The rule (ARCHITECTURE.md "Where a partition starts" has it as a table). It decides on
+ * complete knowledge only: with the database, the committed offset, the cluster's id or the
+ * watermarks unread, HOLD (the partition is not fetched; decided again when they can be read).
+ * Then, is the row's position in this log (IDEM_LOG_*: another cluster, beyond the log's end)?
+ * If not, it is set aside (the epoch moves on). Another consumer of the group further on the
+ * partition than this one in this log, or with a row in any log where this one has none: HOLD
+ * (a rename `idemctl rename` did not make; its claims are not this consumer's). Kafka's offset K
+ * counts if it is within the log; idemd's own (its metadata names K and this cluster, whatever the
+ * consumer: `idemctl rename` moved the namespace) means the database held K when it was committed.
+ * With a position R:
+ *   - K not beyond R (or none): DATABASE, R;
+ *   - K beyond R, idemd's: BEHIND, R, re-applying up to K (the database went back);
+ *   - K beyond R, not idemd's: SKIP, K (an operator's move, honoured).
+ * Without one:
+ *   - no K: FIRST, the log's start or end (@reset), made explicit so that it is recorded;
+ *   - K idemd's: BEHIND, from the first start its metadata names (else the log's start);
+ *   - K with idemd's metadata of another cluster (a mirror's translated offset, metadata
+ *     copied): KAFKA, K, if the database holds what the metadata names there (its row in that
+ *     cluster at md.next or beyond); else BEHIND, from K - (md.next - x), x the row's position
+ *     there or else md.first (a mirror's offsets are as dense as the source's or denser, so
+ *     that is at or before x's place here; without x, the log's start). The first start is
+ *     md.first's place, the same way;
+ *   - any other K: KAFKA, K.
+ * Every start but SKIP is recorded; a start below the log's first offset is that offset.
  */
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in);
 
 /*
- * @brief The rule for a running partition whose committed offset, unreadable at assignment, has
- * just been read (@in's Kafka side, as idem_resume_read_committed() leaves it): @in is completed
- * with where the partition stands (@at, the position this process knows the database holds, in
- * the log of @cluster and @epoch, first start @first, for @consumer) and decided by
- * idem_resume_decide(). A start beyond @at is where the partition goes on (an operator's skip, an
- * earlier name's offset in a log not known to be this one); any other stays at @at (idemd's own
- * offset beyond it is the database gone back, read again from @at already).
- */
-struct idem_resume_out idem_resume_decide_late(struct idem_resume_in *in, const char *consumer,
-                                               const char *cluster, int32_t epoch, int64_t first,
-                                               int64_t at);
-
-/*
  * @brief Row @row of IDEM_SQL_RESUME_GET into @in: the partition's row (db, db_cluster,
- * db_epoch, db_first) and its group's earlier consumers' (other_db, other_first).
+ * db_epoch, db_first) and its group's other consumers' (other_db, other_first).
  */
 void idem_resume_row(const PGresult *res, int row, struct idem_resume_in *in);
 
@@ -185,6 +192,10 @@ void idem_resume_row(const PGresult *res, int row, struct idem_resume_in *in);
 const char *idem_resume_case_str(enum idem_resume_case why);
 /* @brief "same", "cluster", "truncated". */
 const char *idem_resume_log_str(enum idem_resume_log log);
+/* @brief "database", "kafka", "cluster", "watermarks", "renamed" ("" for none). */
+const char *idem_resume_wait_str(enum idem_resume_wait wait);
+/* @brief What a held partition waits for, as a sentence's end for the log. */
+const char *idem_resume_wait_why(enum idem_resume_wait wait);
 
 typedef struct idem_resume idem_resume;
 

@@ -335,24 +335,30 @@ static const char sql_database_id[] = "SELECT id::text FROM idem.database_identi
  * What idem_resume decides an assigned partition's start from (ARCHITECTURE.md "Where a
  * partition starts"): each partition's row for its consumer, and the furthest position and the
  * earliest first start of the other consumers of the same group ($4) on the partition in the
- * same Kafka cluster ($5; NULL: any), which are the consumer's earlier names.
+ * same Kafka cluster ($5; NULL: any), and the name of the furthest one (in any cluster if
+ * none is in this one): a consumer renamed in the configuration only, which holds the
+ * partition until `idemctl rename` moves the namespace.
  */
 static const char sql_resume_get[] =
         "SELECT pp.next_offset, pp.kafka_cluster, pp.log_epoch, pp.first_offset,"
-        " g.next_offset, g.first_offset"
+        " g.next_offset, g.first_offset, g.consumer"
         " FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS u(c, t, p, n)"
         " LEFT JOIN idem.partition_progress pp"
         " ON pp.consumer = u.c AND pp.topic = u.t AND pp.partition = u.p"
-        " LEFT JOIN LATERAL (SELECT max(o.next_offset) AS next_offset,"
-        " min(o.first_offset) AS first_offset FROM idem.partition_progress o"
-        " WHERE o.group_id = $4 AND o.topic = u.t AND o.partition = u.p AND o.consumer <> u.c"
-        " AND (o.kafka_cluster = $5 OR o.kafka_cluster IS NULL OR $5 IS NULL)) g ON true"
+        " LEFT JOIN LATERAL (SELECT max(o.next_offset) FILTER (WHERE o.here) AS next_offset,"
+        " min(o.first_offset) FILTER (WHERE o.here) AS first_offset,"
+        " (array_agg(o.consumer ORDER BY o.here DESC, o.next_offset DESC))[1] AS consumer"
+        " FROM (SELECT x.*, coalesce(x.kafka_cluster = $5, true) AS here"
+        " FROM idem.partition_progress x WHERE x.group_id = $4 AND x.topic = u.t"
+        " AND x.partition = u.p AND x.consumer <> u.c) o) g ON true"
         " ORDER BY u.n";
 
 /*
  * A start decided at assignment, recorded before anything is fetched: a first start (where it
- * began), a renamed consumer (after what the other applied), a replaced log (the old log's
- * position set aside). Pending replays and gaps belong to the position replaced.
+ * began), a database that lost the partition, a replaced log (the old log's position set aside,
+ * a new epoch). In the same log a position never moves back here: a batch of another owner
+ * committed since the row was read stays (the start is below it, and the claims make that a
+ * no-op). Pending replays and gaps belong to the position replaced.
  */
 static const char sql_progress_base[] =
         "INSERT INTO idem.partition_progress AS p"
@@ -361,7 +367,10 @@ static const char sql_progress_base[] =
         " SELECT u.*, $8 FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[],"
         " $5::text[], $6::int[], $7::bigint[]) AS u"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
-        " next_offset = excluded.next_offset, group_id = excluded.group_id,"
+        " next_offset = CASE WHEN p.log_epoch = excluded.log_epoch"
+        " AND coalesce(p.kafka_cluster = excluded.kafka_cluster, true)"
+        " THEN greatest(p.next_offset, excluded.next_offset) ELSE excluded.next_offset END,"
+        " group_id = excluded.group_id,"
         " kafka_cluster = coalesce(excluded.kafka_cluster, p.kafka_cluster),"
         " log_epoch = excluded.log_epoch,"
         " first_offset = coalesce(excluded.first_offset, p.first_offset),"

@@ -71,7 +71,8 @@ enum idem_sql_id {
 	IDEM_SQL_RESUME_GET,    /* partitions' rows: consumers[], topics[], partitions[], group,
 	                           cluster -> next_offset, kafka_cluster, log_epoch, first_offset,
 	                           the group's other consumers' furthest next_offset, earliest
-	                           first_offset in that cluster */
+	                           first_offset in that cluster, the furthest one's name (any
+	                           cluster's if none is in this one; NULL: none) */
 	IDEM_SQL_PROGRESS_BASE, /* record partitions' start: consumers[], topics[], partitions[],
 	                           next_offsets[], clusters[], epochs[], firsts[], group */
 

@@ -5,10 +5,10 @@
  * records: the batch's transaction (claims, the handler's effects, IDEM_SQL_PROGRESS, the floor
  * check), the start recorded at assignment (IDEM_SQL_PROGRESS_BASE), the commits to Kafka with
  * idemd's metadata (idem_daemon_commit.c), the database found behind while running
- * (idem__daemon_went_back()), committed offsets read late (idem__daemon_check_unread()), and the
- * operator's tools. Where a partition starts is decided by the project's own
- * idem_resume_decide(), on what the model's database and Kafka hold, with the metadata going
- * through idem_resume_md_format() and idem_resume_md_parse().
+ * (idem__daemon_went_back(): the partition is held and decided again), and the operator's tools
+ * (`idemctl rename`, `idemctl replay`, Kafka's tools). Where a partition starts is decided by the
+ * project's own idem_resume_decide(), on what the model's database and Kafka hold, with the
+ * metadata going through idem_resume_md_format() and idem_resume_md_parse().
  *
  * Every sequence of up to --depth events (5 unless told) is explored, depth first; after each
  * event the daemon is run to the end of the log with nothing going wrong (started if it is not
@@ -70,6 +70,7 @@ enum ev {
 	EV_LATEST,
 	EV_EARLIEST,
 	EV_RENAME,
+	EV_RENAME_CONFIG,
 	EV_OTHER_ROUTE,
 	EV_MIRROR,
 	EV_RECREATE,
@@ -92,7 +93,8 @@ static const char *const ev_name[EV_N] = {
 	"fail over to a lagging standby",
 	"auto.offset.reset: latest, restart",
 	"auto.offset.reset: earliest, restart",
-	"rename the consumer, restart",
+	"idemctl rename to the other name, restart under it",
+	"rename the consumer in the configuration only, restart",
 	"a second route of the group commits",
 	"fail over to the mirror cluster (translated offsets)",
 	"topic deleted and created again",
@@ -102,25 +104,10 @@ static const char *const ev_name[EV_N] = {
 };
 
 static const char *const ev_sym[EV_N] = {
-	"EV_PRODUCE",
-	"EV_START",
-	"EV_START_NODB",
-	"EV_START_NOKAFKA",
-	"EV_START_NOCLUSTER",
-	"EV_BATCH",
-	"EV_CRASH_BEFORE",
-	"EV_CRASH_AFTER",
-	"EV_RESTORE",
-	"EV_FAILOVER",
-	"EV_LATEST",
-	"EV_EARLIEST",
-	"EV_RENAME",
-	"EV_OTHER_ROUTE",
-	"EV_MIRROR",
-	"EV_RECREATE",
-	"EV_SKIP",
-	"EV_REPLAY",
-	"EV_PURGE",
+	"EV_PRODUCE", "EV_START",        "EV_START_NODB",  "EV_START_NOKAFKA", "EV_START_NOCLUSTER",
+	"EV_BATCH",   "EV_CRASH_BEFORE", "EV_CRASH_AFTER", "EV_RESTORE",       "EV_FAILOVER",
+	"EV_LATEST",  "EV_EARLIEST",     "EV_RENAME",      "EV_RENAME_CONFIG", "EV_OTHER_ROUTE",
+	"EV_MIRROR",  "EV_RECREATE",     "EV_SKIP",        "EV_REPLAY",        "EV_PURGE",
 };
 
 struct row {
@@ -134,7 +121,7 @@ struct row {
 
 struct db {
 	struct row rows[NCONS];
-	uint8_t claim[NCONS][NKEYS];
+	uint8_t claim[NCONS][NKEYS];  /* the id + 1 of the message that claimed the key; 0: none */
 	uint8_t eff_ck[NCONS][NKEYS]; /* effects made under a claims namespace, by key */
 	uint8_t eff_msg[MAXID];       /* effects made by each message */
 };
@@ -147,12 +134,12 @@ struct logm {
 
 struct daemon {
 	bool running;
+	bool held;        /* assigned, its start not decided yet (decided before its next batch) */
+	bool held_rename; /* decided: held for a rename made in the configuration only */
 	int64_t pos, floor, db_next, stored, acked;
-	bool unread;
 	int64_t first;
 	int32_t epoch;
-	int cluster; /* -1 unknown */
-	bool check;  /* a reconnect: positions checked before the next batch */
+	int cluster;
 };
 
 struct world {
@@ -245,12 +232,12 @@ static void commit_md(struct world *w, int64_t next)
 	w->committed = next;
 }
 
-/* idem__daemon_commit_offsets(): the stored offset, unless Kafka has it or it is unread. */
+/* idem__daemon_commit_offsets(): the stored offset, unless Kafka has it. */
 static void kafka_commit(struct world *w)
 {
 	struct daemon *d = &w->d;
 
-	if (d->stored < 0 || d->stored == d->acked || d->unread)
+	if (d->held || d->stored < 0 || d->stored == d->acked)
 		return;
 	commit_md(w, d->stored);
 	d->acked = d->stored;
@@ -268,7 +255,11 @@ static void write_base(struct world *w, int64_t start, int cluster, int32_t epoc
 		r->cluster = -1;
 		r->first = -1;
 	}
-	r->next = start;
+	/* In the same log a position never moves back here (a zombie's batch stays). */
+	if (r->epoch == epoch && (r->cluster < 0 || r->cluster == cluster))
+		r->next = start > r->next ? start : r->next;
+	else
+		r->next = start;
 	r->group = true;
 	if (cluster >= 0)
 		r->cluster = cluster;
@@ -309,28 +300,14 @@ static struct idem_resume_out decide(const struct idem_resume_in *in)
 	struct idem_resume_out o = idem_resume_decide(in);
 
 	/* The broken rule: Kafka's offset committed for another consumer is where it starts. */
-	if (broken_rule && in->committed_read && in->md_idemd && in->committed >= 0 &&
+	if (broken_rule && in->md_idemd && in->committed >= 0 &&
 	    strcmp(in->md.consumer, in->consumer) != 0) {
-		o.why = IDEM_RESUME_RENAMED;
-		o.start = in->committed;
-		o.record = in->db_read;
+		o.why = IDEM_RESUME_KAFKA;
+		o.wait = IDEM_WAIT_NONE;
+		o.start = o.first = in->committed;
+		o.record = true;
 	}
 	return o;
-}
-
-/* Where librdkafka starts a partition given no offset: the committed one, else the reset. */
-static int64_t librdkafka_start(const struct world *w, int64_t start)
-{
-	if (start == RD_KAFKA_OFFSET_BEGINNING)
-		return w->log.low;
-	if (start == RD_KAFKA_OFFSET_END)
-		return w->log.high;
-	if (start >= w->log.low && start <= w->log.high)
-		return start;
-	if (start == RD_KAFKA_OFFSET_INVALID && w->has_committed && w->committed >= w->log.low &&
-	    w->committed <= w->log.high)
-		return w->committed;
-	return w->latest ? w->log.high : w->log.low;
 }
 
 /* Where the oracle says a log's first start begins: a committed offset, else the reset. */
@@ -341,75 +318,74 @@ static int64_t oracle_first(const struct world *w)
 	return w->latest ? w->log.high : w->log.low;
 }
 
-static void start(struct world *w, bool db_ok, bool kafka_ok, bool cluster_ok)
+/* idem_resume_positions() with everything read: the start decided, recorded and committed. */
+static void decide_start(struct world *w)
 {
 	struct idem_resume_in in = { 0 };
 	struct idem_resume_out o;
 	struct daemon *d = &w->d;
 	const struct row *r = &w->db.rows[w->cons];
-	int cluster = cluster_ok ? w->cluster : -1;
-	int64_t floor, at;
+	int64_t floor;
 
 	if (w->first_start < 0)
 		w->run_start = oracle_first(w);
 	in.consumer = cons_name[w->cons];
-	in.cluster = cluster >= 0 ? cl_name[cluster] : "";
+	in.cluster = cl_name[w->cluster];
 	in.reset = w->latest ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
 	in.low = w->log.low;
 	in.high = w->log.high;
-	in.db_read = db_ok;
+	in.db_read = true;
 	in.db = in.db_first = in.other_db = in.other_first = -1;
 	in.committed = -1;
 	in.md.first = in.md.next = -1;
-	if (db_ok) {
-		/* IDEM_SQL_RESUME_GET: the row, and the group's other consumers on this topic's
-		 * partition in this cluster (any, if it is unknown). "ship" reads another topic. */
-		if (r->present) {
-			in.db = r->next;
-			if (r->cluster >= 0)
-				snprintf(in.db_cluster, sizeof(in.db_cluster), "%s",
-				         cl_name[r->cluster]);
-			in.db_epoch = r->epoch;
-			in.db_first = r->first;
-		}
-		for (int c = 0; c < SHIP; c++) {
-			const struct row *o2 = &w->db.rows[c];
+	/* IDEM_SQL_RESUME_GET: the row, and the group's other consumers on this topic's
+	 * partition in this cluster. "ship" reads another topic. */
+	if (r->present) {
+		in.db = r->next;
+		if (r->cluster >= 0)
+			snprintf(in.db_cluster, sizeof(in.db_cluster), "%s", cl_name[r->cluster]);
+		in.db_epoch = r->epoch;
+		in.db_first = r->first;
+	}
+	for (int c = 0; c < SHIP; c++) {
+		const struct row *o2 = &w->db.rows[c];
 
-			if (c == w->cons || !o2->present || !o2->group ||
-			    !(o2->cluster < 0 || cluster < 0 || o2->cluster == cluster))
-				continue;
-			if (o2->next > in.other_db)
-				in.other_db = o2->next;
-			if (o2->first >= 0 && (in.other_first < 0 || o2->first < in.other_first))
-				in.other_first = o2->first;
-		}
+		if (c == w->cons || !o2->present || !o2->group)
+			continue;
+		if (in.other_consumer[0] == '\0')
+			snprintf(in.other_consumer, sizeof(in.other_consumer), "%s", cons_name[c]);
+		if (!(o2->cluster < 0 || o2->cluster == w->cluster))
+			continue;
+		if (o2->next > in.other_db)
+			in.other_db = o2->next;
+		if (o2->first >= 0 && (in.other_first < 0 || o2->first < in.other_first))
+			in.other_first = o2->first;
 	}
-	if (kafka_ok) {
-		in.committed_read = true;
-		in.committed = w->has_committed ? w->committed : -1;
-		in.md_idemd = w->has_committed && w->md[0] != '\0' &&
-		              idem_resume_md_parse(w->md, strlen(w->md), &in.md) &&
-		              in.md.next == in.committed;
-	}
+	in.committed_read = true;
+	in.committed = w->has_committed ? w->committed : -1;
+	in.md_idemd = w->has_committed && w->md[0] != '\0' &&
+	              idem_resume_md_parse(w->md, strlen(w->md), &in.md) &&
+	              in.md.next == in.committed;
 	o = decide(&in);
-	*d = (struct daemon){ true, -1, -1, -1, -1, -1, false, -1, 0, cluster, false };
-	if (db_ok && o.record) {
-		write_base(w, o.start, cluster, o.epoch, o.first);
+	TRACE("      start: case=%s%s%s log=%s start=%" PRId64 " floor=%" PRId64 " first=%" PRId64
+	      " record=%d [db=%" PRId64 " other=%" PRId64 " committed=%" PRId64 " md=\"%s\"]\n",
+	      idem_resume_case_str(o.why), o.why == IDEM_RESUME_HOLD ? ":" : "",
+	      idem_resume_wait_str(o.wait), idem_resume_log_str(o.log), o.start, o.floor, o.first,
+	      (int)o.record, in.db, in.other_db, in.committed, w->has_committed ? w->md : "");
+	if (o.why == IDEM_RESUME_HOLD) {
+		/* Everything is read: only a rename made in the configuration holds it now. */
+		d->held = true;
+		d->held_rename = o.wait == IDEM_WAIT_RENAMED;
+		return;
+	}
+	if (o.record) {
+		write_base(w, o.start, w->cluster, o.epoch, o.first);
 		first_made(w);
 		snapshot(w);
 	}
-	floor = db_ok && o.record ? o.start : o.floor;
-	at = librdkafka_start(w, o.start);
-	TRACE("      start: case=%s log=%s start=%" PRId64 " (decided %" PRId64 ") floor=%" PRId64
-	      " first=%" PRId64 " record=%d [db=%" PRId64 " other=%" PRId64 " committed=%" PRId64
-	      " md=\"%s\"]\n",
-	      idem_resume_case_str(o.why), idem_resume_log_str(o.log), at, o.start, floor, o.first,
-	      (int)(db_ok && o.record), in.db, in.other_db, in.committed,
-	      w->has_committed ? w->md : "");
-	*d = (struct daemon){
-		true,    at,      floor,   -1,   -1, -1, o.why == IDEM_RESUME_NO_KAFKA,
-		o.first, o.epoch, cluster, false
-	};
+	floor = o.record ? o.start : o.floor;
+	*d = (struct daemon){ true, false, false,   o.start, floor,     -1,
+		              -1,   -1,    o.first, o.epoch, w->cluster };
 	d->acked = w->has_committed ? w->committed : -1;
 	/* idem__daemon_on_assigned(): a start the database holds is committed at once. */
 	if (o.start >= 0 && o.start == floor) {
@@ -418,48 +394,27 @@ static void start(struct world *w, bool db_ok, bool kafka_ok, bool cluster_ok)
 	}
 }
 
-/* idem__daemon_went_back(): read again from the database's position. */
-static void went_back(struct world *w, int64_t db)
+/* Assigned: decided now if everything can be read, else held until it can. */
+static void start(struct world *w, bool all_read)
 {
-	struct daemon *d = &w->d;
-	int64_t at = db;
-
-	d->floor = d->db_next = d->stored = db;
-	if (at < 0 && d->first >= 0)
-		at = d->first;
-	if (at < 0)
-		at = w->log.low;
-	d->pos = at;
-	TRACE("      database behind: row next=%" PRId64 ", reading again from %" PRId64 "\n", db,
-	      at);
+	w->d = (struct daemon){ true, true, false, -1, -1, -1, -1, -1, -1, 0, w->cluster };
+	if (all_read)
+		decide_start(w);
+	else
+		TRACE("      start: held (not everything could be read)\n");
 }
 
-/* idem__daemon_check_unread(): the committed offset read at last. */
-static void check_unread(struct world *w)
+/* idem__daemon_went_back(): the partition is held, and its start decided again. */
+static void went_back(struct world *w, int64_t db)
 {
-	struct daemon *d = &w->d;
-	struct idem_resume_in in = { 0 };
-	struct idem_resume_out o;
-	int64_t at = d->db_next > d->floor ? d->db_next : d->floor;
+	w->d.held = true;
+	TRACE("      database behind: row next=%" PRId64 ", the start decided again\n", db);
+}
 
-	in.committed_read = true;
-	in.committed = w->has_committed ? w->committed : -1;
-	in.md.first = in.md.next = -1;
-	in.md_idemd = w->has_committed && w->md[0] != '\0' &&
-	              idem_resume_md_parse(w->md, strlen(w->md), &in.md) &&
-	              in.md.next == in.committed;
-	o = idem_resume_decide_late(&in, cons_name[w->cons],
-	                            d->cluster >= 0 ? cl_name[d->cluster] : "", d->epoch, d->first,
-	                            at);
-	if (broken_rule)
-		o = decide(&in);
-	if (at >= 0 && o.start > at) {
-		d->pos = o.start;
-		d->stored = -1;
-		TRACE("      committed offset read late: %s, to %" PRId64 "\n",
-		      idem_resume_case_str(o.why), o.start);
-	}
-	d->unread = false;
+/* The row is a position in the log the daemon reads (its cluster and epoch). */
+static bool same_log(const struct row *r, const struct daemon *d)
+{
+	return r->present && r->epoch == d->epoch && (r->cluster < 0 || r->cluster == d->cluster);
 }
 
 /* One batch: 0 applied and committed; crash 1 before the database's commit, 2 after it. */
@@ -469,10 +424,16 @@ static void batch(struct world *w, int crash)
 	const struct row *r = &w->db.rows[w->cons];
 	int64_t row = r->present ? r->next : -1, end;
 
-	if (d->unread)
-		check_unread(w);
-	/* The transaction's floor check (and the check after a reconnect). */
-	if (d->floor >= 0 && row < d->floor) {
+	if (d->held) {
+		if (crash != 0)
+			d->running = false;
+		else
+			decide_start(w);
+		return;
+	}
+	/* The transaction's floor check (and the check after a reconnect): the row in this
+	 * log, at the floor or beyond. */
+	if (d->floor >= 0 && (row < d->floor || !same_log(r, d))) {
 		went_back(w, row);
 		return;
 	}
@@ -488,7 +449,7 @@ static void batch(struct world *w, int crash)
 
 		if (w->db.claim[w->cons][k])
 			continue;
-		w->db.claim[w->cons][k] = 1;
+		w->db.claim[w->cons][k] = (uint8_t)(id + 1);
 		w->db.eff_ck[w->cons][k]++;
 		w->db.eff_msg[id]++;
 	}
@@ -516,7 +477,8 @@ static bool batch_enabled(const struct world *w)
 	int64_t row = r->present ? r->next : -1;
 
 	return w->d.running &&
-	       (w->d.pos < w->log.high || w->d.unread || (w->d.floor >= 0 && row < w->d.floor));
+	       (w->d.held || (!w->d.held && w->d.pos < w->log.high) ||
+	        (!w->d.held && w->d.floor >= 0 && (row < w->d.floor || !same_log(r, &w->d))));
 }
 
 /* A clean stop (a restart follows): what is stored is committed. */
@@ -528,6 +490,9 @@ static void stop(struct world *w)
 }
 
 /* ---- the events ---- */
+
+static bool purge(struct world *w, bool doit);
+static bool purge_any(const struct world *w);
 
 static bool enabled(const struct world *w, enum ev e, int arg)
 {
@@ -553,6 +518,7 @@ static bool enabled(const struct world *w, enum ev e, int arg)
 	case EV_EARLIEST:
 		return w->latest;
 	case EV_RENAME:
+	case EV_RENAME_CONFIG:
 	case EV_OTHER_ROUTE:
 		return true;
 	case EV_MIRROR:
@@ -568,11 +534,7 @@ static bool enabled(const struct world *w, enum ev e, int arg)
 		return r->present && r->next > from;
 	}
 	case EV_PURGE:
-		for (int k = 0; k < NKEYS; k++) {
-			if (w->db.claim[w->cons][k])
-				return true;
-		}
-		return false;
+		return purge_any(w);
 	case EV_N:
 		break;
 	}
@@ -585,7 +547,83 @@ static void restore(struct world *w, int to)
 	w->nsnap = to + 1;
 	if (to < w->skip_snap)
 		memset(w->honour, 0, sizeof(w->honour));
-	w->d.check = true;
+}
+
+/* `idemctl rename`: the claims and positions of @from become @to's, in one transaction
+ * (where both hold a key, @to's claim stays; where both hold a position, the further). */
+static void rename_ns(struct world *w, int from, int to)
+{
+	struct row *f = &w->db.rows[from], *t = &w->db.rows[to];
+
+	if (f->present) {
+		if (!t->present) {
+			*t = *f;
+		} else if (f->next > t->next) {
+			t->next = f->next;
+			if (f->first >= 0 && (t->first < 0 || f->first < t->first))
+				t->first = f->first;
+		}
+		f->present = false;
+	}
+	for (int k = 0; k < NKEYS; k++) {
+		if (w->db.claim[to][k] == 0)
+			w->db.claim[to][k] = w->db.claim[from][k];
+		w->db.claim[from][k] = 0;
+		/* The oracle's count of effects by namespace goes with it. */
+		w->db.eff_ck[to][k] += w->db.eff_ck[from][k];
+		w->db.eff_ck[from][k] = 0;
+		w->excused_ck[to][k] = w->excused_ck[to][k] || w->excused_ck[from][k];
+	}
+	snapshot(w);
+}
+
+/* The offset of message @id in the current log, or -1. */
+static int64_t offset_of(const struct world *w, int id)
+{
+	for (int64_t o = w->log.low; o < w->log.high; o++) {
+		if (w->log.id[o] == id)
+			return o;
+	}
+	return -1;
+}
+
+static bool purge_any(const struct world *w)
+{
+	struct world c = *w;
+
+	return purge(&c, false);
+}
+
+/*
+ * Retention (idemd's, by age): claims of messages that both the database's position and Kafka's
+ * committed offset have passed, or of an earlier log. A claim younger than that is never purged
+ * by an age that covers the time a position takes to be committed. With @doit, purged (the keys
+ * sent again afterwards are applied again, by design); returns whether any claim qualifies.
+ */
+static bool purge(struct world *w, bool doit)
+{
+	const struct row *r = &w->db.rows[w->cons];
+	int64_t bound;
+	bool any = false;
+
+	if (!r->present || !w->has_committed || r->cluster != w->cluster)
+		return false;
+	bound = r->next < w->committed ? r->next : w->committed;
+	for (int k = 0; k < NKEYS; k++) {
+		int64_t o;
+
+		if (w->db.claim[w->cons][k] == 0)
+			continue;
+		o = offset_of(w, w->db.claim[w->cons][k] - 1);
+		if (o >= 0 && o >= bound)
+			continue;
+		any = true;
+		if (doit) {
+			w->db.claim[w->cons][k] = 0;
+			w->excused_ck[w->cons][k] = true;
+		}
+	}
+	return any;
 }
 
 static void apply(struct world *w, enum ev e, int arg)
@@ -595,16 +633,12 @@ static void apply(struct world *w, enum ev e, int arg)
 		produce(w, produce_keys[w->produced++]);
 		break;
 	case EV_START:
-		start(w, true, true, true);
+		start(w, true);
 		break;
 	case EV_START_NODB:
-		start(w, false, true, true);
-		break;
 	case EV_START_NOKAFKA:
-		start(w, true, false, true);
-		break;
 	case EV_START_NOCLUSTER:
-		start(w, true, true, false);
+		start(w, false);
 		break;
 	case EV_BATCH:
 		batch(w, 0);
@@ -627,6 +661,11 @@ static void apply(struct world *w, enum ev e, int arg)
 		w->latest = e == EV_LATEST;
 		break;
 	case EV_RENAME:
+		stop(w);
+		rename_ns(w, w->cons, 1 - w->cons);
+		w->cons = 1 - w->cons;
+		break;
+	case EV_RENAME_CONFIG:
 		stop(w);
 		w->cons = 1 - w->cons;
 		break;
@@ -675,7 +714,7 @@ static void apply(struct world *w, enum ev e, int arg)
 		w->md[0] = '\0';
 		w->first_start = -1;
 		memset(w->skipped, 0, sizeof(w->skipped));
-		start(w, true, true, true);
+		start(w, true);
 		break;
 	case EV_SKIP: {
 		int64_t from = w->has_committed
@@ -683,8 +722,11 @@ static void apply(struct world *w, enum ev e, int arg)
 		                       : (w->first_start >= 0 ? w->first_start : w->log.low);
 
 		stop(w);
-		for (int64_t o = from; o < w->log.high; o++) {
+		/* The operator says the log up to its end is done with: nothing before it is
+		 * lost; what the skip passes over and was not applied must stay so. */
+		for (int64_t o = w->log.low; o < w->log.high; o++)
 			w->skipped[o] = true;
+		for (int64_t o = from; o < w->log.high; o++) {
 			if (w->db.eff_msg[w->log.id[o]] == 0)
 				w->honour[w->log.id[o]] = true;
 		}
@@ -719,11 +761,7 @@ static void apply(struct world *w, enum ev e, int arg)
 	case EV_PURGE:
 		/* Past the retention a key sent again is applied again, by design: only a message
 		 * read again counts as twice from here. */
-		for (int k = 0; k < NKEYS; k++) {
-			if (w->db.claim[w->cons][k])
-				w->excused_ck[w->cons][k] = true;
-		}
-		memset(w->db.claim[w->cons], 0, sizeof(w->db.claim[w->cons]));
+		(void)purge(w, true);
 		snapshot(w);
 		break;
 	case EV_N:
@@ -746,9 +784,20 @@ static int check(const struct world *w0)
 
 	w = *w0;
 	if (!w.d.running)
-		start(&w, true, true, true);
-	for (int i = 0; i < 4 * MAXOFF && batch_enabled(&w); i++)
+		start(&w, true);
+	for (int i = 0; i < 4 * MAXOFF; i++) {
+		/* Held for a rename made in the configuration only: the operator runs the
+		 * `idemctl rename` the log names, and the partition is decided again. */
+		if (w.d.running && w.d.held_rename) {
+			TRACE("      held: renamed in the configuration only; idemctl rename %s %s\n",
+			      cons_name[1 - w.cons], cons_name[w.cons]);
+			rename_ns(&w, 1 - w.cons, w.cons);
+			w.d.held_rename = false;
+		}
+		if (!batch_enabled(&w))
+			break;
 		batch(&w, 0);
+	}
 	for (int64_t o = w.first_start >= 0 ? w.first_start : w.log.high; o < w.log.high; o++) {
 		bool any = false;
 

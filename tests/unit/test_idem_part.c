@@ -283,8 +283,9 @@ static void test_take_back_refetches_after_it(void **state)
 	idem_parts_done(&ps);
 }
 
-/* The database's floor follows what commits; a rewind takes every offset back to the database. */
-static void test_rewind(void **state)
+/* Awaiting its start drops what is in hand and forgets every offset; its start reads from
+ * where it is told. */
+static void test_await_start(void **state)
 {
 	struct idem_parts ps;
 	struct idem_part *p = NULL;
@@ -293,58 +294,35 @@ static void test_rewind(void **state)
 	(void)state;
 	idem_parts_init(&ps);
 	assert_int_equal(idem_parts_assign(&ps, &cfg, "payments", 1, &p), IDEM_OK);
-	assert_int_equal(p->db_floor, -1);
-	assert_int_equal(p->reapply_to, -1);
-	/* Assigned where the database stood at 100; batches commit up to 180. */
 	p->db_floor = 100;
-	assert_true(idem_part_committed(p, 150));
-	idem_part_stored(p, 150);
 	assert_true(idem_part_committed(p, 180));
 	idem_part_stored(p, 180);
-	assert_int_equal(p->db_floor, 180);
-	/* A redelivered batch below it does not lower the floor. */
-	assert_false(idem_part_committed(p, 170));
-	assert_int_equal(p->db_floor, 180);
+	p->reapply_to = 200;
 	for (int i = 0; i < 3; i++) {
 		m.offset = 180 + i;
 		assert_int_equal(idem_batch_add(&p->batch, &m, &cfg, 0), IDEM_OK);
 	}
 	assert_true(idem_part_halt(p, 5, 183));
 	p->failures = 2;
-
-	/* The database is found at 120: 60 offsets to read again, nothing in hand kept. */
-	assert_int_equal(idem_part_rewind(p, 120), 60);
+	assert_true(idem_part_await_start(p));
+	assert_int_equal(p->state, IDEM_PART_STARTING);
 	assert_int_equal(p->batch.n_msgs, 0);
 	assert_int_equal(p->batch.bytes, 0);
-	assert_int_equal(p->state, IDEM_PART_FETCHING);
 	assert_int_equal(p->poison_at, -1);
 	assert_int_equal(p->wake_at_ms, 0);
 	assert_int_equal(p->failures, 0);
-	assert_int_equal(p->db_floor, 120);
-	assert_int_equal(p->db_next, 120);
-	assert_int_equal(p->stored_next, 120); /* Kafka follows the database down */
-	assert_int_equal(p->fetch_next, 120);
-	assert_int_equal(p->reapply_to, 180);
-
-	/* Going back again inside the gap keeps the gap's end. */
-	assert_true(idem_part_committed(p, 130));
-	assert_int_equal(idem_part_rewind(p, 125), 55);
-	assert_int_equal(p->reapply_to, 180);
-	/* The gap ends once the database passes it. */
-	assert_true(idem_part_committed(p, 179));
-	assert_int_equal(p->reapply_to, 180);
-	assert_true(idem_part_committed(p, 180));
-	assert_int_equal(p->reapply_to, -1);
-
-	/* A database with no row at all: everything up to the furthest position is the gap. */
-	assert_int_equal(idem_part_rewind(p, -1), 180);
 	assert_int_equal(p->db_floor, -1);
-	assert_int_equal(p->reapply_to, 180);
-	/* Nothing known beyond the database: no gap. */
-	assert_int_equal(idem_part_rewind(p, -1), 180);
-	p->reapply_to = -1;
-	assert_int_equal(idem_part_rewind(p, 7), 0);
+	assert_int_equal(p->db_next, -1);
+	assert_int_equal(p->stored_next, -1);
+	assert_int_equal(p->fetch_next, -1);
 	assert_int_equal(p->reapply_to, -1);
+	assert_false(idem_part_fetching(p));
+	assert_false(idem_part_commit_due(p, false));
+	assert_true(idem_part_start(p, 120));
+	assert_int_equal(p->state, IDEM_PART_FETCHING);
+	assert_int_equal(p->fetch_next, 120);
+	assert_false(idem_part_start(p, 130)); /* only from STARTING */
+	assert_int_equal(p->fetch_next, 120);
 	idem_parts_done(&ps);
 }
 
@@ -375,7 +353,16 @@ static void test_halted_count(void **state)
  * A source state is reached through the transitions themselves: a waiting one with its wake at
  * W and one failure for RETRY_WAIT, HALTED at the poison message at offset 42.
  */
-enum src { S_FETCHING, S_HELD, S_RETRY, S_SCHEMA, S_HALTED, S_LEAVING, S_LEAVING_RETRY };
+enum src {
+	S_FETCHING,
+	S_HELD,
+	S_RETRY,
+	S_SCHEMA,
+	S_HALTED,
+	S_LEAVING,
+	S_LEAVING_RETRY,
+	S_STARTING
+};
 enum ev {
 	E_HOLD,
 	E_RELEASE,
@@ -385,8 +372,8 @@ enum ev {
 	E_DUE,
 	E_WAKE_NOW,
 	E_LEAVE,
-	E_REWIND,
-	E_SKIP_TO
+	E_AWAIT_START,
+	E_START
 };
 
 #define W     100 /* the wake time of a source state that waits */
@@ -394,10 +381,10 @@ enum ev {
 #define EARLY 50  /* a now before W */
 #define LATE  200 /* a now after W */
 
-static const char *const src_str[] = { "fetching", "held",    "retry_wait",        "schema_wait",
-	                               "halted",   "leaving", "leaving (retrying)" };
+static const char *const src_str[] = { "fetching", "held",    "retry_wait",         "schema_wait",
+	                               "halted",   "leaving", "leaving (retrying)", "starting" };
 static const char *const ev_str[] = { "hold", "release",  "retry_at", "wait_schema", "halt",
-	                              "due",  "wake_now", "leave",    "rewind",      "skip_to" };
+	                              "due",  "wake_now", "leave",    "await_start", "start" };
 
 static const struct transition {
 	enum src from;
@@ -420,8 +407,8 @@ static const struct transition {
 	{ S_FETCHING, false, E_DUE, LATE, false, IDEM_PART_FETCHING, 0, -1, 0 },
 	{ S_FETCHING, false, E_WAKE_NOW, EARLY, false, IDEM_PART_FETCHING, 0, -1, 0 },
 	{ S_FETCHING, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
-	{ S_FETCHING, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
-	{ S_FETCHING, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_FETCHING, false, E_AWAIT_START, 0, true, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_FETCHING, false, E_START, 0, false, IDEM_PART_FETCHING, 0, -1, 0 },
 	/* HELD: always with a batch in flight, until that one is done */
 	{ S_HELD, true, E_HOLD, 0, true, IDEM_PART_HELD, 0, -1, 0 },
 	{ S_HELD, false, E_HOLD, 0, false, IDEM_PART_HELD, 0, -1, 0 },
@@ -432,8 +419,8 @@ static const struct transition {
 	{ S_HELD, true, E_DUE, LATE, false, IDEM_PART_HELD, 0, -1, 0 },
 	{ S_HELD, true, E_WAKE_NOW, EARLY, false, IDEM_PART_HELD, 0, -1, 0 },
 	{ S_HELD, true, E_LEAVE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
-	{ S_HELD, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
-	{ S_HELD, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_HELD, false, E_AWAIT_START, 0, true, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_HELD, false, E_START, 0, false, IDEM_PART_HELD, 0, -1, 0 },
 	/* RETRY_WAIT: a failed batch waits for W (then is retried, still RETRY_WAIT) */
 	{ S_RETRY, true, E_HOLD, 0, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
 	{ S_RETRY, false, E_RELEASE, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
@@ -448,8 +435,8 @@ static const struct transition {
 	{ S_RETRY, false, E_WAKE_NOW, LATE, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
 	{ S_RETRY, true, E_WAKE_NOW, EARLY, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
 	{ S_RETRY, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, -1, 1 },
-	{ S_RETRY, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
-	{ S_RETRY, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_RETRY, false, E_AWAIT_START, 0, true, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_RETRY, false, E_START, 0, false, IDEM_PART_RETRY_WAIT, W, -1, 1 },
 	/* SCHEMA_WAIT: its next message waits for the registry until W */
 	{ S_SCHEMA, true, E_HOLD, 0, false, IDEM_PART_SCHEMA_WAIT, W, -1, 0 },
 	{ S_SCHEMA, false, E_RELEASE, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
@@ -461,8 +448,8 @@ static const struct transition {
 	{ S_SCHEMA, true, E_DUE, LATE, false, IDEM_PART_SCHEMA_WAIT, W, -1, 0 },
 	{ S_SCHEMA, false, E_WAKE_NOW, EARLY, true, IDEM_PART_SCHEMA_WAIT, EARLY, -1, 0 },
 	{ S_SCHEMA, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, -1, 0 },
-	{ S_SCHEMA, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
-	{ S_SCHEMA, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_SCHEMA, false, E_AWAIT_START, 0, true, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_SCHEMA, false, E_START, 0, false, IDEM_PART_SCHEMA_WAIT, W, -1, 0 },
 	/* HALTED: at the poison message 42 until W; never a batch in flight */
 	{ S_HALTED, true, E_HOLD, 0, false, IDEM_PART_HALTED, W, 42, 0 },
 	{ S_HALTED, false, E_RELEASE, 0, false, IDEM_PART_HALTED, W, 42, 0 },
@@ -476,8 +463,8 @@ static const struct transition {
 	{ S_HALTED, false, E_WAKE_NOW, EARLY, true, IDEM_PART_HALTED, EARLY, 42, 0 },
 	{ S_HALTED, false, E_WAKE_NOW, LATE, false, IDEM_PART_HALTED, W, 42, 0 },
 	{ S_HALTED, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, 42, 0 },
-	{ S_HALTED, false, E_REWIND, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
-	{ S_HALTED, false, E_SKIP_TO, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_HALTED, false, E_AWAIT_START, 0, true, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_HALTED, false, E_START, 0, false, IDEM_PART_HALTED, W, 42, 0 },
 	/* LEAVING: takes in what came of its batches (drained), never fetched again */
 	{ S_LEAVING, true, E_HOLD, 0, false, IDEM_PART_LEAVING, 0, -1, 0 },
 	{ S_LEAVING, false, E_RELEASE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
@@ -487,8 +474,8 @@ static const struct transition {
 	{ S_LEAVING, false, E_DUE, LATE, false, IDEM_PART_LEAVING, 0, -1, 0 },
 	{ S_LEAVING, false, E_WAKE_NOW, EARLY, false, IDEM_PART_LEAVING, 0, -1, 0 },
 	{ S_LEAVING, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
-	{ S_LEAVING, false, E_REWIND, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
-	{ S_LEAVING, false, E_SKIP_TO, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_AWAIT_START, 0, false, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING, false, E_START, 0, false, IDEM_PART_LEAVING, 0, -1, 0 },
 	/* LEAVING with a failed batch's retry pending at W: its time never wakes it */
 	{ S_LEAVING_RETRY, true, E_HOLD, 0, false, IDEM_PART_LEAVING, W, -1, 1 },
 	{ S_LEAVING_RETRY, false, E_RELEASE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
@@ -498,8 +485,23 @@ static const struct transition {
 	{ S_LEAVING_RETRY, false, E_DUE, LATE, false, IDEM_PART_LEAVING, W, -1, 1 },
 	{ S_LEAVING_RETRY, false, E_WAKE_NOW, EARLY, false, IDEM_PART_LEAVING, W, -1, 1 },
 	{ S_LEAVING_RETRY, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, W, -1, 1 },
-	{ S_LEAVING_RETRY, false, E_REWIND, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
-	{ S_LEAVING_RETRY, false, E_SKIP_TO, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_LEAVING_RETRY, false, E_AWAIT_START, 0, false, IDEM_PART_LEAVING, W, -1, 1 },
+	{ S_LEAVING_RETRY, false, E_START, 0, false, IDEM_PART_LEAVING, W, -1, 1 },
+	/* STARTING: only its start, a leave and a start awaited again; no batch in flight, so
+	 * the ends of one are refused. */
+	{ S_STARTING, true, E_HOLD, 0, false, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_RELEASE, 0, false, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_RETRY_AT, 0, false, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_WAIT_SCHEMA, 0, false, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_HALT, 0, false, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_DUE, LATE, false, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_WAKE_NOW, EARLY, false, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_LEAVE, 0, true, IDEM_PART_LEAVING, 0, -1, 0 },
+	{ S_STARTING, false, E_AWAIT_START, 0, true, IDEM_PART_STARTING, 0, -1, 0 },
+	{ S_STARTING, false, E_START, 0, true, IDEM_PART_FETCHING, 0, -1, 0 },
+	/* With a batch in flight its start is not awaited: the batch ends first. */
+	{ S_FETCHING, true, E_AWAIT_START, 0, false, IDEM_PART_FETCHING, 0, -1, 0 },
+	{ S_HELD, true, E_AWAIT_START, 0, false, IDEM_PART_HELD, 0, -1, 0 },
 };
 
 static void put_in(struct idem_part *p, enum src from)
@@ -527,6 +529,9 @@ static void put_in(struct idem_part *p, enum src from)
 		assert_true(idem_part_retry_at(p, W));
 		assert_true(idem_part_leave(p));
 		break;
+	case S_STARTING:
+		assert_true(idem_part_await_start(p));
+		break;
 	}
 }
 
@@ -549,19 +554,17 @@ static bool apply(struct idem_part *p, const struct transition *t)
 		return idem_part_wake_now(p, t->now);
 	case E_LEAVE:
 		return idem_part_leave(p);
-	case E_REWIND:
-		(void)idem_part_rewind(p, 10);
-		return true;
-	case E_SKIP_TO:
-		idem_part_skip_to(p, 10);
-		return true;
+	case E_AWAIT_START:
+		return idem_part_await_start(p);
+	case E_START:
+		return idem_part_start(p, 10);
 	}
 	return false;
 }
 
 static void test_transitions(void **state)
 {
-	bool seen[S_LEAVING_RETRY + 1][E_SKIP_TO + 1] = { { false } };
+	bool seen[S_STARTING + 1][E_START + 1] = { { false } };
 	struct idem_parts ps;
 
 	(void)state;
@@ -592,8 +595,8 @@ static void test_transitions(void **state)
 		idem_parts_revoke(&ps, "payments", 0);
 	}
 	/* Every event from every state is in the table. */
-	for (int f = S_FETCHING; f <= S_LEAVING_RETRY; f++) {
-		for (int e = E_HOLD; e <= E_SKIP_TO; e++) {
+	for (int f = S_FETCHING; f <= S_STARTING; f++) {
+		for (int e = E_HOLD; e <= E_START; e++) {
 			if (!seen[f][e])
 				fail_msg("no row for %s --%s-->", src_str[f], ev_str[e]);
 		}
@@ -617,6 +620,8 @@ static void test_state_predicates(void **state)
 		{ S_LEAVING, false, false, true, "leaving" },
 		/* Paused when it began to wait, and never resumed: what arrives is dropped. */
 		{ S_LEAVING_RETRY, false, true, true, "leaving" },
+		/* Not read, and not a wait with a time: decided by the daemon's check. */
+		{ S_STARTING, false, false, false, "starting" },
 	};
 	struct idem_parts ps;
 
@@ -656,9 +661,12 @@ static void test_commit_due(void **state)
 	assert_true(idem_part_committed(p, 12));
 	idem_part_stored(p, 12);
 	assert_true(idem_part_commit_due(p, false));
-	p->commit_unread = true;
-	assert_false(idem_part_commit_due(p, false)); /* it may be an operator's skip */
-	p->commit_unread = false;
+	/* A start awaited again: nothing of it is committed until it is decided. */
+	assert_true(idem_part_await_start(p));
+	assert_false(idem_part_commit_due(p, false));
+	assert_true(idem_part_start(p, 12));
+	assert_true(idem_part_committed(p, 14));
+	idem_part_stored(p, 14);
 	assert_true(idem_part_leave(p));
 	assert_true(idem_part_commit_due(p, true));
 	assert_true(idem_part_commit_due(p, false));
@@ -677,7 +685,7 @@ int main(void)
 		cmocka_unit_test(test_bytes_follow_the_batches),
 		cmocka_unit_test(test_take_back_refetches_after_it),
 		cmocka_unit_test(test_halted_count),
-		cmocka_unit_test(test_rewind),
+		cmocka_unit_test(test_await_start),
 		cmocka_unit_test(test_transitions),
 		cmocka_unit_test(test_state_predicates),
 		cmocka_unit_test(test_commit_due),

@@ -20,7 +20,7 @@
 
 void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
                              const struct idem_resume_pos *pos, const char *db_id,
-                             const char *cluster, const char *d_group);
+                             const char *cluster);
 
 #define DB_ID "5b0e8f5e-1c1a-4c55-9f5e-2d0d3f1b6a7c"
 #define CL_A  "mockClusterA1"
@@ -155,17 +155,28 @@ struct rcase {
 	bool record;
 	int64_t first;
 	int32_t epoch;
+	enum idem_resume_wait wait; /* HOLD: what it waits for (last: the others leave it none) */
 };
 
 #define R(...)                                                                                     \
 	{                                                                                          \
+		__VA_ARGS__, IDEM_WAIT_NONE                                                        \
+	}
+#define RH(...)                                                                                    \
+	{                                                                                          \
 		__VA_ARGS__                                                                        \
 	}
+#define HOLD_(w)        IDEM_RESUME_HOLD, IDEM_LOG_SAME, -1, -1, -1, false, -1, 0, (w)
+#define HOLD_RENAMED    HOLD_(IDEM_WAIT_RENAMED)
+#define HOLD_DATABASE   HOLD_(IDEM_WAIT_DATABASE)
+#define HOLD_KAFKA      HOLD_(IDEM_WAIT_KAFKA)
+#define HOLD_CLUSTER    HOLD_(IDEM_WAIT_CLUSTER)
+#define HOLD_WATERMARKS HOLD_(IDEM_WAIT_WATERMARKS)
 
 static const struct rcase cases[] = {
-	/* name, db_read, db, db_cluster, epoch, first, other_db,
-	 * k_read, committed, md_cluster, md_consumer, md_first, md_next, reset, low, high, cluster,
-	 * why, log, start, floor, reapply_to, record, first, epoch */
+	/* name, db_read, db, db_cluster, epoch, first, other_db (-2: another consumer's row in
+	 * another cluster only), k_read, committed, md_cluster, md_consumer, md_first, md_next,
+	 * reset, low, high, cluster, why, log, start, floor, reapply_to, record, first, epoch */
 
 	/* ---- the same log: the database's position ---- */
 	R("restart, kafka trails (a crash)", true, 250, CL_A, 0, 0, -1, true, 100, CL_A, "shop", 0,
@@ -176,24 +187,26 @@ static const struct rcase cases[] = {
 	  BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, false, 0, 0),
 	R("a replay lowered both", true, 0, CL_A, 0, 0, -1, true, 0, NULL, NULL, -1, -1, BEG, 0,
 	  1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 0, 0, -1, false, 0, 0),
+	R("a tool moved Kafka's offset back: the database's position", true, 250, CL_A, 0, 0, -1,
+	  true, 100, NULL, NULL, -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME,
+	  250, 250, -1, false, 0, 0),
 	R("a row of before version 8: recorded", true, 250, "", 0, -1, -1, true, 250, NULL, NULL,
 	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, true, -1,
 	  0),
-	R("cluster unknown now: the same log", true, 250, CL_A, 2, 7, -1, true, 250, CL_A, "shop",
-	  7, 250, BEG, 0, 1000, "", IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, false, 7, 2),
 	R("a row without a cluster id, a lower offset idemd did not commit (a mirror's translated "
 	  "offset): read again from it, not skipped",
 	  true, 8000, "", 0, 0, -1, true, 4100, NULL, NULL, -1, -1, BEG, 0, 8000, CL_B,
 	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 4100, 4100, -1, true, 0, 0),
-	R("cluster unknown now, a lower offset idemd did not commit: read again from it", true,
-	  8000, CL_A, 0, 0, -1, true, 4100, NULL, NULL, -1, -1, BEG, 0, 8000, "",
-	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 4100, 8000, -1, false, 0, 0),
 	R("a row without a cluster id, idemd's own offset below it: Kafka trails", true, 250, "", 0,
 	  0, -1, true, 100, CL_A, "shop", 0, 100, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE,
 	  IDEM_LOG_SAME, 250, 250, -1, true, 0, 0),
 	R("committed beyond the log's end counts as none", true, 250, CL_A, 0, 0, -1, true, 5000,
 	  CL_A, "shop", 0, 5000, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250,
 	  -1, false, 0, 0),
+	R("the position below the log's first offset (retention deleted it): from that offset, "
+	  "never a reset",
+	  true, 250, CL_A, 0, 0, -1, true, 250, CL_A, "shop", 0, 250, END, 600, 1000, CL_A,
+	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 600, 250, -1, false, 0, 0),
 
 	/* ---- the database went back ---- */
 	R("restore: idemd's own offset ahead", true, 180, CL_A, 0, 0, -1, true, 390, CL_A, "shop",
@@ -207,12 +220,12 @@ static const struct rcase cases[] = {
 	R("latest + restore to before the first batch: from where latest began, not the end", true,
 	  -1, "", 0, -1, -1, true, 5000, CL_A, "shop", 0, 5000, END, 0, 7000, CL_A,
 	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 0, 0, 5000, true, 0, 0),
-	R("no row, version 1 metadata: where a first start begins", true, -1, "", 0, -1, -1, true,
-	  390, "v1", "", -1, 390, BEG, 10, 1000, CL_A, IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 10, 10,
-	  390, true, 10, 0),
-	R("no row, version 1, latest, watermarks unknown: from the log's start, not its end now",
-	  true, -1, "", 0, -1, -1, true, 390, "v1", "", -1, 390, END, -1, -1, CL_A,
-	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, BEG, -1, 390, false, -1, 0),
+	R("no row, version 1 metadata: from the log's start", true, -1, "", 0, -1, -1, true, 390,
+	  "v1", "", -1, 390, BEG, 10, 1000, CL_A, IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 10, 10, 390,
+	  true, 10, 0),
+	R("no row, version 1 metadata, latest: from the log's start, not its end now", true, -1, "",
+	  0, -1, -1, true, 390, "v1", "", -1, 390, END, 10, 1000, CL_A, IDEM_RESUME_BEHIND,
+	  IDEM_LOG_SAME, 10, 10, 390, true, 10, 0),
 	R("restore keeps the log's epoch from the metadata", true, -1, "", 0, -1, -1, true, 390,
 	  CL_A, "shop", 100, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 100, 100,
 	  390, true, 100, 0),
@@ -228,50 +241,29 @@ static const struct rcase cases[] = {
 	R("no row, an offset idemd did not commit", true, -1, "", 0, -1, -1, true, 390, NULL, NULL,
 	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_KAFKA, IDEM_LOG_SAME, 390, 390, -1, true, 390, 0),
 
-	/* ---- a renamed consumer: never re-apply what the group applied ---- */
-	R("renamed: continue from the group's offset", true, -1, "", 0, -1, 5000, true, 5000, CL_A,
-	  "shop-v1", 0, 5000, BEG, 0, 7000, CL_A, IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000,
-	  -1, true, 5000, 0),
-	R("renamed: the old consumer's database position beyond Kafka's", true, -1, "", 0, -1, 5200,
-	  true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A, IDEM_RESUME_RENAMED,
-	  IDEM_LOG_SAME, 5200, 5200, -1, true, 5200, 0),
-	R("renamed, no row of the group here, the group's offset by idemd: the database lost it "
-	  "(a restore and a rename): from the group's first start",
-	  true, -1, "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
-	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 0, 0, 5000, true, 0, 0),
-	R("renamed, no row of the group here, the group's offset by idemd without a cluster id: "
-	  "it may be another log's, so not re-applied under this name",
-	  true, -1, "", 0, -1, -1, true, 5000, "", "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
-	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000, -1, true, 0, 0),
-	R("renamed, no row of the group here, the group's offset by idemd, cluster unknown now",
-	  true, -1, "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, "",
-	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 5000, 5000, -1, true, 0, 0),
-	R("renamed back, the later name committed beyond the database without a cluster id: "
-	  "continue after it",
-	  true, 5000, CL_A, 0, 0, 7000, true, 7500, "", "shop-v2", 0, 7500, BEG, 0, 8000, CL_A,
-	  IDEM_RESUME_RENAMED, IDEM_LOG_SAME, 7500, 7500, -1, true, 0, 0),
-	R("renamed twice, the middle name's commits never reached Kafka", true, -1, "", 0, -1, 7000,
-	  true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 8000, CL_A, IDEM_RESUME_RENAMED,
-	  IDEM_LOG_SAME, 7000, 7000, -1, true, 7000, 0),
-	R("renamed back, the later name's commits never reached Kafka", true, 5000, CL_A, 0, 0,
-	  7000, true, 5000, CL_A, "shop", 0, 5000, BEG, 0, 8000, CL_A, IDEM_RESUME_RENAMED,
-	  IDEM_LOG_SAME, 7000, 7000, -1, true, 0, 0),
-	R("renamed back, the later name committed beyond the database (it went back): the gap "
-	  "read again",
-	  true, 5000, CL_A, 0, 0, 7000, true, 7500, CL_A, "shop-v2", 0, 7500, BEG, 0, 8000, CL_A,
-	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 7000, 7000, 7500, true, 0, 0),
-	R("unreadable offsets, an earlier name further", true, -1, "", 0, -1, 7000, false, -1, NULL,
-	  NULL, -1, -1, BEG, 0, 8000, CL_A, IDEM_RESUME_NO_KAFKA, IDEM_LOG_SAME, 7000, 7000, -1,
-	  true, 7000, 0),
-	R("an earlier name's row beyond the log's end is no position", true, 300, CL_A, 0, 0, 9000,
+	/* ---- renamed: by `idemctl rename` (one namespace), or in the configuration only ---- */
+	RH("renamed in the configuration only: another consumer got further, none here", true, -1,
+	   "", 0, -1, 5000, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A, HOLD_RENAMED),
+	RH("renamed in the configuration only, back to a name that is behind", true, 5000, CL_A, 0,
+	   0, 7000, true, 7500, CL_A, "shop-v2", 0, 7500, BEG, 0, 8000, CL_A, HOLD_RENAMED),
+	RH("renamed in the configuration only, the other consumer's row in another cluster", true,
+	   -1, "", 0, -1, -2, true, 4100, NULL, NULL, -1, -1, BEG, 0, 8000, CL_B, HOLD_RENAMED),
+	RH("renamed in the configuration only, Kafka unreadable too: what is unread comes first",
+	   true, -1, "", 0, -1, 5000, false, -1, NULL, NULL, -1, -1, BEG, 0, 7000, CL_A,
+	   HOLD_KAFKA),
+	R("another consumer's row beyond the log's end is no position", true, 300, CL_A, 0, 0, 9000,
 	  true, 300, CL_A, "shop", 0, 300, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME,
 	  300, 300, -1, false, 0, 0),
-	R("renamed back: this consumer's row behind the other's offset, which the database lacks",
+	R("this consumer ahead of another's (a continuation made by an earlier idemd): its own",
+	  true, 950, CL_A, 0, 0, 900, true, 900, CL_A, "shop-v2", 300, 900, BEG, 0, 1000, CL_A,
+	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 950, 950, -1, false, 0, 0),
+	R("after idemctl rename, Kafka's offset names the old consumer: idemd's own, the database "
+	  "went back",
 	  true, 300, CL_A, 0, 0, -1, true, 900, CL_A, "shop-v2", 300, 900, BEG, 0, 1000, CL_A,
 	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 300, 300, 900, false, 0, 0),
-	R("renamed, and this consumer ahead: its own position", true, 950, CL_A, 0, 0, -1, true,
-	  900, CL_A, "shop-v2", 300, 900, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME,
-	  950, 950, -1, false, 0, 0),
+	R("after idemctl rename, the database restored to before everything: from the first start",
+	  true, -1, "", 0, -1, -1, true, 5000, CL_A, "shop-v1", 0, 5000, BEG, 0, 7000, CL_A,
+	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 0, 0, 5000, true, 0, 0),
 
 	/* ---- the log replaced ---- */
 	R("mirror: the row is cluster A's, Kafka's translated offset on B", true, 8000, CL_A, 0, 0,
@@ -280,9 +272,18 @@ static const struct rcase cases[] = {
 	R("mirror without a translated offset: where a first start begins", true, 8000, CL_A, 0, 0,
 	  -1, true, -1, NULL, NULL, -1, -1, BEG, 0, 8000, CL_B, IDEM_RESUME_FIRST, IDEM_LOG_CLUSTER,
 	  0, 0, -1, true, 0, 1),
-	R("mirror, A's metadata copied with the offset", true, 8000, CL_A, 0, 0, -1, true, 4100,
-	  CL_A, "shop", 0, 4100, BEG, 0, 8000, CL_B, IDEM_RESUME_KAFKA, IDEM_LOG_CLUSTER, 4100,
-	  4100, -1, true, 4100, 1),
+	R("mirror, A's metadata copied, the database holds it there: the translated offset", true,
+	  8000, CL_A, 0, 0, -1, true, 4100, CL_A, "shop", 2000, 8000, BEG, 0, 8000, CL_B,
+	  IDEM_RESUME_KAFKA, IDEM_LOG_CLUSTER, 4100, 4100, -1, true, 0, 1),
+	R("mirror, A's metadata copied, the database behind it there: the gap's place here", true,
+	  6000, CL_A, 0, 0, -1, true, 4100, CL_A, "shop", 0, 8000, BEG, 0, 8000, CL_B,
+	  IDEM_RESUME_BEHIND, IDEM_LOG_CLUSTER, 2100, 2100, 4100, true, 0, 1),
+	R("mirror, A's metadata copied, no row at all: from the first start's place here", true, -1,
+	  "", 0, -1, -1, true, 4100, CL_A, "shop", 7000, 8000, BEG, 0, 8000, CL_B,
+	  IDEM_RESUME_BEHIND, IDEM_LOG_SAME, 3100, 3100, 4100, true, 3100, 0),
+	R("mirror, A's metadata without a first start, no row: from the log's start", true, -1, "",
+	  0, -1, -1, true, 4100, "v1", "", -1, 4100, BEG, 5, 8000, CL_B, IDEM_RESUME_BEHIND,
+	  IDEM_LOG_SAME, 5, 5, 4100, true, 5, 0),
 	R("on B already, then the database restored to before it", true, 8000, CL_A, 0, 0, -1, true,
 	  6000, CL_B, "shop", 4100, 6000, BEG, 0, 8000, CL_B, IDEM_RESUME_BEHIND, IDEM_LOG_CLUSTER,
 	  4100, 4100, 6000, true, 4100, 1),
@@ -301,31 +302,26 @@ static const struct rcase cases[] = {
 	R("first start, latest: the end made explicit", true, -1, "", 0, -1, -1, true, -1, NULL,
 	  NULL, -1, -1, END, 40, 1000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, 1000, 1000, -1, true,
 	  1000, 0),
-	R("first start, watermarks unknown: librdkafka's", true, -1, "", 0, -1, -1, true, -1, NULL,
-	  NULL, -1, -1, END, -1, -1, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, END, -1, -1, false, -1,
-	  0),
 
-	/* ---- one side unreadable ---- */
-	R("Kafka unreadable: the position, commits withheld", true, 250, CL_A, 0, 0, -1, false, -1,
-	  NULL, NULL, -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_KAFKA, IDEM_LOG_SAME, 250, 250, -1,
-	  false, 0, 0),
-	R("Kafka unreadable, no row: librdkafka reads it", true, -1, "", 0, -1, -1, false, -1, NULL,
-	  NULL, -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_FIRST, IDEM_LOG_SAME, INV, -1, -1, false,
-	  -1, 0),
-	R("database unreadable: idemd's offset is the floor, its first start kept", false, -1, "",
-	  0, -1, -1, true, 390, CL_A, "shop", 0, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB,
-	  IDEM_LOG_SAME, 390, 390, -1, false, 0, 0),
-	R("database unreadable, another consumer's offset: no floor", false, -1, "", 0, -1, -1,
-	  true, 390, CL_A, "shop-v1", 0, 390, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB, IDEM_LOG_SAME,
-	  390, -1, -1, false, 0, 0),
-	R("database unreadable, a tool's offset", false, -1, "", 0, -1, -1, true, 390, NULL, NULL,
-	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_NO_DB, IDEM_LOG_SAME, 390, -1, -1, false, -1, 0),
-	R("database unreadable, nothing committed, latest: the end now, and that is the first "
-	  "start every commit names",
-	  false, -1, "", 0, -1, -1, true, -1, NULL, NULL, -1, -1, END, 0, 1150, CL_A,
-	  IDEM_RESUME_NO_DB, IDEM_LOG_SAME, 1150, -1, -1, false, 1150, 0),
-	R("neither", false, -1, "", 0, -1, -1, false, -1, NULL, NULL, -1, -1, BEG, 0, 1000, CL_A,
-	  IDEM_RESUME_FIRST, IDEM_LOG_SAME, INV, -1, -1, false, -1, 0),
+	/* ---- what is not known holds the partition ---- */
+	RH("database unreadable", false, -1, "", 0, -1, -1, true, 390, CL_A, "shop", 0, 390, BEG, 0,
+	   1000, CL_A, HOLD_DATABASE),
+	RH("database unreadable, nothing committed, latest: not the end now", false, -1, "", 0, -1,
+	   -1, true, -1, NULL, NULL, -1, -1, END, 0, 1150, CL_A, HOLD_DATABASE),
+	RH("Kafka's committed offset unreadable", true, 250, CL_A, 0, 0, -1, false, -1, NULL, NULL,
+	   -1, -1, BEG, 0, 1000, CL_A, HOLD_KAFKA),
+	RH("Kafka's committed offset unreadable, no row", true, -1, "", 0, -1, -1, false, -1, NULL,
+	   NULL, -1, -1, BEG, 0, 1000, CL_A, HOLD_KAFKA),
+	RH("the cluster's id unreadable", true, 250, CL_A, 2, 7, -1, true, 250, CL_A, "shop", 7,
+	   250, BEG, 0, 1000, "", HOLD_CLUSTER),
+	RH("the cluster's id unreadable, a lower offset idemd did not commit", true, 8000, CL_A, 0,
+	   0, -1, true, 4100, NULL, NULL, -1, -1, BEG, 0, 8000, "", HOLD_CLUSTER),
+	RH("the watermarks unreadable", true, -1, "", 0, -1, -1, true, 390, "v1", "", -1, 390, END,
+	   -1, -1, CL_A, HOLD_WATERMARKS),
+	RH("the first start, watermarks unreadable", true, -1, "", 0, -1, -1, true, -1, NULL, NULL,
+	   -1, -1, END, -1, -1, CL_A, HOLD_WATERMARKS),
+	RH("nothing readable", false, -1, "", 0, -1, -1, false, -1, NULL, NULL, -1, -1, BEG, 0,
+	   1000, CL_A, HOLD_DATABASE),
 };
 
 static struct idem_resume_in in_of(const struct rcase *c)
@@ -340,12 +336,15 @@ static struct idem_resume_in in_of(const struct rcase *c)
 		.db = c->db,
 		.db_epoch = c->db_epoch,
 		.db_first = c->db_first,
-		.other_db = c->other_db,
+		.other_db = c->other_db >= 0 ? c->other_db : -1,
 		.committed_read = c->k_read,
 		.committed = c->committed,
 	};
 
 	snprintf(in.db_cluster, sizeof(in.db_cluster), "%s", c->db_cluster);
+	if (c->other_db != -1)
+		snprintf(in.other_consumer, sizeof(in.other_consumer), "%s",
+		         c->other_db >= 0 ? "shop-v1" : "shop-v0");
 	in.other_first = -1;
 	in.md.first = in.md.next = -1;
 	if (c->md_cluster != NULL) {
@@ -386,54 +385,52 @@ static void test_rule_table(void **state)
 		assert_int_equal(o.record, c->record);
 		assert_int_equal(o.first, c->first);
 		assert_int_equal(o.epoch, c->epoch);
+		assert_string_equal(idem_resume_wait_str(o.wait), idem_resume_wait_str(c->wait));
 	}
 }
 
 /*
- * A committed offset read late, while the partition runs at 300 in CL_A's log: the same rule as
- * at assignment. Goes on from a start beyond 300 only: an operator's skip (metadata of another
- * cluster is not idemd's offset here), an earlier name's offset in a log not known to be this
- * one; idemd's offset, this consumer's or an earlier name's in this log, is the database gone
- * back, read again from 300 already.
+ * The topic created again, then the database restored to before that: the row's position is
+ * within the new log's offsets, but idemd's own offset names a later epoch of this cluster's
+ * log: the row is the old log's, set aside; the new log read from the metadata's first start.
  */
-static void test_decide_late(void **state)
+static void test_later_epoch(void **state)
 {
-	static const struct {
-		const char *md_cluster, *md_consumer; /* NULL: no metadata */
-		int64_t committed;
-		enum idem_resume_case why;
-		int64_t start;
-	} late[] = {
-		{ NULL, NULL, 900, IDEM_RESUME_SKIP, 900 },
-		{ CL_B, "shop", 900, IDEM_RESUME_SKIP, 900 },
-		{ CL_A, "shop", 900, IDEM_RESUME_BEHIND, 300 },
-		{ CL_A, "shop-v1", 900, IDEM_RESUME_BEHIND, 300 },
-		{ "", "shop-v1", 900, IDEM_RESUME_RENAMED, 900 },
-		{ NULL, NULL, 200, IDEM_RESUME_DATABASE, 300 },
-	};
+	struct idem_resume_in in = { .consumer = "shop",
+		                     .cluster = CL_A,
+		                     .reset = BEG,
+		                     .low = 0,
+		                     .high = 3000,
+		                     .db_read = true,
+		                     .db = 2500,
+		                     .db_epoch = 0,
+		                     .db_first = 0,
+		                     .other_db = -1,
+		                     .other_first = -1,
+		                     .committed_read = true,
+		                     .committed = 200 };
+	struct idem_resume_md m = md_of(CL_A, 1, "shop", 0, 200);
+	struct idem_resume_out o;
+	char buf[512];
+	int n = idem_resume_md_format(buf, sizeof(buf), &m);
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(late) / sizeof(late[0]); i++) {
-		struct idem_resume_in in = { 0 };
-		struct idem_resume_out o;
-
-		in.committed_read = true;
-		in.committed = late[i].committed;
-		in.md.first = in.md.next = -1;
-		if (late[i].md_cluster != NULL) {
-			struct idem_resume_md m =
-			        md_of(late[i].md_cluster, 0, late[i].md_consumer, 0, in.committed);
-			char buf[512];
-			int n = idem_resume_md_format(buf, sizeof(buf), &m);
-
-			in.md_idemd = idem_resume_md_parse(buf, (size_t)n, &in.md) &&
-			              in.md.next == in.committed;
-		}
-		o = idem_resume_decide_late(&in, "shop", CL_A, 0, 0, 300);
-		print_message("case: %zu\n", i);
-		assert_string_equal(idem_resume_case_str(o.why), idem_resume_case_str(late[i].why));
-		assert_int_equal(o.start, late[i].start);
-	}
+	snprintf(in.db_cluster, sizeof(in.db_cluster), "%s", CL_A);
+	in.md_idemd = idem_resume_md_parse(buf, (size_t)n, &in.md) && in.md.next == in.committed;
+	o = idem_resume_decide(&in);
+	assert_int_equal(o.why, IDEM_RESUME_BEHIND);
+	assert_int_equal(o.log, IDEM_LOG_TRUNCATED);
+	assert_int_equal(o.start, 0);
+	assert_int_equal(o.reapply_to, 200);
+	assert_int_equal(o.epoch, 1);
+	assert_true(o.record);
+	/* The same offset committed in the row's own epoch: the database's position. */
+	m = md_of(CL_A, 0, "shop", 0, 200);
+	n = idem_resume_md_format(buf, sizeof(buf), &m);
+	in.md_idemd = idem_resume_md_parse(buf, (size_t)n, &in.md) && in.md.next == in.committed;
+	o = idem_resume_decide(&in);
+	assert_int_equal(o.why, IDEM_RESUME_DATABASE);
+	assert_int_equal(o.start, 2500);
 }
 
 /* What idem__daemon_log_assign() writes for @pos (started at @start) into @buf. */
@@ -450,7 +447,7 @@ static void logged(const struct idem_resume_pos *pos, int64_t start, char *buf, 
 	assert_true(saved >= 0);
 	idem_log_set_level(IDEM_LOG_INFO);
 	assert_true(dup2(fileno(f), STDERR_FILENO) >= 0);
-	idem__daemon_log_assign(&tp, pos, DB_ID, CL_A, "g-shop");
+	idem__daemon_log_assign(&tp, pos, DB_ID, CL_A);
 	assert_true(dup2(saved, STDERR_FILENO) >= 0);
 	close(saved);
 	rewind(f);
@@ -459,54 +456,64 @@ static void logged(const struct idem_resume_pos *pos, int64_t start, char *buf, 
 	fclose(f);
 }
 
+/* Which case the line names, from @name of the table. */
+static const struct rcase *case_named(const char *name)
+{
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (strcmp(cases[i].name, name) == 0)
+			return &cases[i];
+	}
+	fail_msg("no case '%s'", name);
+	return NULL;
+}
+
 /*
- * A restore and a rename in one (behind, idemd's offset for an earlier name): the warning says
- * so, with the group's position it starts from; behind under the same name is as before.
+ * The warnings of a start: the database behind (what it re-applies), behind through a mirror
+ * (the cluster the metadata names), and a held partition says nothing here (log_waiting() in
+ * idem_daemon_assign.c does).
  */
-static void test_log_behind_renamed(void **state)
+static void test_log_assign(void **state)
 {
 	static struct idem_resume_pos pos;
 	static char buf[8192];
-	const struct rcase *c = NULL;
+	const struct rcase *c;
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(cases[i].name, "renamed back, the later name committed beyond the "
-		                          "database (it went back): the gap read again") == 0)
-			c = &cases[i];
-	}
-	assert_non_null(c);
-	pos.in = in_of(c);
-	pos.out = idem_resume_decide(&pos.in);
-	assert_int_equal(pos.out.why, IDEM_RESUME_BEHIND);
-	logged(&pos, pos.out.start, buf, sizeof(buf));
-	assert_non_null(strstr(buf,
-	                       "database behind, consumer renamed: topic=payments "
-	                       "partition=3 next_offset=7000 in the database for group g-shop, "
-	                       "kafka committed=7500 by idemd for consumer shop-v2 (an earlier "
-	                       "name of shop)"));
-	assert_non_null(strstr(buf, "reading offsets from 7000 again under consumer shop, 500 "
-	                            "message(s) to re-apply"));
-	assert_non_null(strstr(buf, "case=behind"));
-
-	c = &cases[0];
-	while (strcmp(c->name, "restore: idemd's own offset ahead") != 0)
-		c++;
+	c = case_named("restore: idemd's own offset ahead");
 	pos.in = in_of(c);
 	pos.out = idem_resume_decide(&pos.in);
 	logged(&pos, pos.out.start, buf, sizeof(buf));
 	assert_non_null(strstr(buf, "database behind: topic=payments partition=3 next_offset=180 "
 	                            "in the database, kafka committed=390 by idemd for consumer "
 	                            "shop"));
-	assert_null(strstr(buf, "renamed"));
+	assert_non_null(strstr(buf, "reading offsets from 180 again, 210 message(s) to re-apply"));
+	assert_non_null(strstr(buf, "case=behind"));
+
+	c = case_named("mirror, A's metadata copied, the database behind it there: the gap's "
+	               "place here");
+	pos.in = in_of(c);
+	pos.out = idem_resume_decide(&pos.in);
+	logged(&pos, pos.out.start, buf, sizeof(buf));
+	assert_non_null(strstr(buf, "database behind, mirrored offset: topic=payments partition=3 "
+	                            "kafka committed=4100 carries idemd's metadata of cluster " CL_A
+	                            " (next=8000), which the database does not hold there "
+	                            "(next_offset 6000)"));
+	assert_non_null(strstr(buf, "reading offsets from 2100 again"));
+
+	c = case_named("renamed in the configuration only: another consumer got further, none "
+	               "here");
+	pos.in = in_of(c);
+	pos.out = idem_resume_decide(&pos.in);
+	logged(&pos, -1, buf, sizeof(buf));
+	assert_string_equal(buf, "");
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_md_round_trip),      cmocka_unit_test(test_md_foreign),
-		cmocka_unit_test(test_rule_table),         cmocka_unit_test(test_decide_late),
-		cmocka_unit_test(test_log_behind_renamed),
+		cmocka_unit_test(test_md_round_trip), cmocka_unit_test(test_md_foreign),
+		cmocka_unit_test(test_rule_table),    cmocka_unit_test(test_later_epoch),
+		cmocka_unit_test(test_log_assign),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
