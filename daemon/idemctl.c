@@ -40,6 +40,7 @@ static void usage(FILE *f)
 	idemctl_status_usage(f);
 	idemctl_replay_usage(f);
 	idemctl_purge_usage(f);
+	idemctl_rename_usage(f);
 	idemctl_quarantine_usage(f);
 	idemctl_try_usage(f);
 	idemctl_preflight_usage(f);
@@ -61,7 +62,7 @@ static const struct {
 	{ "verify", idemctl_verify },         { "lookup", idemctl_lookup },
 	{ "replay", idemctl_replay },         { "purge", idemctl_purge },
 	{ "quarantine", idemctl_quarantine }, { "try", idemctl_try },
-	{ "preflight", idemctl_preflight },
+	{ "preflight", idemctl_preflight },   { "rename", idemctl_rename },
 };
 
 static int cmp_names(const void *a, const void *b)

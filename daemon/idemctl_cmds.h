@@ -44,4 +44,8 @@ void idemctl_try_usage(FILE *f);
 int idemctl_preflight(const struct idem_cfg *cfg, int argc, char **argv);
 void idemctl_preflight_usage(FILE *f);
 
+/* daemon/idemctl_rename.c: rename */
+int idemctl_rename(const struct idem_cfg *cfg, int argc, char **argv);
+void idemctl_rename_usage(FILE *f);
+
 #endif

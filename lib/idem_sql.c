@@ -321,6 +321,119 @@ static const char sql_retention_horizon[] =
 static const char sql_oldest_claim[] = "SELECT extract(epoch FROM now() - min(processed_at))"
                                        " FROM idem.processed_messages WHERE consumer = $1";
 
+/*
+ * idemctl rename (idem_rename.c): every table that names a consumer, in the order a batch
+ * transaction writes them (claims, quarantine, progress), so that the rename waits for the
+ * batches under way rather than deadlocking with one, and batches and other renames wait for it.
+ * SHARE ROW EXCLUSIVE lets readers be.
+ */
+static const char sql_rename_lock[] =
+        "LOCK TABLE idem.processed_messages, idem.quarantine, idem.partition_progress,"
+        " idem.retention_horizon IN SHARE ROW EXCLUSIVE MODE";
+
+/*
+ * What the old name holds, and how long ago a batch last advanced one of its partitions (by the
+ * server's clock, which wrote updated_at).
+ */
+static const char sql_rename_old[] =
+        "SELECT EXISTS (SELECT 1 FROM idem.processed_messages WHERE consumer = $1),"
+        " EXISTS (SELECT 1 FROM idem.partition_progress WHERE consumer = $1),"
+        " EXISTS (SELECT 1 FROM idem.quarantine WHERE consumer = $1),"
+        " (SELECT floor(extract(epoch FROM clock_timestamp() - max(updated_at)))::bigint"
+        " FROM idem.partition_progress WHERE consumer = $1)";
+
+/*
+ * A key both names claimed keeps the new name's claim (what the new name applied stays its own);
+ * the old one's is deleted after.
+ */
+static const char sql_rename_claims[] =
+        "UPDATE idem.processed_messages o SET consumer = $2"
+        " WHERE o.consumer = $1 AND NOT EXISTS (SELECT 1 FROM idem.processed_messages n"
+        " WHERE n.consumer = $2 AND n.business_key = o.business_key)";
+
+static const char sql_rename_claims_drop[] =
+        "DELETE FROM idem.processed_messages WHERE consumer = $1";
+
+/*
+ * Both names have a row for a partition: one row of the new name, whose position is the
+ * further one of the same log (the old row's wins only when it is further on, in the same Kafka
+ * cluster as far as both rows know); rows of two clusters keep the new name's position. The
+ * position's companions come with it (its epoch, a pending replay's or gap's end, a halt), the
+ * first start is the earlier one of the same log, the group the winner's (else the other's),
+ * the counters are the sums (each still adds up), updated_at the later one.
+ */
+static const char sql_rename_progress_merge[] =
+        "UPDATE idem.partition_progress n SET"
+        " next_offset = CASE WHEN o.ahead THEN o.next_offset ELSE n.next_offset END,"
+        " log_epoch = CASE WHEN o.ahead THEN o.log_epoch ELSE n.log_epoch END,"
+        " replay_to = CASE WHEN o.ahead THEN o.replay_to ELSE n.replay_to END,"
+        " reapply_to = CASE WHEN o.ahead THEN o.reapply_to ELSE n.reapply_to END,"
+        " halted_offset = CASE WHEN o.ahead THEN o.halted_offset ELSE n.halted_offset END,"
+        " halt_reason = CASE WHEN o.ahead THEN o.halt_reason ELSE n.halt_reason END,"
+        " kafka_cluster = coalesce(n.kafka_cluster, o.kafka_cluster),"
+        " first_offset = CASE WHEN o.same_log THEN least(n.first_offset, o.first_offset)"
+        " ELSE n.first_offset END,"
+        " group_id = CASE WHEN o.ahead THEN coalesce(o.group_id, n.group_id)"
+        " ELSE coalesce(n.group_id, o.group_id) END,"
+        " consumed = n.consumed + o.consumed, applied = n.applied + o.applied,"
+        " duplicates = n.duplicates + o.duplicates,"
+        " quarantined = n.quarantined + o.quarantined,"
+        " dup_redelivery = n.dup_redelivery + o.dup_redelivery,"
+        " dup_replay = n.dup_replay + o.dup_replay,"
+        " dup_upstream = n.dup_upstream + o.dup_upstream,"
+        " payload_mismatches = n.payload_mismatches + o.payload_mismatches,"
+        " reapplied = n.reapplied + o.reapplied,"
+        " updated_at = greatest(n.updated_at, o.updated_at)"
+        " FROM (SELECT p.*, s.same_log, s.same_log AND p.next_offset > x.next_offset AS ahead"
+        " FROM idem.partition_progress p JOIN idem.partition_progress x"
+        " ON x.consumer = $2 AND x.topic = p.topic AND x.partition = p.partition"
+        " CROSS JOIN LATERAL (SELECT coalesce(x.kafka_cluster = p.kafka_cluster, true)"
+        " AS same_log) s WHERE p.consumer = $1) o"
+        " WHERE n.consumer = $2 AND n.topic = o.topic AND n.partition = o.partition";
+
+/* The rows of partitions the new name has none of keep everything but the name. */
+static const char sql_rename_progress[] =
+        "UPDATE idem.partition_progress o SET consumer = $2"
+        " WHERE o.consumer = $1 AND NOT EXISTS (SELECT 1 FROM idem.partition_progress n"
+        " WHERE n.consumer = $2 AND n.topic = o.topic AND n.partition = o.partition)";
+
+static const char sql_rename_progress_drop[] =
+        "DELETE FROM idem.partition_progress WHERE consumer = $1";
+
+/*
+ * A message both names quarantined keeps the new name's row (its latest failure or resolution).
+ */
+static const char sql_rename_quarantine[] =
+        "UPDATE idem.quarantine o SET consumer = $2"
+        " WHERE o.consumer = $1 AND NOT EXISTS (SELECT 1 FROM idem.quarantine n"
+        " WHERE n.consumer = $2 AND n.topic = o.topic AND n.partition = o.partition"
+        " AND n.\"offset\" = o.\"offset\")";
+
+/*
+ * The old name's row of such a message goes; the merged counters had it twice (consumed and
+ * quarantined, each summed), so they lose it where it still counted as quarantined (open or
+ * discarded: a retry moved the others to applied or duplicates), and quarantined stays the
+ * number of such rows.
+ */
+static const char sql_rename_quarantine_drop[] =
+        "WITH d AS (DELETE FROM idem.quarantine WHERE consumer = $1"
+        " RETURNING topic, partition, resolution),"
+        " c AS (SELECT topic, partition, count(*) AS dropped, count(*) FILTER (WHERE"
+        " resolution IS DISTINCT FROM 'applied' AND resolution IS DISTINCT FROM 'duplicate')"
+        " AS counted FROM d GROUP BY topic, partition),"
+        " u AS (UPDATE idem.partition_progress p SET quarantined = p.quarantined - c.counted,"
+        " consumed = p.consumed - c.counted FROM c WHERE p.consumer = $2 AND p.topic = c.topic"
+        " AND p.partition = c.partition AND c.counted > 0)"
+        " SELECT coalesce(sum(dropped), 0)::bigint FROM c";
+
+/* What retention purged under the old name is gone under the new one too: the later horizon. */
+static const char sql_rename_horizon[] =
+        "WITH o AS (DELETE FROM idem.retention_horizon WHERE consumer = $1"
+        " RETURNING purged_before)"
+        " INSERT INTO idem.retention_horizon AS h (consumer, purged_before)"
+        " SELECT $2::text, o.purged_before FROM o ON CONFLICT (consumer) DO UPDATE"
+        " SET purged_before = greatest(h.purged_before, excluded.purged_before)";
+
 static const char sql_schema_table[] =
         "CREATE TABLE IF NOT EXISTS idem.schema_migrations (version integer PRIMARY KEY,"
         " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
@@ -479,6 +592,19 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_RETENTION_PURGE] = { "idem_retention_purge", 3, sql_retention_purge },
 	[IDEM_SQL_RETENTION_HORIZON] = { "idem_retention_horizon", 2, sql_retention_horizon },
 	[IDEM_SQL_OLDEST_CLAIM] = { "idem_oldest_claim", 1, sql_oldest_claim },
+	[IDEM_SQL_RENAME_LOCK] = { "idem_rename_lock", 0, sql_rename_lock },
+	[IDEM_SQL_RENAME_OLD] = { "idem_rename_old", 1, sql_rename_old },
+	[IDEM_SQL_RENAME_CLAIMS] = { "idem_rename_claims", 2, sql_rename_claims },
+	[IDEM_SQL_RENAME_CLAIMS_DROP] = { "idem_rename_claims_drop", 1, sql_rename_claims_drop },
+	[IDEM_SQL_RENAME_PROGRESS_MERGE] = { "idem_rename_progress_merge", 2,
+	                                     sql_rename_progress_merge },
+	[IDEM_SQL_RENAME_PROGRESS] = { "idem_rename_progress", 2, sql_rename_progress },
+	[IDEM_SQL_RENAME_PROGRESS_DROP] = { "idem_rename_progress_drop", 1,
+	                                    sql_rename_progress_drop },
+	[IDEM_SQL_RENAME_QUARANTINE] = { "idem_rename_quarantine", 2, sql_rename_quarantine },
+	[IDEM_SQL_RENAME_QUARANTINE_DROP] = { "idem_rename_quarantine_drop", 2,
+	                                      sql_rename_quarantine_drop },
+	[IDEM_SQL_RENAME_HORIZON] = { "idem_rename_horizon", 2, sql_rename_horizon },
 	[IDEM_SQL_RESUME_GET] = { "idem_resume_get", 5, sql_resume_get },
 	[IDEM_SQL_PROGRESS_BASE] = { "idem_progress_base", 8, sql_progress_base },
 	[IDEM_SQL_SCHEMA_TABLE] = { "idem_schema_table", 0, sql_schema_table },

@@ -67,6 +67,23 @@ enum idem_sql_id {
 	IDEM_SQL_RETENTION_HORIZON, /* record what was purged: consumer, cutoff */
 	IDEM_SQL_OLDEST_CLAIM,      /* the age of a consumer's oldest claim in seconds: consumer */
 
+	/* idemctl rename (idem_rename.c), in its one transaction: old, new unless said. */
+	IDEM_SQL_RENAME_LOCK,            /* lock the consumer-keyed tables against writers and
+	                                    other renames */
+	IDEM_SQL_RENAME_OLD,             /* what old holds: old -> has claims, progress rows,
+	                                    quarantine rows (booleans), seconds since its last
+	                                    progress (NULL: none) */
+	IDEM_SQL_RENAME_CLAIMS,          /* move the claims of keys new has not claimed */
+	IDEM_SQL_RENAME_CLAIMS_DROP,     /* delete old's other claims: old */
+	IDEM_SQL_RENAME_PROGRESS_MERGE,  /* merge old's progress rows into new's of the same
+	                                    partition */
+	IDEM_SQL_RENAME_PROGRESS,        /* move old's other progress rows */
+	IDEM_SQL_RENAME_PROGRESS_DROP,   /* delete old's merged progress rows: old */
+	IDEM_SQL_RENAME_QUARANTINE,      /* move old's quarantine rows of offsets new has none of */
+	IDEM_SQL_RENAME_QUARANTINE_DROP, /* delete old's other quarantine rows, uncounting them
+	                                    from new's counters -> rows deleted */
+	IDEM_SQL_RENAME_HORIZON,         /* move old's retention horizon (the later one kept) */
+
 	/* Where an assigned partition starts (idem_resume.c). */
 	IDEM_SQL_RESUME_GET,    /* partitions' rows: consumers[], topics[], partitions[], group,
 	                           cluster -> next_offset, kafka_cluster, log_epoch, first_offset,
