@@ -171,10 +171,10 @@ static void log_waiting(idem_daemon *d, struct idem_part *p, const struct idem_r
 	p->start_logged_ms = now;
 	if (pos->out.wait != IDEM_WAIT_RENAMED) {
 		idem_log_warn("kafka",
-		              "not starting topic=%s partition=%" PRId32 " yet: %s%s%s; nothing "
-		              "of it is read until it can be, tried again every %ds",
+		              "not starting topic=%s partition=%" PRId32 " yet: %s%s%s%s; "
+		              "nothing of it is read until it can be, tried again every %ds",
 		              p->topic, p->partition, idem_resume_wait_why(pos->out.wait),
-		              detail[0] != '\0' ? " (" : "", detail[0] != '\0' ? ")" : "",
+		              detail[0] != '\0' ? " (" : "", detail, detail[0] != '\0' ? ")" : "",
 		              START_RETRY_MS / 1000);
 		return;
 	}
@@ -312,6 +312,7 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 		/* Out of memory: decided later, like one whose facts could not be read. */
 		if (pos == NULL) {
 			(void)idem_part_await_start(p);
+			tp->offset = RD_KAFKA_OFFSET_BEGINNING; /* as idem_resume_positions() */
 			continue;
 		}
 		if (decided(d, p, tp, &pos[i], db_err.msg))

@@ -752,9 +752,12 @@ void idem_resume_positions(idem_resume *rs, rd_kafka_t *rk, rd_kafka_topic_parti
 		/* A recorded start is held by the database now. */
 		if (ret_pos[i].out.record)
 			ret_pos[i].out.floor = ret_pos[i].out.start;
-		/* A held partition is paused once assigned (its start is decided later). */
+		/* A held partition is paused once assigned, and sought to its start once that is
+		 * decided: given an offset of its own, librdkafka starts its fetcher at once (a
+		 * seek needs one), without reading the committed offset, which may be what
+		 * cannot be read. */
 		list->elems[i].offset = ret_pos[i].out.why == IDEM_RESUME_HOLD
-		                                ? RD_KAFKA_OFFSET_INVALID
+		                                ? RD_KAFKA_OFFSET_BEGINNING
 		                                : ret_pos[i].out.start;
 	}
 }

@@ -8,36 +8,33 @@
 # purpose with Kafka's tools (idem-kafkatool reset: offsets WITHOUT idemd metadata), skipping the
 # first 500 of them on every partition. Then idemd starts while the committed offsets are
 # unreadable:
-#  1. for a few seconds (3 errors: idemd's FIRST reads at assignment fail, its re-reads use the
-#     errors up within its 30 s bound): the skip is honoured. A stream produced after the restart
-#     follows.
-#  2. for longer than the bound (50 errors; idemd's reads within the bound use at most ~31).
-#     100 payments, a poison payment (its account is blocked: routes[].on_poison: halt stops the
-#     partition there, so that nothing moves until the offsets can be read) and 300 payments
-#     arrive per partition while idemd is stopped; the operator skips from the database's
-#     position to the middle of the last 300. idemd starts at the database's position (it cannot
-#     know better), applies the 100 and halts at the poison; it must commit NOTHING meanwhile.
-#     Once the offsets can be read again (the test reads them until the errors are used up) the
-#     operator's offsets are still there, and idemd, reading them late, honours the rest of the
-#     skip: the poison and what follows it up to the operator's offset are never applied.
+#  1. for a few seconds (3 errors): the partitions wait (STARTING) until the offsets can be read
+#     (idemd reads them again every 2 s), then the skip is honoured. A stream produced after the
+#     restart follows.
+#  2. for as long as the test keeps them unreadable (50 errors, which the test uses up itself
+#     once idemd has held every partition for a while). 100 payments, a poison payment (its
+#     account is blocked: routes[].on_poison: halt would stop the partition there) and 300
+#     payments arrive per partition while idemd is stopped; the operator skips from the
+#     database's position to the middle of the last 300. idemd starts no partition and commits
+#     nothing while the offsets cannot be read; once they can, it honours the whole skip: none of
+#     the 100, the poison or what follows it up to the operator's offset is applied.
 # Verdicts from the database, after each phase, against every message of the topic (partition,
 # offset, payment): no skipped payment has a claim or a ledger row; every other payment (before
-# the skip, after it, re-sent duplicates once, and in phase 2 the 100 applied while the offsets
-# could not be read) has exactly one claim and one ledger row; balances match; the counters add
+# the skip, after it, re-sent duplicates once) has exactly one claim and one ledger row; balances match; the counters add
 # up; Kafka's committed offsets (idem-kafkatool offsets) and idem.partition_progress both end at
 # the high watermarks.
 # The fault is asserted to have taken effect. Phase 1: between pushing the errors and idemd's
 # assignment nothing else asks for offsets, so the errors the test's own reads find left over
-# are those idemd's reads at assignment did not use: fewer than 3 means idemd's first read
-# failed (and none left: it read again until it could). Phase 2: the 100 payments before the
-# poison are applied (idemd started at the database's position, not at the operator's offset:
-# its reads failed for the whole bound; its log says case=no-kafka), and errors are still
-# queued once every partition has halted.
+# are those idemd's reads did not use: fewer than 3 means idemd's first read failed (and none
+# left: it read again until it could). Phase 2: idemd logged every partition as waiting for the
+# committed offset, started none, and errors are still queued when the test reads them.
 #
-# On the previous code (2f415a8) phase 1 fails ("skipped payments applied"): idemd read the
-# committed offsets once; that read failing, it started every partition at the database's
-# position, committed that with its own metadata (overwriting the operator's offsets) and
-# applied the 500 skipped payments of every partition.
+# On 2f415a8 phase 1 fails ("skipped payments applied"): idemd read the committed offsets once;
+# that read failing, it started every partition at the database's position, committed that with
+# its own metadata (overwriting the operator's offsets) and applied the 500 skipped payments of
+# every partition. On 871f977 phase 2 fails ("payments applied while the committed offsets could
+# not be read"): past a 30 s bound idemd started at the database's position and applied the 100
+# payments the operator meant to skip.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
@@ -266,11 +263,12 @@ idem_assert_eq "phase 1: partitions started at the operator's offset (log: case=
 	"$(grep -c "assigned topic=payments partition=[0-9]* start=$skip1 .* case=skip " "$IDEM_TMP/idemd-b.log")"
 pos2=$(at_end)
 
-# ---- phase 2: unreadable for longer than idemd's bound -------------------------------------------
-# Per partition: 100 payments, a poison payment (its account is blocked: on_poison: halt stops
-# the partition there), 300 payments. The operator skips from pos2 to the middle of the last 300.
-# idemd cannot read that: it starts at the database's position pos2, applies the 100, halts at
-# the poison and must commit nothing; once the offsets can be read it skips the rest.
+# ---- phase 2: unreadable for as long as the test says ---------------------------------------------
+# Per partition: 100 payments, a poison payment (its account is blocked: on_poison: halt would
+# stop the partition there), 300 payments. The operator skips from pos2 to the middle of the last
+# 300. idemd cannot read that: it starts no partition (STARTING) and commits nothing while the
+# offsets cannot be read, however long; once they can, it honours the whole skip: nothing from
+# pos2 to the operator's offset is applied, the poison included.
 payments "$IDEM_TMP/d.txt" 4 100 0
 hex() { printf %s "$1" | od -An -tx1 -v | tr -d ' \n'; }
 for ((p = 0; p < parts; p++)); do
@@ -284,40 +282,40 @@ produce "$IDEM_TMP/e.txt"
 poison=$((pos2 + 100))
 skip2=$((poison + 1 + 150))
 skip_all "$skip2"
-# What was applied while the offsets could not be read (pos2..poison-1) stays applied; the rest
-# of the skip, from the poison on, must not be.
-skipped_add "$poison" "$skip2"
+skipped_add "$pos2" "$skip2"
 idem_log "phase 2: the operator moved every partition from $pos2 to $skip2 (poison at $poison, high ${high[0]})"
 
 idem_kafka_ctl push_errors OffsetFetch "$long_errors" "$fault_err" >/dev/null
 idemd_start c "$IDEM_CFG"
-all_halted() {
-	[ "$(idem_psql -c "SELECT count(*) FROM idem.partition_progress WHERE consumer = 'payments' AND halted_offset = $poison AND next_offset = $poison")" = "$parts" ]
+all_waiting() {
+	local n
+	n=$(grep -cs "not starting topic=payments partition=[0-9]* yet: the group's committed offset cannot be read" \
+		"$IDEM_TMP/idemd-c.log") || true
+	[ "${n:-0}" -ge "$parts" ]
 }
-# The wait covers idemd's 30 s of reads at assignment.
-idem_wait_until 120 "every partition to start at the database's position and halt at the poison (offset $poison)" all_halted
-idem_assert_eq "phase 2: payments before the poison applied (idemd started at the database's position)" \
-	$((parts * 100)) \
-	"$(idem_psql -c "SELECT count(*) FROM ledger WHERE payment_id LIKE 'pay-4-%'")"
-idem_assert_eq "phase 2: payments after the poison applied while halted" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM ledger WHERE payment_id LIKE 'pay-5-%'")"
-# Every partition halted: the offsets are still unreadable (the errors outlasted the bound and
-# the halting). Read them until they can be read: the operator's offsets are still there.
+idem_wait_until 90 "idemd c to hold every partition while the offsets cannot be read" all_waiting
+# Held for a while: idemd reads them again every 2 s, one error each time.
+sleep 6
+idem_assert_eq "phase 2: payments applied while the committed offsets could not be read" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM ledger WHERE payment_id LIKE 'pay-4-%' OR payment_id LIKE 'pay-5-%' OR payment_id LIKE 'poison-%'")"
+idem_assert_eq "phase 2: partitions started while the committed offsets could not be read" 0 \
+	"$(grep -c "assigned topic=payments" "$IDEM_TMP/idemd-c.log" || true)"
+# Read them until they can be read: the operator's offsets are still there.
 offsets_drain "$long_errors"
-idem_log "phase 2: $drained OffsetFetch errors still queued once every partition had halted"
+idem_log "phase 2: $drained OffsetFetch errors still queued after idemd held the partitions"
 [ "$drained" -gt 0 ] ||
-	idem_fail "the committed offsets were readable again before every partition halted: the fault ended too early, the test proves less than it should"
+	idem_fail "the committed offsets were readable again before the test looked: the fault ended too early, the test proves less than it should"
 for ((p = 0; p < parts; p++)); do
-	[ "${committed[p]}" -ge "$skip2" ] ||
-		idem_fail "partition $p: Kafka's committed offset is ${committed[p]}, below the operator's $skip2: idemd committed its own position while the committed offset could not be read"
+	[ "${committed[p]}" = "$skip2" ] ||
+		idem_fail "partition $p: Kafka's committed offset is ${committed[p]}, not the operator's $skip2: idemd committed while the committed offset could not be read"
 done
 idem_wait_done "$group" 120
 idemd_stop c
 load_messages
 check_verdict "phase 2"
-idem_assert_eq "phase 2: partitions started at the database's position (log: case=no-kafka)" "$parts" \
-	"$(grep -c "assigned topic=payments partition=[0-9]* start=$pos2 .* case=no-kafka " "$IDEM_TMP/idemd-c.log")"
-idem_assert_eq "phase 2: halted_offset cleared" 0 \
+idem_assert_eq "phase 2: partitions started at the operator's offset once it could be read (log: case=skip)" "$parts" \
+	"$(grep -c "assigned topic=payments partition=[0-9]* start=$skip2 .* case=skip " "$IDEM_TMP/idemd-c.log")"
+idem_assert_eq "phase 2: halted_offset (the poison was skipped)" 0 \
 	"$(idem_psql -c "SELECT count(*) FROM idem.partition_progress WHERE halted_offset IS NOT NULL")"
 
-echo "ok: operator's skip with unreadable offsets: phase 1 ($short_errors $fault_err for OffsetFetch, used up at assignment): skip $pos1..$((skip1 - 1)) honoured; phase 2 ($long_errors, past the 30 s bound; $drained still queued when every partition had halted): started at $pos2, $((parts * 100)) payments applied meanwhile, the rest of the skip $poison..$((skip2 - 1)) honoured; $(idem_counts_full payments)"
+echo "ok: operator's skip with unreadable offsets: phase 1 ($short_errors $fault_err for OffsetFetch, used up at assignment): skip $pos1..$((skip1 - 1)) honoured; phase 2 ($long_errors; $drained still queued after idemd held every partition): nothing started meanwhile, then the skip $pos2..$((skip2 - 1)) honoured, the poison with it; $(idem_counts_full payments)"
