@@ -1,40 +1,39 @@
 #!/usr/bin/env bash
 # Fault: an operator renames a route's consumer (routes[].consumer, the claims namespace) and
-# keeps the consumer group (kafka.group_id). The new name has no claims and no progress rows: the
-# only record of what was applied under the old name is Kafka's committed offset, committed by
-# idemd with metadata naming the old consumer, and the old consumer's progress rows. idemd must
-# continue after what the old name applied and never apply it again under the new one.
+# keeps the consumer group (kafka.group_id). A rename is a command: `idemctl rename OLD NEW`
+# moves OLD's claims and positions to NEW in one transaction. A rename made in the configuration
+# only is refused: NEW has no claims, so going on after OLD's position would skip what NEW never
+# applied and starting before it would apply again what OLD did; idemd holds every partition,
+# says which command to run, and starts them once it has run (decided again every 2 s, no
+# restart).
 #
 # Eight partitions, JSON payments with 30% upstream re-sends, the payments handler (its ledger
-# has no unique constraint: a payment applied twice is two rows). Four rounds of payments, each
-# from its own seed (ids pay-SEED-i: a round's re-sends repeat only that round's payments):
+# has no unique constraint: a payment applied twice is two rows). Rounds of payments, each from
+# its own seed (ids pay-SEED-i: a round's re-sends repeat only that round's payments):
 #   1. shop-v1 applies 5,000 messages; Kafka's committed offsets reach the end; SIGTERM.
-#   2. Renamed to shop-v2; 2,000 more messages are produced while idemd is down; shop-v2 must
-#      start every partition exactly where shop-v1 stopped (case=renamed) and apply only them.
+#   2. The configuration renamed to shop-v2, nothing else; 2,000 more messages. idemd holds every
+#      partition (an error naming `idemctl rename shop-v1 shop-v2`, idemd_partitions_starting 8,
+#      /readyz not ready) and applies nothing. While it runs, the operator runs the command (60 s
+#      after shop-v1's last progress it needs no --force; the test backdates it): every partition
+#      starts at shop-v1's database position (case=database) and only round 2 is applied.
 #   3. shop-v2 applies 2,000 more while every OffsetCommit fails (injected in the Kafka mock), so
 #      Kafka's committed offsets trail the database by the whole round; once the database holds
 #      all of it, SIGKILL.
-#   4. Renamed to shop-v3; 1,000 more. Kafka's committed offset (shop-v2's, from round 2) is
-#      behind shop-v2's database position: shop-v3 must start at the database position (the
-#      greater of the two), not re-apply round 3.
-#   5. Renamed to shop-v4 while every OffsetCommit fails from its start: it applies 1,000 more
-#      and is SIGKILLed without a single commit in Kafka (which still names shop-v3).
-#   6. Renamed to shop-v5; 500 more. Kafka names shop-v3, but the group got further under
-#      shop-v4 (its progress rows, recorded with the group): shop-v5 must start at shop-v4's
-#      database positions, not re-apply round 5.
-# Verdict from the database after rounds 1, 2, 4, 5 and 6: every payment has exactly one ledger row
-# and the right balance; each consumer's claims are exactly its rounds' payments (none of an
-# earlier name's payments claimed under a later one); each consumer's progress counters consumed
-# (exactly the messages of its rounds: nothing was read twice) and applied add up; the renamed
-# consumers' progress rows reached the end (shop-v2 after round 2, shop-v3 after round 4); each
-# renamed start logged "consumer renamed", was counted in idemd_partition_starts_total{case=
-# "renamed"}, and began at the previous consumer's database position.
+#   4. `idemctl rename shop-v2 shop-v3 --force` (shop-v2 was killed seconds ago) and the
+#      configuration; 1,000 more. Kafka's committed offset (idemd's, naming shop-v2) is behind
+#      the database: shop-v3 starts at the database position, not re-applying round 3.
+#   5. The configuration set back to shop-v2, nothing else: held again (shop-v3 got further);
+#      the operator sets it back to shop-v3 and restarts: it goes on, nothing applied twice.
+# Verdict from the database after each round: every payment has exactly one ledger row and the
+# right balance; the claims are all under the current name and are exactly the payments so far
+# (none applied again under a new name); the current consumer's counters add up and consumed is
+# exactly the messages produced (nothing read twice); nothing is left under an earlier name.
 #
-# Why it fails on the previous code (2f415a8): a consumer without progress rows whose group
-# offset idemd had committed was taken for a database that lost everything ("database behind"),
-# and started from auto.offset.reset (the log's start): after the first rename shop-v2 applied
-# the 5,000 messages of round 1 again (all 3,531 of its payments got a second ledger row), and
-# the check after round 2 fails ("payments applied twice ...: expected '0', got '3531'").
+# Why it fails on the previous code (871f977): a rename in the configuration went on after the
+# earlier name's position, which after a restore of the database (or a failover, or a kill before
+# Kafka's commit) skipped or applied twice what the database no longer knew; here round 2
+# starts at once with case=renamed instead of waiting (the check of the held partitions fails:
+# "'not starting' lines ...: expected '8', got '0'").
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
@@ -99,19 +98,40 @@ starts() {
 		"$IDEM_TMP/idemd-$1.log" | sort -n
 }
 
-# check_renamed NAME FROM TO POSITIONS_FILE: idemd NAME's run renamed consumer FROM to TO: the
-# log says so for each of the 8 partitions, each started at FROM's database position (the lines
-# of POSITIONS_FILE, read before the run), and its metrics count 8 renamed starts.
-check_renamed() {
-	local name=$1 from=$2 to=$3 log=$IDEM_TMP/idemd-$1.log n
-	n=$(grep -c "consumer renamed: topic=payments .* by idemd for consumer $from .* not for this route's consumer $to " "$log" || true)
-	idem_assert_eq "'consumer renamed' ($from -> $to) lines in idemd $name's log" 8 "$n"
-	idem_assert_eq "assignments with case=renamed in idemd $name's log" 8 \
-		"$(grep -c 'assigned topic=payments .* case=renamed ' "$log" || true)"
-	idem_assert_eq "$to's starts (partition start) = $from's database positions" \
-		"$(cat "$4")" "$(starts "$name")"
-	n=$(curl -fsS "$metrics_url" | awk '$1 == "idemd_partition_starts_total{case=\"renamed\"}" { print $2 }')
-	idem_assert_eq "idemd_partition_starts_total{case=\"renamed\"} of idemd $name" 8 "$n"
+# check_held NAME FROM TO: idemd NAME holds every partition, its consumer TO renamed from FROM in
+# the configuration only: the log names the command for each of the 8 partitions, none started,
+# the metrics count 8 partitions not started and /readyz is not ready.
+check_held() {
+	local name=$1 log=$IDEM_TMP/idemd-$1.log n
+	n=$(grep -c "not starting topic=payments partition=[0-9]*: consumer renamed in the configuration only: consumer $2 of group $group .* run: idemctl rename $2 $3 " "$log" || true)
+	idem_assert_eq "'not starting' lines ($2 -> $3) in idemd $name's log" 8 "$n"
+	idem_assert_eq "partitions started by idemd $name while held" 0 \
+		"$(grep -c 'assigned topic=payments' "$log" || true)"
+	n=$(curl -fsS "$metrics_url" | awk '$1 == "idemd_partitions_starting" { print $2 }')
+	idem_assert_eq "idemd_partitions_starting of idemd $name" 8 "$n"
+	n=$(curl -fsS "$metrics_url" | awk '$1 == "idemd_ready" { print $2 }')
+	idem_assert_eq "idemd_ready of idemd $name" 0 "$n"
+}
+
+# held NAME: idemd NAME logged the hold of every partition.
+held() {
+	local n
+	n=$(grep -c "not starting topic=payments partition=[0-9]*: consumer renamed" "$IDEM_TMP/idemd-$1.log" || true)
+	[ "${n:-0}" -ge 8 ]
+}
+
+# check_started NAME POSITIONS_FILE: idemd NAME started every partition at the database position
+# (case=database) that POSITIONS_FILE (read before) holds.
+check_started() {
+	idem_assert_eq "assignments with case=database in idemd $1's log" 8 \
+		"$(grep -c 'assigned topic=payments .* case=database ' "$IDEM_TMP/idemd-$1.log" || true)"
+	idem_assert_eq "idemd $1's starts (partition start) = the database positions before it" \
+		"$(cat "$2")" "$(starts "$1")"
+}
+
+# ctl ARGS...: idemctl with the configuration.
+ctl() {
+	"$IDEM_BIN/idemctl" -c "$cfg" "$@"
 }
 
 # check_db CONSUMER:FIRST-LAST...: the database after the rounds so far, each consumer owning the
@@ -171,20 +191,39 @@ idem_check_progress_at_end shop-v1 "$group"
 positions shop-v1 >"$IDEM_TMP/v1.positions"
 idem_assert_eq "shop-v1 progress rows" 8 "$(wc -l <"$IDEM_TMP/v1.positions")"
 
-# ---- 2. renamed to shop-v2 while stopped; round 2 waits in Kafka --------------------------------
+# ---- 2. renamed in the configuration only: held; then idemctl rename while it runs ---------------
 config shop-v2
 round 262 2000
 idemd_start v2 "$cfg"
+idem_wait_until 60 "idemd v2 to hold every partition" held v2
+sleep 3 # held for a while (decided again every 2 s): still nothing applied
+check_held v2 shop-v1 shop-v2
+idem_assert_eq "ledger rows while held (round 1's payments only)" "${unique[1]}" \
+	"$(idem_psql -c 'SELECT count(*) FROM ledger')"
+idem_assert_eq "claims under shop-v2 while held" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'shop-v2'")"
+# shop-v1 stopped a few seconds ago: the command wants a minute since its last progress.
+rc=0
+ctl rename shop-v1 shop-v2 >"$IDEM_TMP/rename.out" 2>&1 || rc=$?
+idem_assert_eq "idemctl rename within a minute of shop-v1's last progress (exit status)" 1 "$rc"
+grep -q "may still be running under 'shop-v1'" "$IDEM_TMP/rename.out" ||
+	idem_fail "idemctl rename: expected the running-instance refusal, got: $(cat "$IDEM_TMP/rename.out")"
+idem_psql -c "UPDATE idem.partition_progress SET updated_at = now() - interval '2 minutes' WHERE consumer = 'shop-v1'"
+ctl rename shop-v1 shop-v2 >"$IDEM_TMP/rename.out" 2>&1 ||
+	idem_fail "idemctl rename shop-v1 shop-v2 failed: $(cat "$IDEM_TMP/rename.out")"
+idem_log "idemctl rename: $(head -1 "$IDEM_TMP/rename.out")"
 idem_wait_done "$group" 120
-check_db shop-v1:1-1 shop-v2:2-2
+check_started v2 "$IDEM_TMP/v1.positions"
+idemd_stop v2
+check_db shop-v2:1-2
 idem_check_progress_at_end shop-v2 "$group"
-check_renamed v2 shop-v1 shop-v2 "$IDEM_TMP/v1.positions"
-idem_assert_eq "shop-v1's progress rows after the rename (untouched)" "$(cat "$IDEM_TMP/v1.positions")" \
-	"$(positions shop-v1)"
 
 # ---- 3. shop-v2 applies round 3 while Kafka refuses every offset commit; then SIGKILL -----------
 # A permanent commit error (librdkafka neither retries it nor rejoins the group): the commits
 # fail, idemd goes on applying and tries again every interval.
+config shop-v2
+idemd_start v2b "$cfg"
+idem_wait_until 60 "idemd v2b to start every partition" grep -q 'assigned topic=payments partition=7' "$IDEM_TMP/idemd-v2b.log"
 idem_kafka_ctl push_errors OffsetCommit 1000000 OFFSET_METADATA_TOO_LARGE >/dev/null
 kafka_offsets >"$IDEM_TMP/before-round3.kafka"
 round 263 2000
@@ -195,7 +234,7 @@ v2_at_end() {
 idem_wait_until 120 "shop-v2 applied round 3 (database positions at the high watermarks)" v2_at_end
 kafka_offsets >"$IDEM_TMP/round3.kafka"
 positions shop-v2 >"$IDEM_TMP/v2.positions"
-idemd_kill9 v2
+idemd_kill9 v2b
 idem_kafka_ctl clear_errors OffsetCommit >/dev/null
 # The fault took effect: Kafka's committed offsets are where round 2 left them, behind shop-v2's
 # database positions on every partition that round 3 wrote to.
@@ -206,48 +245,39 @@ trailing=$(join "$IDEM_TMP/round3.kafka" "$IDEM_TMP/v2.positions" | awk '$2 < $4
 [ "$trailing" -gt 0 ] ||
 	idem_fail "Kafka's committed offsets do not trail shop-v2's database positions on any partition: the commit fault did nothing, the test proves nothing"
 idem_log "shop-v2 SIGKILLed: Kafka's committed offsets trail its database positions on $trailing of 8 partitions by $(join "$IDEM_TMP/round3.kafka" "$IDEM_TMP/v2.positions" | awk '{ s += $4 - $2 } END { print s }') messages"
-check_db shop-v1:1-1 shop-v2:2-3
+check_db shop-v2:1-3
 
-# ---- 4. renamed to shop-v3 while Kafka trails the database; round 4 ----------------------------
+# ---- 4. idemctl rename shop-v2 shop-v3 while Kafka trails the database; round 4 ------------------
+ctl rename shop-v2 shop-v3 --force >"$IDEM_TMP/rename.out" 2>&1 ||
+	idem_fail "idemctl rename shop-v2 shop-v3 --force failed: $(cat "$IDEM_TMP/rename.out")"
 config shop-v3
 round 264 1000
 idemd_start v3 "$cfg"
 idem_wait_done "$group" 120
-check_renamed v3 shop-v2 shop-v3 "$IDEM_TMP/v2.positions"
+check_started v3 "$IDEM_TMP/v2.positions"
 idemd_stop v3
-check_db shop-v1:1-1 shop-v2:2-3 shop-v3:4-4
+check_db shop-v3:1-4
 idem_check_progress_at_end shop-v3 "$group"
-idem_assert_eq "shop-v2's progress rows after the second rename (untouched)" \
-	"$(cat "$IDEM_TMP/v2.positions")" "$(positions shop-v2)"
+idem_assert_eq "shop-v2's progress rows after the rename (moved)" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM idem.partition_progress WHERE consumer = 'shop-v2'")"
 positions shop-v3 >"$IDEM_TMP/v3.positions"
 
-# ---- 5. renamed to shop-v4, which never gets a commit into Kafka; SIGKILL ----------------------
-config shop-v4
-idem_kafka_ctl push_errors OffsetCommit 1000000 OFFSET_METADATA_TOO_LARGE >/dev/null
-kafka_offsets >"$IDEM_TMP/before-round5.kafka"
-round 265 1000
+# ---- 5. set back to shop-v2 in the configuration only: held; back to shop-v3: goes on ------------
+config shop-v2
+round 265 500
 idemd_start v4 "$cfg"
-at_end() { # CONSUMER: its database positions reached every partition's high watermark
-	[ "$(kafka_offsets | awk '{ print $1, $3 }')" = "$(positions "$1")" ]
-}
-idem_wait_until 120 "shop-v4 applied round 5 (database positions at the high watermarks)" at_end shop-v4
-check_renamed v4 shop-v3 shop-v4 "$IDEM_TMP/v3.positions"
-kafka_offsets >"$IDEM_TMP/round5.kafka"
-positions shop-v4 >"$IDEM_TMP/v4.positions"
-idemd_kill9 v4
-idem_kafka_ctl clear_errors OffsetCommit >/dev/null
-idem_assert_eq "Kafka's committed offsets during round 5 (shop-v3's: every commit of shop-v4 refused)" \
-	"$(awk '{ print $1, $2 }' "$IDEM_TMP/before-round5.kafka")" \
-	"$(awk '{ print $1, $2 }' "$IDEM_TMP/round5.kafka")"
-check_db shop-v1:1-1 shop-v2:2-3 shop-v3:4-4 shop-v4:5-5
-
-# ---- 6. renamed to shop-v5: Kafka names shop-v3, the group got further under shop-v4 ------------
-config shop-v5
-round 266 500
+idem_wait_until 60 "idemd v4 to hold every partition" held v4
+check_held v4 shop-v3 shop-v2
+idemd_stop v4
+idem_assert_eq "ledger rows while held (rounds 1-4's payments only)" "$(sum_of unique 1 4)" \
+	"$(idem_psql -c 'SELECT count(*) FROM ledger')"
+idem_assert_eq "claims under shop-v2 while held" 0 \
+	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'shop-v2'")"
+config shop-v3
 idemd_start v5 "$cfg"
 idem_wait_done "$group" 120
-check_renamed v5 shop-v3 shop-v5 "$IDEM_TMP/v4.positions"
+check_started v5 "$IDEM_TMP/v3.positions"
 idemd_stop v5
-check_db shop-v1:1-1 shop-v2:2-3 shop-v3:4-4 shop-v4:5-5 shop-v5:6-6
-idem_check_progress_at_end shop-v5 "$group"
-echo "ok: consumer renamed four times (shop-v1 -> shop-v2 after SIGTERM, shop-v2 -> shop-v3 after SIGKILL with Kafka $trailing partitions behind, shop-v4 never committed in Kafka -> shop-v5): rounds produced=${produced[*]} unique=${unique[*]} (by round); every payment applied once, under the name it arrived under"
+check_db shop-v3:1-5
+idem_check_progress_at_end shop-v3 "$group"
+echo "ok: consumer renamed in the configuration only (held, then idemctl rename while running), by idemctl rename after a SIGKILL with Kafka $trailing partitions behind, and back in the configuration only (held): rounds produced=${produced[*]} unique=${unique[*]} (by round); every payment applied once"
