@@ -323,6 +323,8 @@ static idem_status collect(idem_daemon *d, idem_error *err)
  * with up to @tries attempts each, waiting out the backoff between them when @tries > 1. A
  * batch that still fails is left: nothing was committed, its messages will be redelivered.
  */
+static void warn_stalled(idem_daemon *d);
+
 idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 {
 	idem_status r = IDEM_OK;
@@ -363,6 +365,9 @@ idem_status idem__daemon_drain(idem_daemon *d, int tries, idem_error *err)
 		}
 		if (!pending)
 			break;
+		/* A batch that does not finish (a Postgres that stopped answering) is said here
+		 * too: the revoke and the shutdown wait for it. */
+		warn_stalled(d);
 		idem_pool_wait(d->pool, (int)wait);
 	}
 	for (size_t i = 0; i < d->parts.n; i++) {

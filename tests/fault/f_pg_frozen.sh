@@ -4,7 +4,10 @@
 # Postgres's can end the worker's wait, so:
 #  - the other workers go on: payments keep being applied while it is frozen;
 #  - idemd says in its log which batch is stuck, once it has been in flight for 30 s;
-#  - once the backend answers again (SIGCONT), everything is applied exactly once.
+#  - stopped (SIGTERM) while it is still stuck, the drain waits for it and says so again every
+#    30 s (on 871f977 the drain waited without a word);
+#  - once the backend answers again (SIGCONT), the drain ends, idemd exits 0, and after a
+#    restart everything is applied exactly once.
 # The stream has no duplicates: a payment sent again to another partition would wait for the
 # frozen transaction's claim at the unique index, which is the claim's business, not this test's.
 # idemd starts on a backlog, and the backend is frozen while it lasts: batches are then full, and
@@ -42,12 +45,25 @@ stalled() { grep -E 'batch in flight for [0-9]+s topic=payments partition=[0-7] 
 idem_wait_until 45 "the log naming the stuck batch" stalled
 idem_log "idemd said: $(stalled | head -1 | sed 's/.*warn batch: //')"
 
+# The shutdown's drain waits for the stuck batch too, and says so (before, it waited without a
+# word): SIGTERM while the backend is still frozen, then the next warning comes from the drain.
+pid=$(idemd_pid a)
+idem_kill "$pid" TERM
+drain_stalled() {
+	sed -n '/stopping: draining open batches/,$p' "$IDEM_TMP/idemd-a.log" |
+		grep -E 'batch in flight for [0-9]+s topic=payments partition=[0-7] offsets=[0-9]+\.\.[0-9]+: its worker still waits for postgres'
+}
+idem_wait_until 45 "the shutdown's drain naming the stuck batch" drain_stalled
+idem_log "while draining, idemd said: $(drain_stalled | head -1 | sed 's/.*warn batch: //')"
+
 kill -CONT "$backend"
 idem_log "thawed backend $backend"
-sleep 3
+idem_wait_exit "$pid" 60
+idem_assert_eq "idemd's exit status after the drain" 0 "$IDEM_EXIT_STATUS"
+idemd_start b "$IDEM_TMP/idemd.yaml"
 idem_produce_stop 120
 idem_wait_done g-frozen 180
-idemd_stop a
+idemd_stop b
 
 idem_check_exactly_once payments
 idem_check_accounting payments
