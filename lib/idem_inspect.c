@@ -257,8 +257,7 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 	case IDEM_RESUME_SKIP:
 		return IDEM_VERIFY_KAFKA_AHEAD;
 	case IDEM_RESUME_HOLD:
-		/* Everything is read here: only a rename made in the configuration holds it. */
-		return o.wait == IDEM_WAIT_RENAMED ? IDEM_VERIFY_RENAMED : IDEM_VERIFY_OK;
+		return o.wait == IDEM_WAIT_RENAMED ? IDEM_VERIFY_RENAMED : IDEM_VERIFY_UNKNOWN;
 	case IDEM_RESUME_KAFKA:
 		/* No progress row, an offset idemd did not commit: what lies below was never
 		 * applied here. */
@@ -271,7 +270,8 @@ enum idem_verify_state idem_inspect_verify_state(const struct idem_status_report
 bool idem_verify_state_moved(enum idem_verify_state s)
 {
 	return s == IDEM_VERIFY_RENAMED || s == IDEM_VERIFY_OTHER_CLUSTER ||
-	       s == IDEM_VERIFY_LOG_REPLACED || s == IDEM_VERIFY_BEYOND_END;
+	       s == IDEM_VERIFY_LOG_REPLACED || s == IDEM_VERIFY_BEYOND_END ||
+	       s == IDEM_VERIFY_UNKNOWN;
 }
 
 const char *idem_verify_state_name(enum idem_verify_state s)
@@ -295,6 +295,8 @@ const char *idem_verify_state_name(enum idem_verify_state s)
 		return "log_replaced";
 	case IDEM_VERIFY_BEYOND_END:
 		return "committed_beyond_end";
+	case IDEM_VERIFY_UNKNOWN:
+		return "not_known";
 	}
 	return "?";
 }
@@ -330,6 +332,10 @@ const char *idem_verify_state_str(enum idem_verify_state s)
 		return "COMMITTED BEYOND THE LOG'S END: Kafka's committed offset is not an offset of "
 		       "this log (a topic created again, or offsets set past the end); idemd starts "
 		       "at the database's position";
+	case IDEM_VERIFY_UNKNOWN:
+		return "NOT KNOWN: the Kafka cluster's id could not be read, so whether the database's "
+		       "position is an offset of this log is not known; idemd starts no partition "
+		       "until it can be read";
 	}
 	return "unknown";
 }

@@ -68,9 +68,9 @@ enum idem_verify_state {
 	IDEM_VERIFY_KAFKA_AHEAD,   /* offsets moved ahead by another client: messages skipped,
 	                              loss alarm unless that was meant */
 	IDEM_VERIFY_NO_COMMIT,     /* nothing committed in Kafka yet */
-	IDEM_VERIFY_RENAMED,       /* the group's offset was committed by idemd for another consumer
-	                              (a renamed routes[].consumer): idemd continues after what that
-	                              consumer applied, re-applying nothing */
+	IDEM_VERIFY_RENAMED,       /* another consumer of the group got further on the partition (a
+	                              routes[].consumer renamed in the configuration only): idemd
+	                              holds the partition until `idemctl rename` */
 	IDEM_VERIFY_OTHER_CLUSTER, /* the database's position is another Kafka cluster's (disaster
 	                              recovery, migration): idemd sets it aside and starts at the
 	                              group's offset in this cluster */
@@ -78,6 +78,8 @@ enum idem_verify_state {
 	                              created again): idemd sets it aside likewise */
 	IDEM_VERIFY_BEYOND_END,    /* Kafka's committed offset is beyond the log's end: not an
 	                              offset of this log; idemd starts at the database's position */
+	IDEM_VERIFY_UNKNOWN,       /* what idemd decides the start on could not all be read (the
+	                              cluster's id): idemd would hold the partition until it can */
 };
 
 /* @brief Does @s call for idemctl verify's exit IDEM_EXIT_MOVED (another log or consumer)? */
