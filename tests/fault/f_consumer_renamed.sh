@@ -202,6 +202,12 @@ idem_assert_eq "ledger rows while held (round 1's payments only)" "${unique[1]}"
 	"$(idem_psql -c 'SELECT count(*) FROM ledger')"
 idem_assert_eq "claims under shop-v2 while held" 0 \
 	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'shop-v2'")"
+# idemctl verify says the same, for every partition (exit 5: positions of another consumer).
+rc=0
+ctl verify >"$IDEM_TMP/verify.out" 2>&1 || rc=$?
+idem_assert_eq "idemctl verify's exit status while renamed in the configuration only" 5 "$rc"
+idem_assert_eq "partitions idemctl verify calls CONSUMER RENAMED" 8 \
+	"$(grep -c 'CONSUMER RENAMED in the configuration only' "$IDEM_TMP/verify.out" || true)"
 # shop-v1 stopped a few seconds ago: the command wants a minute since its last progress.
 rc=0
 ctl rename shop-v1 shop-v2 >"$IDEM_TMP/rename.out" 2>&1 || rc=$?
