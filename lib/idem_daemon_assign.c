@@ -244,7 +244,7 @@ static bool decided(idem_daemon *d, struct idem_part *p, rd_kafka_topic_partitio
 	p->reapply_to = o->reapply_to;
 	p->log_epoch = o->epoch;
 	p->log_first = o->first;
-	if (o->why == IDEM_RESUME_BEHIND)
+	if (o->why == IDEM_RESUME_BEHIND && !p->went_back)
 		idem_metrics_database_behind(d->metrics);
 	idem_metrics_partition_start(d->metrics, idem_resume_case_str(o->why),
 	                             o->log != IDEM_LOG_SAME);
@@ -469,6 +469,7 @@ void idem__daemon_went_back(idem_daemon *d, struct idem_part *p, int64_t db, con
 	if (!idem_part_await_start(p))
 		return;
 	d->bytes_held -= bytes;
+	p->went_back = true;
 	idem_consumer_pause(d->rk, p->topic, p->partition);
 	idem_metrics_database_behind(d->metrics);
 	if (was_halted)

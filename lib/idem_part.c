@@ -338,6 +338,7 @@ bool idem_part_start(struct idem_part *p, int64_t offset)
 	p->fetch_next = offset;
 	p->start_wait = IDEM_WAIT_NONE;
 	p->start_logged_ms = 0;
+	p->went_back = false;
 	return true;
 }
 

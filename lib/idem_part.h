@@ -141,6 +141,8 @@ struct idem_part {
 	int64_t log_first; /* where the consumer's first start on the log began; -1 unknown */
 	enum idem_resume_wait start_wait; /* STARTING: what its start waits for */
 	int64_t start_logged_ms;          /* STARTING: when the wait was last logged; 0 never */
+	bool went_back; /* STARTING because the database went back (counted then, not again when
+	                   its start is decided) */
 };
 
 struct idem_parts {
