@@ -164,10 +164,10 @@ static void log_waiting(idem_daemon *d, struct idem_part *p, const struct idem_r
 	int64_t now = idem_mono_ms();
 	char db[24], other[24];
 
-	if (p->start_wait == pos->out.wait && p->start_logged_ms != 0 &&
+	if (p->start_wait == (int)pos->out.wait && p->start_logged_ms != 0 &&
 	    now - p->start_logged_ms < START_LOG_MS)
 		return;
-	p->start_wait = pos->out.wait;
+	p->start_wait = (int)pos->out.wait;
 	p->start_logged_ms = now;
 	if (pos->out.wait != IDEM_WAIT_RENAMED) {
 		idem_log_warn("kafka",
@@ -211,10 +211,10 @@ static void starting_changed(idem_daemon *d)
 	if (first != NULL)
 		snprintf(why, sizeof(why), "topic %s partition %" PRId32 " not started: %s%s",
 		         first->topic, first->partition,
-		         first->start_wait == IDEM_WAIT_RENAMED
+		         first->start_wait == (int)IDEM_WAIT_RENAMED
 		                 ? "its consumer was renamed in the configuration only "
 		                   "(idemctl rename)"
-		                 : idem_resume_wait_why(first->start_wait),
+		                 : idem_resume_wait_why((enum idem_resume_wait)first->start_wait),
 		         n > 1 ? " (and others)" : "");
 	idem_metrics_starting(d->metrics, n, why);
 	idem__daemon_ready_changed(d);

@@ -336,7 +336,7 @@ bool idem_part_start(struct idem_part *p, int64_t offset)
 		return false;
 	p->state = IDEM_PART_FETCHING;
 	p->fetch_next = offset;
-	p->start_wait = IDEM_WAIT_NONE;
+	p->start_wait = 0;
 	p->start_logged_ms = 0;
 	p->went_back = false;
 	return true;

@@ -32,7 +32,6 @@
 #include "idem_cfg.h"
 #include "idem_common.h"
 #include "idem_flush.h"
-#include "idem_resume.h"
 #include "idem_schemas.h"
 
 /* A batch handed to a worker, and what came of it. */
@@ -138,9 +137,10 @@ struct idem_part {
 	 * in the metadata of every offset committed, set at assignment: */
 	char kafka_cluster[IDEM_CLUSTER_ID_LEN]; /* "" unknown */
 	int32_t log_epoch;
-	int64_t log_first; /* where the consumer's first start on the log began; -1 unknown */
-	enum idem_resume_wait start_wait; /* STARTING: what its start waits for */
-	int64_t start_logged_ms;          /* STARTING: when the wait was last logged; 0 never */
+	int64_t log_first;       /* where the consumer's first start on the log began; -1 unknown */
+	int start_wait;          /* STARTING: what its start waits for (enum idem_resume_wait of
+	                            idem_resume.h, a layer above; 0: nothing) */
+	int64_t start_logged_ms; /* STARTING: when the wait was last logged; 0 never */
 	bool went_back; /* STARTING because the database went back (counted then, not again when
 	                   its start is decided) */
 };
