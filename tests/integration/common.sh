@@ -668,7 +668,7 @@ idemd_start_db_down() {
 	idem_kafka_ctl clear_errors JoinGroup >/dev/null
 	idem_wait_until 90 "idemd $1 to be given its $IDEM_PAYMENTS_PARTITIONS partitions while the database is down" \
 		idemd_holds "$1" '' 'assigned'
-	idem_log "idemd $1 was given every partition while Postgres is down: held $(idemd_holding "$1" " yet: the database's progress rows cannot be read"), started $(idemd_holding "$1" '' assigned)"
+	idem_log "idemd $1 was given every partition while Postgres is down: held $(idemd_holding "$1" " yet: the database's progress rows cannot be read"), started $(grep -c 'assigned topic=payments' "$log" || true)"
 }
 
 # idemd_holding NAME WHY [WHAT]: how many partitions of topic payments idemd NAME logged "not
