@@ -26,12 +26,13 @@
 # the new name started every partition at the database positions the old name had when it was
 # killed (case=database); in phase 2 the claims and the ledger stayed as they were while held.
 #
-# Why it fails on the old code (871f977): a partition assigned while the database could not be
-# read started at Kafka's committed offset, and one renamed in the configuration only started
-# where Kafka's committed offset and the other consumer's position said, whichever was
-# further, with none of the old name's claims: after the kill Kafka's offsets trailed the
-# database, and what lay between was applied a second time under the new name (the issue's
-# run: 20,579 of 62,000 payments applied twice). It has no `idemctl rename` either (exit 2).
+# Why it fails on the old code (871f977), checked with its binaries and the rename made in the
+# configuration only (it has no `idemctl rename`: exit 2): the partitions assigned while the
+# database was down were started at Kafka's committed offset (case=no-database) instead of
+# held; after the kill, pay-2 started each partition where pay-1's database position was
+# (case=renamed) but with none of pay-1's claims, so every later upstream re-send of a payment
+# pay-1 had applied was applied again: 769 payments applied twice in phase 1 (the issue's run:
+# 20,579 of 62,000).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"

@@ -30,10 +30,15 @@
 # restored database by, and the starts logged "database behind" on exactly the partitions that
 # were behind.
 #
-# Why it fails on the old code (871f977): (a) there is no `idemctl rename` (exit 2, unknown
-# command). (b) A consumer without progress rows whose group offset idemd committed for another
-# consumer was taken as renamed and started at Kafka's committed offset (case=renamed), past
-# what the restore lost: the issue's run (62,000 messages) never applied 34,393 payments.
+# Why it fails on the old code (871f977), checked with its binaries: (a) it has no `idemctl
+# rename` (exit 2, unknown command). With the rename made in the configuration only (all the old
+# code offers), shop-new, which has no claims, started every partition at shop-old's restored
+# position (case=behind) and applied the gap again under a name that has none of shop-old's
+# claims: the upstream re-sends in it of payments applied before the backup were applied a
+# second time (400 payments applied twice in that run, 0 lost; the test fails on "payments
+# applied twice"). The issue's run (62,000 messages) went the other way, to Kafka's committed
+# offset, which another consumer had committed: 34,393 payments never applied. The new code
+# holds such a start (b) until `idemctl rename` moves the claims with the positions.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
