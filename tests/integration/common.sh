@@ -587,6 +587,106 @@ idem_fault_report() {
 	echo "ok: $1: messages=$IDEM_PRODUCED unique=$IDEM_UNIQUE $(idem_counts_full "$2") lost=$lost applied_twice=$twice"
 }
 
+# idem_check_topic_once CONSUMER GROUP [FIRST_STARTS]: the verdict of a fault test whose payments
+# come from several streams (so no one manifest), from the database only, against every message
+# of topic payments read back from Kafka (JSON payments; from each partition's offset in file
+# FIRST_STARTS on, "PARTITION OFFSET" lines, if given: where the route's first start began).
+# Each distinct payment must be applied exactly once: one ledger row with its account and
+# amount, one claim, of CONSUMER; nothing else in the ledger or claimed (under any consumer);
+# every balance the sum of its payments; sum(applied) of CONSUMER's progress rows the number of
+# payments, nothing quarantined, the counters adding up (idem_check_accounting) and every
+# progress row at the high watermark (GROUP's offsets: idem_check_progress_at_end). Lost and
+# applied twice are logged before anything is asserted. Sets IDEM_PRODUCED (messages from the
+# first starts on) and IDEM_UNIQUE (payments).
+idem_check_topic_once() {
+	local consumer=$1 group=$2 first=${3:-} lost twice
+	"$IDEM_BIN/idem-kafkatool" consume --brokers "$IDEM_BROKERS" --topic payments \
+		--timeout 60 >"$IDEM_TMP/topic.tsv" || idem_fail "cannot read topic payments back"
+	idem_psql -c "SET client_min_messages = warning; DROP TABLE IF EXISTS topic_msgs, topic_first, expected; CREATE TABLE topic_msgs (p int, o bigint, k text, v text, h text); CREATE TABLE topic_first (p int PRIMARY KEY, o bigint NOT NULL)"
+	idem_psql -c "\\copy topic_msgs FROM '$IDEM_TMP/topic.tsv'"
+	[ -z "$first" ] || idem_psql -c "\\copy topic_first FROM '$first' WITH (DELIMITER ' ')"
+	idem_psql -c "CREATE TABLE expected AS SELECT v::jsonb->>'payment_id' AS payment_id, min(v::jsonb->>'account') AS account, min((v::jsonb->>'amount')::bigint) AS amount, count(DISTINCT v) AS variants, count(*) AS messages FROM topic_msgs m WHERE NOT EXISTS (SELECT 1 FROM topic_first f WHERE f.p = m.p AND m.o < f.o) GROUP BY 1"
+	IDEM_PRODUCED=$(idem_psql -c 'SELECT coalesce(sum(messages), 0) FROM expected')
+	IDEM_UNIQUE=$(idem_psql -c 'SELECT count(*) FROM expected')
+	lost=$(idem_psql -c 'SELECT count(*) FROM expected e WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.payment_id = e.payment_id)')
+	twice=$(idem_psql -c 'SELECT count(*) FROM (SELECT payment_id FROM ledger GROUP BY 1 HAVING count(*) > 1) d')
+	idem_log "topic payments from the first start on: messages=$IDEM_PRODUCED payments=$IDEM_UNIQUE; in the database: ledger=$(idem_psql -c 'SELECT count(*) FROM ledger') lost=$lost applied_twice=$twice; $consumer: $(idem_counts_full "$consumer")"
+	[ "$IDEM_UNIQUE" -gt 0 ] || idem_fail "no payments in topic payments: the test proves nothing"
+	idem_assert_eq "re-sent payments with another payload (test workload)" 0 \
+		"$(idem_psql -c 'SELECT count(*) FROM expected WHERE variants <> 1')"
+	idem_assert_eq "payments lost (no ledger row)" 0 "$lost"
+	idem_assert_eq "payments applied twice (two ledger rows or more)" 0 "$twice"
+	idem_assert_eq "ledger rows" "$IDEM_UNIQUE" "$(idem_psql -c 'SELECT count(*) FROM ledger')"
+	idem_assert_eq "ledger rows with a wrong account or amount" 0 \
+		"$(idem_psql -c 'SELECT count(*) FROM ledger l JOIN expected e USING (payment_id) WHERE l.amount <> e.amount OR l.account <> e.account')"
+	idem_assert_eq "ledger rows of payments not in the topic from the first start on" 0 \
+		"$(idem_psql -c 'SELECT count(*) FROM ledger l WHERE NOT EXISTS (SELECT 1 FROM expected e WHERE e.payment_id = l.payment_id)')"
+	idem_assert_eq "accounts with a wrong balance" 0 \
+		"$(idem_psql -c 'SELECT count(*) FROM (SELECT account, sum(amount) s FROM expected GROUP BY 1) x FULL JOIN accounts a ON a.id = x.account WHERE a.balance IS DISTINCT FROM x.s')"
+	idem_assert_eq "claims of $consumer" "$IDEM_UNIQUE" \
+		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer'")"
+	idem_assert_eq "claims of another consumer than $consumer" 0 \
+		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer <> '$consumer'")"
+	idem_assert_eq "claims of keys that are no payment of the topic from the first start on" 0 \
+		"$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages c WHERE NOT EXISTS (SELECT 1 FROM expected e WHERE e.payment_id = c.business_key)')"
+	idem_assert_eq "$consumer: applied, quarantined (its progress rows' counters)" "$IDEM_UNIQUE 0" \
+		"$(idem_psql -c "SELECT coalesce(sum(applied), 0) || ' ' || coalesce(sum(quarantined), 0) FROM idem.partition_progress WHERE consumer = '$consumer'")"
+	idem_check_accounting "$consumer"
+	idem_check_progress_at_end "$consumer" "$group"
+}
+
+# idem_progress_at_end CONSUMER GROUP: true once CONSUMER's progress row of every partition of
+# topic payments is at the partition's high watermark (GROUP: any group, for the watermarks). For
+# idem_wait_until where the database went back: Kafka's committed offsets may be at the end
+# already (idem_wait_done would return at once), the database's positions are not.
+idem_progress_at_end() {
+	local high
+	high=$("$IDEM_BIN/idem-kafkatool" offsets --brokers "$IDEM_BROKERS" --group "$2" --topic payments |
+		sed -n 's/^partition=\([0-9]*\) .* high=\([0-9-]*\).*/\1 \2/p' | sort -n)
+	[ -n "$high" ] && [ "$high" = "$(idem_psql -F ' ' -c "SELECT partition, next_offset FROM idem.partition_progress WHERE consumer = '$1' AND topic = 'payments' ORDER BY partition")" ]
+}
+
+# idemd_start_db_down NAME CONFIG: start idemd NAME so that the group assigns it its partitions
+# while Postgres is down. Its start-up needs the database (the schema's version, the handlers
+# prepared) and waits for it, so: the group's JoinGroup requests are refused
+# (COORDINATOR_LOAD_IN_PROGRESS pushed through the mock's control socket; librdkafka joins again
+# a second later), idemd starts, Postgres is stopped (fast) once idemd's start-up is over (its
+# "route '...'" line), and only then may it join. Returns once idemd NAME was given each of the
+# $IDEM_PAYMENTS_PARTITIONS partitions of topic payments: it logged either that it does not start
+# it yet (idemd_holds NAME " yet: the database's progress rows cannot be read", what the caller
+# asserts, after its verdict) or where it started it. Postgres stays down (idem_pg_start_again
+# or idem_pg_restore brings it back).
+idemd_start_db_down() {
+	local log=$IDEM_TMP/idemd-$1.log
+	idem_kafka_ctl push_errors JoinGroup 1000000 COORDINATOR_LOAD_IN_PROGRESS >/dev/null
+	idemd_start "$1" "$2"
+	idem_wait_until 60 "idemd $1's start-up (its route line)" \
+		grep -qs "route '[^']*': unqualified names" "$log"
+	idem_assert_eq "partitions given to idemd $1 before Postgres went down" 0 \
+		"$(grep -cs 'assigned topic=payments\|not starting topic=payments' "$log" || true)"
+	idem_pg_stop fast
+	idem_kafka_ctl clear_errors JoinGroup >/dev/null
+	idem_wait_until 90 "idemd $1 to be given its $IDEM_PAYMENTS_PARTITIONS partitions while the database is down" \
+		idemd_holds "$1" '' 'assigned'
+	idem_log "idemd $1 was given every partition while Postgres is down: held $(idemd_holding "$1" " yet: the database's progress rows cannot be read"), started $(grep -c 'assigned topic=payments' "$log" || true)"
+}
+
+# idemd_holding NAME WHY [WHAT]: how many partitions of topic payments idemd NAME logged "not
+# starting topic=payments partition=P" followed by WHY for (a basic regular expression: ":
+# consumer renamed in the configuration only", " yet: ..."); with WHAT (assigned), "WHAT
+# topic=payments partition=P" lines too.
+idemd_holding() {
+	local e=(-e "s/.*not starting topic=payments partition=\([0-9]*\)$2.*/\1/p")
+	[ -z "${3:-}" ] || e+=(-e "s/.* $3 topic=payments partition=\([0-9]*\) .*/\1/p")
+	sed -n "${e[@]}" "$IDEM_TMP/idemd-$1.log" 2>/dev/null | sort -u | wc -l
+}
+
+# idemd_holds NAME WHY [WHAT]: true once idemd_holding NAME WHY [WHAT] counts all
+# $IDEM_PAYMENTS_PARTITIONS partitions.
+idemd_holds() {
+	[ "$(idemd_holding "$@")" = "$IDEM_PAYMENTS_PARTITIONS" ]
+}
+
 # The payments handler that also tells the rest of the system, through the outbox:
 # apply_and_emit(id, account, amount) applies the payment and emits a "payment-applied" event
 # (topic payment-applied, key the account, the payment as JSON); returns the new balance.

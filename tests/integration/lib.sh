@@ -745,8 +745,9 @@ idem_pg_basebackup() {
 }
 
 # idem_pg_restore DIR : the operator's restore of a base backup taken by idem_pg_basebackup:
-# stop the server (fast), move its data dir aside (to $IDEM_TMP/pg.before-restore, .2, ...),
-# put a copy of DIR in its place (same owner and mode; DIR stays as it is and can be restored
+# stop the server (fast) if it runs (one already stopped by idem_pg_stop stays down until the
+# restored one starts), move its data dir aside (to $IDEM_TMP/pg.before-restore, .2, ...), put
+# a copy of DIR in its place (same owner and mode; DIR stays as it is and can be restored
 # again) and start it; returns once it accepts connections. Port and socket dir are those of
 # the backed-up cluster (its postgresql.conf). Exports IDEM_PG_BEFORE_RESTORE (the old dir).
 idem_pg_restore() {
@@ -757,7 +758,9 @@ idem_pg_restore() {
 		n=$((n + 1))
 		aside=$IDEM_TMP/pg.before-restore.$n
 	done
-	idem_pg_stop fast
+	if [ -f "$IDEM_PGDATA/postmaster.pid" ]; then
+		idem_pg_stop fast
+	fi
 	mv "$IDEM_PGDATA" "$aside" || idem_fail "cannot move $IDEM_PGDATA aside"
 	cp -a "$1" "$IDEM_PGDATA" || idem_fail "cannot copy the backup $1 to $IDEM_PGDATA"
 	IDEM_PG_BEFORE_RESTORE=$aside
