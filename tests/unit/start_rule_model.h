@@ -54,13 +54,14 @@ struct db {
 static inline void model_write_base(struct row *r, int64_t start, int cluster, int32_t epoch,
                                     int64_t first)
 {
+	/* A row inserted is what the start says, whatever an earlier row of the name held. */
 	if (!r->present) {
-		r->present = true;
-		r->cluster = -1;
-		r->first = -1;
+		*r = (struct row){ true, start, cluster, epoch, first, true };
+		return;
 	}
-	/* In the same log a position never moves back here (a zombie's batch stays). */
-	if (r->epoch == epoch && (r->cluster < 0 || r->cluster == cluster))
+	/* In the same log a position never moves back here (a zombie's batch stays); a cluster
+	 * unknown on either side is taken as the same. */
+	if (r->epoch == epoch && (r->cluster < 0 || cluster < 0 || r->cluster == cluster))
 		r->next = start > r->next ? start : r->next;
 	else
 		r->next = start;
@@ -118,8 +119,11 @@ static inline void model_purge_claim(struct db *db, int cons, int key)
 
 /*
  * `idemctl rename` (idem_rename_consumer(), the IDEM_SQL_RENAME_* statements): the claims and
- * positions of @from become @to's, in one transaction (where both hold a key, @to's claim stays;
- * where both hold a position, the further). The caller moves what else goes with a name.
+ * positions of @from become @to's, in one transaction (where both hold a key, @to's claim stays).
+ * Where both hold a position (IDEM_SQL_RENAME_PROGRESS_MERGE): @from's, with its epoch, only if
+ * it is further on in the same cluster as far as both rows know (epochs are each name's own
+ * count, not compared); the cluster @to's, else @from's; the first start the earlier of the same
+ * cluster; the group either's. The caller moves what else goes with a name.
  */
 static inline void model_rename(struct db *db, int from, int to)
 {
@@ -128,10 +132,19 @@ static inline void model_rename(struct db *db, int from, int to)
 	if (f->present) {
 		if (!t->present) {
 			*t = *f;
-		} else if (f->next > t->next) {
-			t->next = f->next;
-			if (f->first >= 0 && (t->first < 0 || f->first < t->first))
+		} else {
+			bool same_log =
+			        f->cluster < 0 || t->cluster < 0 || f->cluster == t->cluster;
+
+			if (same_log && f->next > t->next) {
+				t->next = f->next;
+				t->epoch = f->epoch;
+			}
+			if (same_log && f->first >= 0 && (t->first < 0 || f->first < t->first))
 				t->first = f->first;
+			if (t->cluster < 0)
+				t->cluster = f->cluster;
+			t->group = t->group || f->group;
 		}
 		f->present = false;
 	}
@@ -142,16 +155,18 @@ static inline void model_rename(struct db *db, int from, int to)
 	}
 }
 
-/* IDEM_SQL_REPLAY_MARK (`idemctl replay`): the position lowered to @from. */
+/* IDEM_SQL_REPLAY_MARK (`idemctl replay`): a position beyond @from lowered to it. */
 static inline void model_replay_mark(struct row *r, int64_t from)
 {
-	r->next = from;
+	if (r->present && r->next > from)
+		r->next = from;
 }
 
 /*
  * IDEM_SQL_RESUME_GET, as idem_resume_row() reads it: consumer @cons's row and the group's other
  * consumers on the partition (their furthest position and earliest first start in cluster
- * @cluster, the name of one of them) into @in. "ship" reads another topic.
+ * @cluster, any cluster's if @cluster is -1, unknown; the name of one of them) into @in. "ship"
+ * reads another topic.
  */
 static inline void model_resume_read(const struct db *db, int cons, int cluster,
                                      struct idem_resume_in *in)
@@ -174,7 +189,7 @@ static inline void model_resume_read(const struct db *db, int cons, int cluster,
 		if (in->other_consumer[0] == '\0')
 			snprintf(in->other_consumer, sizeof(in->other_consumer), "%s",
 			         cons_name[c]);
-		if (!(o2->cluster < 0 || o2->cluster == cluster))
+		if (!(o2->cluster < 0 || cluster < 0 || o2->cluster == cluster))
 			continue;
 		if (o2->next > in->other_db)
 			in->other_db = o2->next;
