@@ -8,7 +8,10 @@
  * (idem__daemon_went_back(): the partition is held and decided again), and the operator's tools
  * (`idemctl rename`, `idemctl replay`, Kafka's tools). Where a partition starts is decided by the
  * project's own idem_resume_decide(), on what the model's database and Kafka hold, with the
- * metadata going through idem_resume_md_format() and idem_resume_md_parse().
+ * metadata going through idem_resume_md_format() and idem_resume_md_parse(). What the writers
+ * record in the database is modelled in start_rule_model.h, which the differential run
+ * (tests/integration/diff_start_rule.c, integration.t_diff_start_rule) holds against the real
+ * statements on a real Postgres.
  *
  * Every sequence of up to --depth events (5 unless told) is explored, depth first; after each
  * event the daemon is run to the end of the log with nothing going wrong (started if it is not
@@ -39,18 +42,13 @@
 #include <time.h>
 
 #include "idem_resume.h"
+#include "start_rule_model.h"
 
 #define MAXOFF   16 /* offsets of one log */
-#define MAXID    32 /* messages ever produced */
-#define NKEYS    8
-#define NCONS    3 /* "pay", "pay2" (the same route renamed) and "ship" (another route) */
-#define SHIP     2
 #define MAXSNAP  10
 #define MAXDEPTH 8
 #define BATCH    2 /* messages a batch takes at most */
 
-static const char *const cons_name[NCONS] = { "pay", "pay2", "ship" };
-static const char *const cl_name[2] = { "clusterA", "mirrorB" };
 static const char key_name[NKEYS] = { 'A', 'B', 'C', 'D', 'E', 'F', 'G', 'H' };
 /* The first log's messages (a re-sent key among them), then what each produce appends. */
 static const int initial_keys[] = { 0, 1, 0 };
@@ -108,22 +106,6 @@ static const char *const ev_sym[EV_N] = {
 	"EV_BATCH",   "EV_CRASH_BEFORE", "EV_CRASH_AFTER", "EV_RESTORE",       "EV_FAILOVER",
 	"EV_LATEST",  "EV_EARLIEST",     "EV_RENAME",      "EV_RENAME_CONFIG", "EV_OTHER_ROUTE",
 	"EV_MIRROR",  "EV_RECREATE",     "EV_SKIP",        "EV_REPLAY",        "EV_PURGE",
-};
-
-struct row {
-	bool present;
-	int64_t next;
-	int cluster; /* -1: NULL */
-	int32_t epoch;
-	int64_t first; /* -1: NULL */
-	bool group;    /* group_id is the group's */
-};
-
-struct db {
-	struct row rows[NCONS];
-	uint8_t claim[NCONS][NKEYS];  /* the id + 1 of the message that claimed the key; 0: none */
-	uint8_t eff_ck[NCONS][NKEYS]; /* effects made under a claims namespace, by key */
-	uint8_t eff_msg[MAXID];       /* effects made by each message */
 };
 
 struct logm {
@@ -243,54 +225,18 @@ static void kafka_commit(struct world *w)
 	d->acked = d->stored;
 }
 
-/* ---- the database's writers ---- */
+/* ---- the database's writers (start_rule_model.h), on the consumer's row ---- */
 
 /* IDEM_SQL_PROGRESS_BASE: a start decided at assignment. */
 static void write_base(struct world *w, int64_t start, int cluster, int32_t epoch, int64_t first)
 {
-	struct row *r = &w->db.rows[w->cons];
-
-	if (!r->present) {
-		r->present = true;
-		r->cluster = -1;
-		r->first = -1;
-	}
-	/* In the same log a position never moves back here (a zombie's batch stays). */
-	if (r->epoch == epoch && (r->cluster < 0 || r->cluster == cluster))
-		r->next = start > r->next ? start : r->next;
-	else
-		r->next = start;
-	r->group = true;
-	if (cluster >= 0)
-		r->cluster = cluster;
-	r->epoch = epoch;
-	if (first >= 0)
-		r->first = first;
+	model_write_base(&w->db.rows[w->cons], start, cluster, epoch, first);
 }
 
-/* IDEM_SQL_PROGRESS: a batch's position, in its transaction. */
+/* IDEM_SQL_PROGRESS: a batch's position, in its transaction, in the log the daemon reads. */
 static void write_progress(struct world *w, int64_t next)
 {
-	struct row *r = &w->db.rows[w->cons];
-	int cluster = w->d.cluster;
-
-	if (!r->present) {
-		*r = (struct row){ true, next, cluster, w->d.epoch, w->d.first, true };
-		return;
-	}
-	if (r->cluster >= 0 && cluster >= 0 && r->cluster != cluster) {
-		r->next = next;
-		r->epoch++;
-		r->first = w->d.first;
-	} else {
-		if (next > r->next)
-			r->next = next;
-		if (r->first < 0)
-			r->first = w->d.first;
-	}
-	r->group = true;
-	if (cluster >= 0)
-		r->cluster = cluster;
+	model_write_progress(&w->db.rows[w->cons], next, w->d.cluster, w->d.epoch, w->d.first);
 }
 
 /* ---- the start rule, as idem_resume_positions() and the rebalance callbacks apply it ---- */
@@ -324,7 +270,6 @@ static void decide_start(struct world *w)
 	struct idem_resume_in in = { 0 };
 	struct idem_resume_out o;
 	struct daemon *d = &w->d;
-	const struct row *r = &w->db.rows[w->cons];
 	int64_t floor;
 
 	if (w->first_start < 0)
@@ -335,32 +280,11 @@ static void decide_start(struct world *w)
 	in.low = w->log.low;
 	in.high = w->log.high;
 	in.db_read = true;
-	in.db = in.db_first = in.other_db = in.other_first = -1;
 	in.committed = -1;
 	in.md.first = in.md.next = -1;
 	/* IDEM_SQL_RESUME_GET: the row, and the group's other consumers on this topic's
-	 * partition in this cluster. "ship" reads another topic. */
-	if (r->present) {
-		in.db = r->next;
-		if (r->cluster >= 0)
-			snprintf(in.db_cluster, sizeof(in.db_cluster), "%s", cl_name[r->cluster]);
-		in.db_epoch = r->epoch;
-		in.db_first = r->first;
-	}
-	for (int c = 0; c < SHIP; c++) {
-		const struct row *o2 = &w->db.rows[c];
-
-		if (c == w->cons || !o2->present || !o2->group)
-			continue;
-		if (in.other_consumer[0] == '\0')
-			snprintf(in.other_consumer, sizeof(in.other_consumer), "%s", cons_name[c]);
-		if (!(o2->cluster < 0 || o2->cluster == w->cluster))
-			continue;
-		if (o2->next > in.other_db)
-			in.other_db = o2->next;
-		if (o2->first >= 0 && (in.other_first < 0 || o2->first < in.other_first))
-			in.other_first = o2->first;
-	}
+	 * partition in this cluster. */
+	model_resume_read(&w->db, w->cons, w->cluster, &in);
 	in.committed_read = true;
 	in.committed = w->has_committed ? w->committed : -1;
 	in.md_idemd = w->has_committed && w->md[0] != '\0' &&
@@ -447,9 +371,8 @@ static void batch(struct world *w, int crash)
 	for (int64_t o = d->pos; o < end; o++) {
 		int k = w->log.key[o], id = w->log.id[o];
 
-		if (w->db.claim[w->cons][k])
+		if (!model_claim(&w->db, w->cons, k, id))
 			continue;
-		w->db.claim[w->cons][k] = (uint8_t)(id + 1);
 		w->db.eff_ck[w->cons][k]++;
 		w->db.eff_msg[id]++;
 	}
@@ -549,26 +472,11 @@ static void restore(struct world *w, int to)
 		memset(w->honour, 0, sizeof(w->honour));
 }
 
-/* `idemctl rename`: the claims and positions of @from become @to's, in one transaction
- * (where both hold a key, @to's claim stays; where both hold a position, the further). */
+/* `idemctl rename` (model_rename()), and the oracle's counts by namespace with it. */
 static void rename_ns(struct world *w, int from, int to)
 {
-	struct row *f = &w->db.rows[from], *t = &w->db.rows[to];
-
-	if (f->present) {
-		if (!t->present) {
-			*t = *f;
-		} else if (f->next > t->next) {
-			t->next = f->next;
-			if (f->first >= 0 && (t->first < 0 || f->first < t->first))
-				t->first = f->first;
-		}
-		f->present = false;
-	}
+	model_rename(&w->db, from, to);
 	for (int k = 0; k < NKEYS; k++) {
-		if (w->db.claim[to][k] == 0)
-			w->db.claim[to][k] = w->db.claim[from][k];
-		w->db.claim[from][k] = 0;
 		/* The oracle's count of effects by namespace goes with it. */
 		w->db.eff_ck[to][k] += w->db.eff_ck[from][k];
 		w->db.eff_ck[from][k] = 0;
@@ -619,7 +527,7 @@ static bool purge(struct world *w, bool doit)
 			continue;
 		any = true;
 		if (doit) {
-			w->db.claim[w->cons][k] = 0;
+			model_purge_claim(&w->db, w->cons, k);
 			w->excused_ck[w->cons][k] = true;
 		}
 	}
@@ -754,7 +662,7 @@ static void apply(struct world *w, enum ev e, int arg)
 		w->has_committed = true;
 		w->committed = from;
 		w->md[0] = '\0';
-		r->next = from;
+		model_replay_mark(r, from);
 		snapshot(w);
 		break;
 	}
