@@ -423,9 +423,12 @@ idem_status idem_daemon_new(const struct idem_cfg *cfg, idem_stop_fn stop, idem_
 		goto out_free;
 	}
 	idem_metrics_connected_probe(d->metrics, pool_connected, d->pool);
-	for (int c = 0; c < IDEM_RESUME_CASES; c++)
-		idem_metrics_partition_case(d->metrics,
-		                            idem_resume_case_str((enum idem_resume_case)c));
+	/* Every case a start is counted by (a held partition is not started). */
+	for (int c = 0; c < IDEM_RESUME_CASES; c++) {
+		if (c != IDEM_RESUME_HOLD)
+			idem_metrics_partition_case(d->metrics,
+			                            idem_resume_case_str((enum idem_resume_case)c));
+	}
 	if (cfg->metrics_listen != NULL &&
 	    (r = idem_metrics_listen(d->metrics, cfg->metrics_listen, err)) != IDEM_OK)
 		goto out_free;

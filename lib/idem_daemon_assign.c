@@ -121,6 +121,14 @@ IDEM_TESTABLE void idem__daemon_log_assign(const rd_kafka_topic_partition_t *tp,
 		              "%s..%" PRId64 " are skipped",
 		              tp->topic, tp->partition, committed, db, db, in->committed - 1);
 		break;
+	case IDEM_RESUME_REWIND:
+		idem_log_warn("kafka",
+		              "offsets moved back by another client: topic=%s partition=%" PRId32
+		              " kafka committed=%s, database next_offset=%s; honoured: offsets "
+		              "%s..%" PRId64 " are read again (the claims make what was applied a "
+		              "no-op)",
+		              tp->topic, tp->partition, committed, db, committed, in->db - 1);
+		break;
 	case IDEM_RESUME_KAFKA:
 		if (pos->out.mirror)
 			idem_log_warn(
@@ -330,9 +338,8 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
  */
 static void commit_start(struct idem_part *p, int64_t start)
 {
-	/* Only the database's own position: committed with idemd's metadata, a skip's start
-	 * would read, after a crash, as a position the database lost. The skip is committed
-	 * with the first batch past it. */
+	/* Only a position the database holds (a recorded start is one): committed with idemd's
+	 * metadata, any other would read, after a crash, as a position the database lost. */
 	if (start < 0 || start != p->db_floor)
 		return;
 	p->db_next = start;

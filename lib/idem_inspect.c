@@ -307,7 +307,9 @@ const char *idem_verify_state_str(enum idem_verify_state s)
 	case IDEM_VERIFY_OK:
 		return "ok";
 	case IDEM_VERIFY_DB_AHEAD:
-		return "database ahead (harmless: idemd resumes from the database position)";
+		return "database ahead (harmless: idemd resumes from the database position; from "
+		       "Kafka's offset where another client moved it back, a no-op for what was "
+		       "applied)";
 	case IDEM_VERIFY_DB_BEHIND:
 		return "DATABASE BEHIND what idemd committed (restored or failed over): idemd "
 		       "re-applies the gap at the next assignment";

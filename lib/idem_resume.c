@@ -176,6 +176,8 @@ const char *idem_resume_case_str(enum idem_resume_case why)
 		return "skip";
 	case IDEM_RESUME_KAFKA:
 		return "kafka";
+	case IDEM_RESUME_REWIND:
+		return "rewind";
 	case IDEM_RESUME_HOLD:
 		return "hold";
 	}
@@ -315,7 +317,14 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.start = o.floor = db;
 		/* A row from before the cluster was recorded: record it now (same position). */
 		o.record = in->db_cluster[0] == '\0';
-		if (k && !ours && in->committed < db && in->db_cluster[0] == '\0') {
+		if (k && in->committed < db && md->version == 0) {
+			/* Moved back by another client (Kafka's tools, `idemctl replay`): read
+			 * again from there, as a move ahead is honoured; the claims make what was
+			 * applied a no-op. (Where a restore lost a replay's database half, its
+			 * Kafka half still says where to read from.) */
+			o.why = IDEM_RESUME_REWIND;
+			o.start = in->committed;
+		} else if (k && !ours && in->committed < db && in->db_cluster[0] == '\0') {
 			/* Such a row may be another cluster's position, and a lower offset idemd
 			 * did not commit this log's (a mirror's translated offset): read again
 			 * from there, which the claims make safe, rather than skip. */
@@ -327,8 +336,9 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 				o.why = IDEM_RESUME_BEHIND;
 				o.reapply_to = in->committed;
 			} else {
-				/* Moved ahead by another client: honoured. Not recorded: the
-				 * first batch past it is (and commits it to Kafka). */
+				/* Moved ahead by another client: honoured, and recorded, so that
+				 * the database holds the skip (a restore to before the first batch
+				 * past it does not read as a database gone back to before it). */
 				o.why = IDEM_RESUME_SKIP;
 				o.start = in->committed;
 			}
@@ -382,8 +392,9 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		 */
 		o.start = in->low;
 	}
-	/* A start without a position in this log is recorded (where it began, in which log). */
-	if (db < 0)
+	/* A start without a position in this log is recorded (where it began, in which log), and
+	 * so is a skip. */
+	if (db < 0 || o.why == IDEM_RESUME_SKIP)
 		o.record = true;
 	return o;
 }

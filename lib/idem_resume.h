@@ -111,6 +111,9 @@ enum idem_resume_case {
 	IDEM_RESUME_SKIP,     /* another client moved the offset beyond the database: honoured */
 	IDEM_RESUME_KAFKA,    /* no position in this log, an offset idemd did not commit here (a
 	                         tool, a mirror's translated offset): start there */
+	IDEM_RESUME_REWIND,   /* another client moved the offset back below the database's
+	                         position (Kafka's tools, `idemctl replay`): read again from there,
+	                         a no-op for what was applied */
 	IDEM_RESUME_HOLD,     /* not started: a fact the rule needs is unknown, or the consumer was
 	                         renamed without `idemctl rename` (@wait says which); decided again
 	                         when it is known */
@@ -165,9 +168,10 @@ struct idem_resume_out {
  * counts if it is within the log; idemd's own (its metadata names K and this cluster, whatever the
  * consumer: `idemctl rename` moved the namespace) means the database held K when it was committed.
  * With a position R:
- *   - K not beyond R (or none): DATABASE, R;
+ *   - K not beyond R (or none): DATABASE, R; but K below R without idemd's metadata: REWIND, K
+ *     (an operator's move back, honoured: the claims make it a no-op for what was applied);
  *   - K beyond R, idemd's: BEHIND, R, re-applying up to K (the database went back);
- *   - K beyond R, not idemd's: SKIP, K (an operator's move, honoured).
+ *   - K beyond R, not idemd's: SKIP, K (an operator's move, honoured, and recorded).
  * Without one:
  *   - no K: FIRST, the log's start or end (@reset), made explicit so that it is recorded;
  *   - K idemd's: BEHIND, from the first start its metadata names (else the log's start);
@@ -178,7 +182,8 @@ struct idem_resume_out {
  *     that is at or before x's place here; without x, the log's start). The first start is
  *     md.first's place, the same way;
  *   - any other K: KAFKA, K.
- * Every start but SKIP is recorded; a start below the log's first offset is that offset.
+ * Every start without a position in this log is recorded, and so is a skip; a start below the
+ * log's first offset is that offset.
  */
 struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in);
 
