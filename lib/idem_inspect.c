@@ -750,10 +750,15 @@ idem_status idem_inspect_reset(const struct idem_cfg *cfg, const struct idem_rep
 		        ->offset = plan->plans[i].from;
 	/* Reading the committed offsets first waits for the coordinator connection. */
 	e = rd_kafka_committed(rk, offs, KAFKA_TIMEOUT_MS);
-	for (size_t i = 0; i < plan->n_plans; i++) {
-		offs->elems[i].offset = plan->plans[i].from;
-		offs->elems[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
-	}
+	/* The replay's offsets are committed without metadata: what rd_kafka_committed() read
+	 * there is idemd's of another offset, and a replay's start is no position the database
+	 * held (ARCHITECTURE.md "Where a partition starts": an offset moved back is read again). */
+	rd_kafka_topic_partition_list_destroy(offs);
+	offs = rd_kafka_topic_partition_list_new((int)plan->n_plans);
+	for (size_t i = 0; i < plan->n_plans; i++)
+		rd_kafka_topic_partition_list_add(offs, plan->plans[i].topic,
+		                                  plan->plans[i].partition)
+		        ->offset = plan->plans[i].from;
 	if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
 		e = rd_kafka_commit(rk, offs, 0);
 	for (int i = 0; e == RD_KAFKA_RESP_ERR_NO_ERROR && i < offs->cnt; i++)

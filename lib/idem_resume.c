@@ -317,17 +317,14 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.start = o.floor = db;
 		/* A row from before the cluster was recorded: record it now (same position). */
 		o.record = in->db_cluster[0] == '\0';
-		if (k && in->committed < db && md->version == 0) {
-			/* Moved back by another client (Kafka's tools, `idemctl replay`): read
-			 * again from there, as a move ahead is honoured; the claims make what was
-			 * applied a no-op. (Where a restore lost a replay's database half, its
-			 * Kafka half still says where to read from.) */
+		if (k && in->committed < db && !ours) {
+			/* Moved back by another client (Kafka's tools, `idemctl replay`; metadata
+			 * naming another offset or cluster is a copy, not idemd's commit of this
+			 * one): read again from there, as a move ahead is honoured; the claims
+			 * make what was applied a no-op. (Where a restore lost a replay's database
+			 * half, its Kafka half still says where to read from; a row without a
+			 * cluster id may be another cluster's position.) */
 			o.why = IDEM_RESUME_REWIND;
-			o.start = in->committed;
-		} else if (k && !ours && in->committed < db && in->db_cluster[0] == '\0') {
-			/* Such a row may be another cluster's position, and a lower offset idemd
-			 * did not commit this log's (a mirror's translated offset): read again
-			 * from there, which the claims make safe, rather than skip. */
 			o.start = in->committed;
 		} else if (k && in->committed > db) {
 			if (ours) {

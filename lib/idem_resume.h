@@ -168,8 +168,8 @@ struct idem_resume_out {
  * counts if it is within the log; idemd's own (its metadata names K and this cluster, whatever the
  * consumer: `idemctl rename` moved the namespace) means the database held K when it was committed.
  * With a position R:
- *   - K not beyond R (or none): DATABASE, R; but K below R without idemd's metadata: REWIND, K
- *     (an operator's move back, honoured: the claims make it a no-op for what was applied);
+ *   - K not beyond R (or none): DATABASE, R; but K below R and not idemd's: REWIND, K (an
+ *     operator's move back, honoured: the claims make it a no-op for what was applied);
  *   - K beyond R, idemd's: BEHIND, R, re-applying up to K (the database went back);
  *   - K beyond R, not idemd's: SKIP, K (an operator's move, honoured, and recorded).
  * Without one:

@@ -192,7 +192,7 @@ static const struct rcase cases[] = {
 	  true, 250, CL_A, 0, 0, -1, true, 100, NULL, NULL, -1, -1, BEG, 0, 1000, CL_A,
 	  IDEM_RESUME_REWIND, IDEM_LOG_SAME, 100, 250, -1, false, 0, 0),
 	R("idemd's own offset below the row's in this log: Kafka trails, the database's position",
-	  true, 250, CL_A, 0, 0, -1, true, 100, CL_B, "shop", 0, 100, BEG, 0, 1000, CL_A,
+	  true, 250, CL_A, 0, 0, -1, true, 100, CL_A, "shop", 0, 100, BEG, 0, 1000, CL_A,
 	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, false, 0, 0),
 	R("a row of before version 8: recorded", true, 250, "", 0, -1, -1, true, 250, NULL, NULL,
 	  -1, -1, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 250, 250, -1, true, -1,
@@ -204,7 +204,11 @@ static const struct rcase cases[] = {
 	R("a row without a cluster id, a lower offset with another cluster's metadata (a mirror's "
 	  "copy): read again from it, not skipped",
 	  true, 8000, "", 0, 0, -1, true, 4100, CL_A, "shop", 0, 8000, BEG, 0, 8000, CL_B,
-	  IDEM_RESUME_DATABASE, IDEM_LOG_SAME, 4100, 4100, -1, true, 0, 0),
+	  IDEM_RESUME_REWIND, IDEM_LOG_SAME, 4100, 4100, -1, true, 0, 0),
+	R("idemctl replay's offset, committed with the metadata it found (another offset's): read "
+	  "again from it",
+	  true, 650, CL_A, 0, 0, -1, true, 450, CL_A, "shop", 0, 650, BEG, 0, 1000, CL_A,
+	  IDEM_RESUME_REWIND, IDEM_LOG_SAME, 450, 650, -1, false, 0, 0),
 	R("a row without a cluster id, idemd's own offset below it: Kafka trails", true, 250, "", 0,
 	  0, -1, true, 100, CL_A, "shop", 0, 100, BEG, 0, 1000, CL_A, IDEM_RESUME_DATABASE,
 	  IDEM_LOG_SAME, 250, 250, -1, true, 0, 0),
