@@ -49,17 +49,11 @@
 #     (database next_offset=350, kafka committed=150) case=database": the 100 skipped messages
 #     of each partition never read, "phase 2: payments lost (no ledger row): expected '0', got
 #     '360'".
-# On 24d9c5d, which added case=rewind, phase 1 passes and phase 2 FAILS the same way (case=
-# database, 360 payments lost): `idemctl replay` commits the replay's start with the metadata
-# it read back (lib/idem_inspect.c idem_inspect_reset(): rd_kafka_committed() into the very list
-# it then commits), "idemd/2 db=... consumer=payments first=0 next=650" on offset 450, and the
-# rewind case takes only an offset with no metadata at all as moved back by another client
-# (idem_resume_decide(): md->version == 0), where the skip case takes metadata naming another
-# offset as not idemd's. With the group's offsets set to the replay's start once more by
-# idem-kafkatool reset (no metadata) after `idemctl replay`, phase 2 passes on 24d9c5d
-# (case=rewind: 360 payments applied, the 360 of the range applied before read again as
-# redelivery duplicates) and fails on c0a51b5 (360 lost). This test holds idemd to the replay as
-# `idemctl replay` makes it.
+# On 24d9c5d, which added case=rewind, phase 1 passed and phase 2 failed the same way (case=
+# database, 360 payments lost): `idemctl replay` committed the replay's start with the metadata
+# it had read back (idemd's of another offset), and the rule took only an offset without any
+# metadata as moved back. Since 24eea2a the replay commits without metadata, and any offset below
+# the database's that idemd did not commit there is a move back.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/lib.sh"
