@@ -228,6 +228,20 @@ static void starting_changed(idem_daemon *d)
 	idem__daemon_ready_changed(d);
 }
 
+/* idem_resume_positions() for @list into @pos, keeping the database's and the cluster's ids
+ * this process names in its commits. */
+static void read_positions(idem_daemon *d, rd_kafka_topic_partition_list_t *list,
+                           struct idem_resume_pos *pos, idem_error *db_err)
+{
+	char db_id[IDEM_DB_ID_LEN] = "", cluster[IDEM_CLUSTER_ID_LEN] = "";
+
+	idem_resume_positions(d->resume, d->rk, list, pos, db_id, cluster, db_err);
+	if (db_id[0] != '\0')
+		memcpy(d->db_id, db_id, sizeof(d->db_id));
+	if (cluster[0] != '\0')
+		memcpy(d->cluster, cluster, sizeof(d->cluster));
+}
+
 /*
  * What was decided for @p (just assigned, or STARTING): a start sets its floor, the gap being
  * read again, its log, and is logged and counted; a HOLD leaves it (or puts it) STARTING.
@@ -284,15 +298,9 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 	idem_daemon *d = opaque;
 	struct idem_resume_pos *pos = calloc(list->cnt > 0 ? (size_t)list->cnt : 1, sizeof(*pos));
 	idem_error db_err = { 0 };
-	char db_id[IDEM_DB_ID_LEN] = "", cluster[IDEM_CLUSTER_ID_LEN] = "";
 
-	if (pos != NULL) {
-		idem_resume_positions(d->resume, d->rk, list, pos, db_id, cluster, &db_err);
-		if (db_id[0] != '\0')
-			memcpy(d->db_id, db_id, sizeof(d->db_id));
-		if (cluster[0] != '\0')
-			memcpy(d->cluster, cluster, sizeof(d->cluster));
-	}
+	if (pos != NULL)
+		read_positions(d, list, pos, &db_err);
 	for (int i = 0; i < list->cnt; i++) {
 		rd_kafka_topic_partition_t *tp = &list->elems[i];
 		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);
@@ -375,7 +383,6 @@ void idem__daemon_check_starts(idem_daemon *d)
 	rd_kafka_topic_partition_list_t *list;
 	struct idem_resume_pos *pos = NULL;
 	idem_error db_err = { 0 };
-	char db_id[IDEM_DB_ID_LEN] = "", cluster[IDEM_CLUSTER_ID_LEN] = "";
 	bool any = false;
 
 	if (idem_mono_ms() < d->starts_at_ms)
@@ -394,11 +401,7 @@ void idem__daemon_check_starts(idem_daemon *d)
 	pos = calloc((size_t)list->cnt, sizeof(*pos));
 	if (pos == NULL)
 		goto out;
-	idem_resume_positions(d->resume, d->rk, list, pos, db_id, cluster, &db_err);
-	if (db_id[0] != '\0')
-		memcpy(d->db_id, db_id, sizeof(d->db_id));
-	if (cluster[0] != '\0')
-		memcpy(d->cluster, cluster, sizeof(d->cluster));
+	read_positions(d, list, pos, &db_err);
 	for (int i = 0; i < list->cnt; i++) {
 		rd_kafka_topic_partition_t *tp = &list->elems[i];
 		struct idem_part *p = idem_parts_find(&d->parts, tp->topic, tp->partition);

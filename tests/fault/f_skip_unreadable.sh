@@ -59,36 +59,9 @@ idem_fixture --topics "payments:$parts" --config idemd.yaml "$group" payments \
 idem_create_apply_fn
 idem_psql -c "INSERT INTO blocked_accounts VALUES ('acct-poison')"
 
-# payments FILE SEED PER_PARTITION DUP_EVERY: PER_PARTITION messages for every partition, in
-# idem-kafkatool produce-file's format, interleaved over the partitions and named explicitly:
-# every partition gets the same number, so their offsets stay equal and one reset moves them
-# all. Payment n of partition p: key and payment_id pay-SEED-p-n, account acct-p-(n % 5), an
-# amount from n, p and SEED. If DUP_EVERY > 0, every DUP_EVERY-th message of a partition
-# re-sends (identical key and value) the payment sent three messages before it.
+# payments FILE SEED PER_PARTITION DUP_EVERY: idem_payments_file for this test's partitions.
 payments() {
-	awk -v seed="$2" -v per="$3" -v every="$4" -v parts="$parts" 'BEGIN {
-		for (i = 32; i < 127; i++)
-			hex[sprintf("%c", i)] = sprintf("%02x", i)
-		for (j = 0; j < per; j++) {
-			for (p = 0; p < parts; p++) {
-				if (every > 0 && j % every == every - 1)
-					n = sent[p, j - 3]
-				else
-					n = next_n[p]++
-				sent[p, j] = n
-				id = "pay-" seed "-" p "-" n
-				v = sprintf("{\"payment_id\":\"%s\",\"account\":\"acct-%d-%d\",\"amount\":%d}",
-					id, p, n % 5, (n * 7919 + p * 104729 + seed * 13) % 10000 + 1)
-				printf "%s\t%s\t%d\n", enc(id), enc(v), p
-			}
-		}
-	}
-	function enc(s,   r, i) {
-		r = ""
-		for (i = 1; i <= length(s); i++)
-			r = r hex[substr(s, i, 1)]
-		return r
-	}' >"$1"
+	idem_payments_file "$1" "$2" "$3" "$4" "$parts"
 }
 
 # produce FILE: write the messages of FILE (see payments) to topic payments.

@@ -799,3 +799,36 @@ idem_pg_durable_commits() {
 	idem_psql -c 'ALTER SYSTEM SET synchronous_commit = on' >/dev/null
 	idem_psql -c 'SELECT pg_reload_conf()' >/dev/null
 }
+
+# idem_payments_file FILE SEED PER_PARTITION DUP_EVERY PARTS: PER_PARTITION payments for each of
+# PARTS partitions, in idem-kafkatool produce-file's format (key hex, value hex, partition),
+# interleaved over the partitions and named explicitly, so every partition gets the same number
+# and their offsets stay equal (one reset moves them all). Payment n of partition p: key and
+# payment_id pay-SEED-p-n, account acct-p-(n % 5), an amount from n, p and SEED. If DUP_EVERY >
+# 0, every DUP_EVERY-th message of a partition (j % DUP_EVERY = DUP_EVERY - 1) re-sends
+# (identical key and value) the payment sent three messages before it.
+idem_payments_file() {
+	awk -v seed="$2" -v per="$3" -v every="$4" -v parts="$5" 'BEGIN {
+		for (i = 32; i < 127; i++)
+			hex[sprintf("%c", i)] = sprintf("%02x", i)
+		for (j = 0; j < per; j++) {
+			for (p = 0; p < parts; p++) {
+				if (every > 0 && j % every == every - 1)
+					n = sent[p, j - 3]
+				else
+					n = next_n[p]++
+				sent[p, j] = n
+				id = "pay-" seed "-" p "-" n
+				v = sprintf("{\"payment_id\":\"%s\",\"account\":\"acct-%d-%d\",\"amount\":%d}",
+					id, p, n % 5, (n * 7919 + p * 104729 + seed * 13) % 10000 + 1)
+				printf "%s\t%s\t%d\n", enc(id), enc(v), p
+			}
+		}
+	}
+	function enc(s,   r, i) {
+		r = ""
+		for (i = 1; i <= length(s); i++)
+			r = r hex[substr(s, i, 1)]
+		return r
+	}' >"$1"
+}
