@@ -7,7 +7,9 @@
 # database is made by putting version 5's functions back, undoing version 7 and forgetting both;
 # existing claims are then read and results stored through the upgraded functions, the same as
 # before. Version 8 (sql/0008_positions.sql) adds the log a position is in; a row of before keeps
-# the reply ids of version 7.
+# the reply ids of version 7. Version 11 (sql/0011_claim_layout.sql) builds the claims' table
+# again with its fixed-width columns first: the claims, their results, a role's grant and a
+# storage parameter survive it.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
@@ -42,6 +44,24 @@ ALTER TABLE idem.partition_progress DROP COLUMN reapply_to, DROP COLUMN reapplie
 DROP TABLE idem.database_identity;
 SQL
 idem_psql -c "DELETE FROM idem.schema_migrations WHERE version > 5" >/dev/null
+# Version 1's column order, a role's grant and a storage parameter of the operator's.
+idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+DROP TABLE idem.processed_messages;
+CREATE TABLE idem.processed_messages (
+	consumer text COLLATE "C" NOT NULL, business_key text COLLATE "C" NOT NULL,
+	topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
+	payload_hash bytea, result text, processed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (consumer, business_key));
+CREATE INDEX processed_messages_processed_at ON idem.processed_messages (processed_at);
+CREATE ROLE idem_upgrade_reader;
+GRANT SELECT ON idem.processed_messages TO idem_upgrade_reader;
+ALTER TABLE idem.processed_messages SET (autovacuum_vacuum_scale_factor = 0.01);
+SQL
+columns() {
+	idem_psql -c "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'idem.processed_messages'::regclass AND attnum > 0 AND NOT attisdropped"
+}
+idem_assert_eq "version 1's column order" \
+	"consumer,business_key,topic,partition,offset,payload_hash,result,processed_at" "$(columns)"
 old_event=$(idem_psql -c "SELECT idem.emit('t', 'k', 'before version 7')")
 idem_psql -c "INSERT INTO idem.partition_progress (consumer, topic, partition, next_offset) VALUES ('payments', 'payments', 3, 43)" >/dev/null
 lateral() {
@@ -63,6 +83,14 @@ idem_assert_eq "looked up as version 5" "k-1 payments 3 41 0a0b r5;k-2 payments 
 idem_assert_eq "schema version after the upgrade" "$latest" \
 	"$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")"
 idem_assert_eq "version 6's claims_of" t "$(lateral)"
+idem_assert_eq "version 11's column order" \
+	"processed_at,offset,partition,consumer,business_key,topic,payload_hash,result" "$(columns)"
+idem_assert_eq "the grant kept" t \
+	"$(idem_psql -c "SELECT has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'SELECT')")"
+idem_assert_eq "the storage parameter kept" "{autovacuum_vacuum_scale_factor=0.01}" \
+	"$(idem_psql -c "SELECT reloptions FROM pg_class WHERE oid = 'idem.processed_messages'::regclass")"
+idem_assert_eq "the indexes rebuilt" "processed_messages_pkey processed_messages_processed_at" \
+	"$(idem_psql -c "SELECT string_agg(indexrelid::regclass::text, ' ' ORDER BY indexrelid::regclass::text) FROM pg_index WHERE indrelid = 'idem.processed_messages'::regclass" | sed 's/idem\.//g')"
 idem_assert_eq "looked up after the upgrade" "$before" "$(lookup)"
 idem_assert_eq "stored after the upgrade" 1 "$(store r6)"
 idem_assert_eq "the other consumer's claim untouched" "-" \
