@@ -31,7 +31,7 @@ idem_assert_eq "the claims' key columns" "business_key=C consumer=C" "$(collatio
 idem_assert_eq "schema version" 11 "$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")"
 
 claim() { # claim KEY: 1 when KEY was claimed now, 0 when it was claimed before
-	idem_psql -c "WITH c AS (INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\") VALUES ('t', convert_from('$1'::bytea, 'UTF8'), 't', 0, 0) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) FROM c"
+	idem_psql -c "WITH c AS (INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\") VALUES ('t', convert_from('$1'::bytea, 'UTF8'), idem.claim_topic_id('t'), 0, 0) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) FROM c"
 }
 idem_assert_eq "precomposed é claimed" 1 "$(claim '\xc3a9')"
 idem_assert_eq "decomposed é is another key" 1 "$(claim '\x65cc81')"
@@ -42,6 +42,7 @@ idem_assert_eq "claims ordered by their bytes" "B a e" \
 
 # Back to version 9 (the columns in the database's collation), claims in place, and up again
 # (versions 10 and 11).
+idem_claims_before_v11
 idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 ALTER TABLE idem.processed_messages ALTER COLUMN consumer TYPE text,
 	ALTER COLUMN business_key TYPE text;

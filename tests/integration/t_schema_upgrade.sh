@@ -24,7 +24,16 @@ idem_write_config "$cfg" g-upgrade payments
 latest=$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")
 [ "$latest" -ge 6 ] || idem_fail "schema version $latest after migrate: version 6 missing"
 
-# Back to version 5: its function definitions, and no record of anything later.
+# Back to version 5: its function definitions, and no record of anything later. Version 11
+# undone first (version 1's column order, topics by name), with a role's grant and a storage
+# parameter of the operator's.
+idem_claims_before_v11
+idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE ROLE idem_upgrade_reader;
+GRANT INSERT ON idem.processed_messages TO idem_upgrade_reader;
+GRANT SELECT ON idem.processed_messages TO idem_upgrade_reader;
+ALTER TABLE idem.processed_messages SET (autovacuum_vacuum_scale_factor = 0.01);
+SQL
 sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/' "$IDEM_SRC/sql/0005_key_lookups.sql" |
 	idem_psql -v ON_ERROR_STOP=1 >/dev/null
 # Versions 7 and 8 undone: idem.emit() as version 3 made it, and none of 7's or 8's objects.
@@ -44,19 +53,6 @@ ALTER TABLE idem.partition_progress DROP COLUMN reapply_to, DROP COLUMN reapplie
 DROP TABLE idem.database_identity;
 SQL
 idem_psql -c "DELETE FROM idem.schema_migrations WHERE version > 5" >/dev/null
-# Version 1's column order, a role's grant and a storage parameter of the operator's.
-idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
-DROP TABLE idem.processed_messages;
-CREATE TABLE idem.processed_messages (
-	consumer text COLLATE "C" NOT NULL, business_key text COLLATE "C" NOT NULL,
-	topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
-	payload_hash bytea, result text, processed_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (consumer, business_key));
-CREATE INDEX processed_messages_processed_at ON idem.processed_messages (processed_at);
-CREATE ROLE idem_upgrade_reader;
-GRANT SELECT ON idem.processed_messages TO idem_upgrade_reader;
-ALTER TABLE idem.processed_messages SET (autovacuum_vacuum_scale_factor = 0.01);
-SQL
 columns() {
 	idem_psql -c "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'idem.processed_messages'::regclass AND attnum > 0 AND NOT attisdropped"
 }
@@ -84,9 +80,11 @@ idem_assert_eq "schema version after the upgrade" "$latest" \
 	"$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")"
 idem_assert_eq "version 6's claims_of" t "$(lateral)"
 idem_assert_eq "version 11's column order" \
-	"processed_at,offset,partition,consumer,business_key,topic,payload_hash,result" "$(columns)"
-idem_assert_eq "the grant kept" t \
-	"$(idem_psql -c "SELECT has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'SELECT')")"
+	"processed_at,offset,partition,topic_id,consumer,business_key,payload_hash,result" "$(columns)"
+idem_assert_eq "the grants kept, and given on the topics, their sequence and the view" "t t t t t" \
+	"$(idem_psql -F ' ' -c "SELECT has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'SELECT'), has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'INSERT'), has_table_privilege('idem_upgrade_reader', 'idem.claim_topics', 'SELECT, INSERT'), has_sequence_privilege('idem_upgrade_reader', pg_get_serial_sequence('idem.claim_topics', 'id'), 'USAGE'), has_table_privilege('idem_upgrade_reader', 'idem.claims_named', 'SELECT')")"
+idem_assert_eq "the claims' topics numbered" "payments" \
+	"$(idem_psql -c "SELECT string_agg(name, ' ') FROM idem.claim_topics")"
 idem_assert_eq "the storage parameter kept" "{autovacuum_vacuum_scale_factor=0.01}" \
 	"$(idem_psql -c "SELECT reloptions FROM pg_class WHERE oid = 'idem.processed_messages'::regclass")"
 idem_assert_eq "the indexes rebuilt" "processed_messages_pkey processed_messages_processed_at" \
