@@ -46,6 +46,32 @@ static void sql_excerpt(const char *sql, char *buf, size_t len)
 	buf[o] = '\0';
 }
 
+/* Every configured topic's number in idem.claim_topics, committed before any batch claims. */
+static idem_status number_topics(idem_flush *pg, idem_error *err)
+{
+	struct idem_buf topics = { 0 };
+	const char *vals[1];
+	idem_status r;
+
+	if ((r = idem_pgarray_open(&topics)) != IDEM_OK)
+		goto out_nomem;
+	for (size_t i = 0; i < pg->cfg->n_topics; i++) {
+		r = idem_pgarray_add(&topics, pg->cfg->topics[i], strlen(pg->cfg->topics[i]),
+		                     false);
+		if (r != IDEM_OK)
+			goto out_nomem;
+	}
+	if ((r = idem_pgarray_close(&topics)) != IDEM_OK)
+		goto out_nomem;
+	vals[0] = topics.data;
+	r = idem_sql_exec(pg->conn, IDEM_SQL_TOPICS_NUMBER, vals, "number the topics", NULL, err);
+	idem_buf_done(&topics);
+	return r;
+out_nomem:
+	idem_buf_done(&topics);
+	return idem_error_nomem(err);
+}
+
 static idem_status setup(idem_flush *pg, idem_error *err)
 {
 	char name[32], what[512], sql[160], set[128];
@@ -69,6 +95,8 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 	    (r = idem_pg_search_path(pg->conn, &pg->search_path, err)) != IDEM_OK)
 		return r;
 	if ((r = idem_sql_prepare_batch(pg->conn, err)) != IDEM_OK)
+		return r;
+	if ((r = number_topics(pg, err)) != IDEM_OK)
 		return r;
 	/* Where events are named after their message, they carry its trace context too. */
 	if (pg->emit_context &&

@@ -11,27 +11,38 @@
  * The claims' arrays come in binary (idem_bind_claim()), the hashes as bytea; each returns the
  * offset of every key it newly claimed (with its partition, and its topic when the batches'
  * topics differ), which names the message: a number, cheaper to return and to look up than the
- * key (measured in tests/bench/README.md, "Where each message's cost goes").
+ * key (measured in tests/bench/README.md, "Where each message's cost goes"). A claim names its
+ * topic by its number in idem.claim_topics (sql/0011_claim_layout.sql): idem.claim_topic_id()
+ * once per statement (an uncorrelated subquery, evaluated once), never per key; a worker gave
+ * the configured topics theirs when its connection was set up (IDEM_SQL_TOPICS_NUMBER).
  */
 static const char sql_claim[] =
         "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, $2, $3, u.o, u.h"
+        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " SELECT $1, u.k, (SELECT idem.claim_topic_id($2)), $3, u.o, u.h"
         " FROM unnest($4::text[], $5::bigint[], $6::bytea[]) AS u(k, o, h)"
         " ON CONFLICT DO NOTHING RETURNING \"offset\"";
 
 /*
  * The claim of several partitions' keys at once (idem_flush_many()): each row carries its own
  * consumer and partition, and the rows returned say whose they are. A key given twice for one
- * consumer is inserted once, for the row that comes first; the other finds it claimed.
+ * consumer is inserted once, for the row that comes first; the other finds it claimed. The
+ * topics' numbers are looked up once per topic (t, one row) and picked per key from an array,
+ * so the rows keep the arrays' order (the claims' global order: ARCHITECTURE.md "The
+ * transaction"); the rows returned name their topic again.
  */
 static const char sql_claim_many[] =
-        "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT u.c, u.k, u.t, u.p, u.o, u.h"
-        " FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::bytea[])"
-        " AS u(c, k, t, p, o, h)"
-        " ON CONFLICT DO NOTHING RETURNING partition, \"offset\", topic";
+        "WITH t AS MATERIALIZED (SELECT array_agg(d.n) AS names,"
+        " array_agg(idem.claim_topic_id(d.n)) AS ids"
+        " FROM (SELECT DISTINCT n FROM unnest($3::text[]) AS n) AS d(n)),"
+        " i AS (INSERT INTO idem.processed_messages"
+        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " SELECT u.c, u.k, t.ids[array_position(t.names, u.tp)], u.p, u.o, u.h"
+        " FROM t, unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[],"
+        " $6::bytea[]) AS u(c, k, tp, p, o, h)"
+        " ON CONFLICT DO NOTHING RETURNING partition, \"offset\", topic_id)"
+        " SELECT i.partition, i.\"offset\", t.names[array_position(t.ids, i.topic_id)] AS topic"
+        " FROM i, t";
 
 /*
  * The same when the batches share one consumer and one topic (the common case: one route's
@@ -41,8 +52,8 @@ static const char sql_claim_many[] =
  */
 static const char sql_claim_parts[] =
         "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, $3, u.p, u.o, u.h"
+        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " SELECT $1, u.k, (SELECT idem.claim_topic_id($3)), u.p, u.o, u.h"
         " FROM unnest($2::text[], $4::int[], $5::bigint[], $6::bytea[]) AS u(k, p, o, h)"
         " ON CONFLICT DO NOTHING RETURNING partition, \"offset\"";
 
@@ -253,9 +264,14 @@ static const char sql_horizon_get[] = "SELECT (extract(epoch FROM purged_before)
 
 #define TS_UTC(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
-static const char sql_lookup[] = "SELECT consumer, topic, partition, \"offset\", " TS_UTC(
-        "processed_at") ", result, encode(payload_hash, 'hex') FROM idem.processed_messages"
-                        " WHERE business_key = $1 AND consumer = ANY($2::text[]) ORDER BY consumer";
+/* The topic by its name (sql/0011_claim_layout.sql). */
+#define LOOKUP_AT TS_UTC("processed_at")
+
+static const char sql_lookup[] =
+        "SELECT consumer, (SELECT t.name FROM idem.claim_topics t WHERE t.id = topic_id), partition,"
+        " \"offset\", " LOOKUP_AT ", result, encode(payload_hash, 'hex')"
+        " FROM idem.processed_messages"
+        " WHERE business_key = $1 AND consumer = ANY($2::text[]) ORDER BY consumer";
 
 /* Columns 0..12 of a quarantine entry, the same for list and get. */
 #define QUARANTINE_COLUMNS                                                                          \
@@ -441,6 +457,18 @@ static const char sql_schema_table[] =
 static const char sql_schema_version[] =
         "SELECT coalesce(max(version), 0) FROM idem.schema_migrations";
 
+/*
+ * Each topic's number in idem.claim_topics (sql/0011_claim_layout.sql), given on a worker's
+ * connection as it is set up, in a transaction of its own: the claim statements then only read
+ * it. A batch transaction that gave a new topic its number would hold that row until its
+ * commit, and every other transaction claiming keys of the topic would wait for it at the
+ * number, before claiming anything (the late keys of ARCHITECTURE.md "The transaction" rely on
+ * claiming everything else first). The topics in the configuration's order, so that workers
+ * setting up at once take them in one order.
+ */
+static const char sql_topics_number[] =
+        "SELECT count(idem.claim_topic_id(t)) FROM unnest($1::text[]) AS t";
+
 /* One row, made by sql/0007_restore.sql, carried by every copy of the database. */
 static const char sql_database_id[] = "SELECT id::text FROM idem.database_identity";
 
@@ -610,6 +638,7 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_SCHEMA_TABLE] = { "idem_schema_table", 0, sql_schema_table },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_DATABASE_ID] = { "idem_database_id", 0, sql_database_id },
+	[IDEM_SQL_TOPICS_NUMBER] = { "idem_topics_number", 1, sql_topics_number },
 	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },
 	[IDEM_SQL_OUTBOX_LOCK] = { "idem_outbox_lock", 0, sql_outbox_lock },
 	[IDEM_SQL_OUTBOX_PENDING] = { "idem_outbox_pending", 1, sql_outbox_pending },

@@ -27,8 +27,8 @@
 
 static const char SQL_CLAIM_ONE[] =
         "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic, partition, \"offset\", payload_hash)"
-        " VALUES ($1, $2, $3, $4, $5, decode($6, 'hex'))"
+        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " VALUES ($1, $2, idem.claim_topic_id($3), $4, $5, decode($6, 'hex'))"
         " ON CONFLICT DO NOTHING RETURNING business_key";
 
 static const char SQL_RESULT_ONE[] = "UPDATE idem.processed_messages SET result = $3"

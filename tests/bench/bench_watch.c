@@ -169,12 +169,14 @@ static int cmd_wait(const struct watch_opts *o)
 	res = query(
 	        conn,
 	        "SELECT extract(epoch FROM (SELECT min(processed_at) FROM"
-	        " idem.processed_messages WHERE consumer = $1 AND topic = $2)),"
+	        " idem.processed_messages WHERE consumer = $1 AND topic_id = (SELECT id FROM"
+	        " idem.claim_topics WHERE name = $2))),"
 	        " extract(epoch FROM (SELECT max(pg_xact_commit_timestamp(xmin)) FROM"
 	        " idem.partition_progress WHERE consumer = $1 AND topic = $2)),"
-	        " (SELECT count(*) FROM idem.processed_messages WHERE consumer = $1 AND topic = $2),"
+	        " (SELECT count(*) FROM idem.processed_messages WHERE consumer = $1"
+	        " AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = $2)),"
 	        " (SELECT count(DISTINCT xmin::text) FROM idem.processed_messages"
-	        " WHERE consumer = $1 AND topic = $2)",
+	        " WHERE consumer = $1 AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = $2))",
 	        2, vals);
 	if (PQgetisnull(res, 0, 0) || PQgetisnull(res, 0, 1))
 		bench_die("no claims or no commit timestamps (is track_commit_timestamp on?)");

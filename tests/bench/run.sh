@@ -435,7 +435,7 @@ reset_db() {
 	idem_psql -c "TRUNCATE idem.processed_messages, idem.partition_progress, idem.quarantine, ledger, accounts, bench_latency RESTART IDENTITY"
 	idem_psql -c "SET client_min_messages = warning; DROP TABLE IF EXISTS peer_claims" # bench_peer creates its own
 	if [ "$history" -gt 0 ]; then
-		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash, result) SELECT c, 'hist-' || g, 'history', 0, g, sha256(g::text::bytea), '0' FROM generate_series(1, $history) g, (VALUES ('payments'), ('lat')) v(c)"
+		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\", payload_hash, result) SELECT c, 'hist-' || g, idem.claim_topic_id('history'), 0, g, sha256(g::text::bytea), '0' FROM generate_series(1, $history) g, (VALUES ('payments'), ('lat')) v(c)"
 		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
 	fi
 	idem_psql -c "CHECKPOINT"
@@ -443,7 +443,7 @@ reset_db() {
 
 # drop_history: remove the seeded claims before the exactly-once check counts claims.
 drop_history() {
-	idem_psql -c "DELETE FROM idem.processed_messages WHERE topic = 'history'"
+	idem_psql -c "DELETE FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'history')"
 }
 
 # wal_lsn: the cluster's WAL position in bytes; the difference over a phase is the WAL it wrote
@@ -649,7 +649,7 @@ phase_p() {
 	check_balances Ps
 	claims="SELECT count(*) FROM peer_claims WHERE consumer = 'payments'"
 	[[ " ${peer_args[*]} " != *" --idemd-claim "* ]] ||
-		claims="SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments' AND topic = 'payments'"
+		claims="SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments' AND topic = 'payments'"
 	[ "$(idem_psql -c "$claims")" = "$IDEM_UNIQUE" ] ||
 		idem_fail "Ps: claims differ from the unique payments"
 	rec "$r.Ps.msgs" "$(kv "$line" messages)"
@@ -695,7 +695,7 @@ phase_c() {
 	reset_db
 	if [ "$purge" -gt 0 ]; then
 		idem_log "run $r: $ph: $purge claims older than retention.keep"
-		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash, processed_at) SELECT 'payments', 'old-' || g, 'history', 0, g, substring(sha256(g::text::bytea) FROM 1 FOR 16), now() - interval '31 days' - make_interval(secs => g / 1000.0) FROM generate_series(1, $purge) g"
+		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\", payload_hash, processed_at) SELECT 'payments', 'old-' || g, idem.claim_topic_id('history'), 0, g, substring(sha256(g::text::bytea) FROM 1 FOR 16), now() - interval '31 days' - make_interval(secs => g / 1000.0) FROM generate_series(1, $purge) g"
 		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
 		idem_psql -c "CHECKPOINT"
 	fi
@@ -727,11 +727,11 @@ phase_c() {
 	rec "$r.$ph.tx" "$(kv "$line" transactions)"
 	if [ "$purge" -gt 0 ]; then
 		# What the purge deleted while idemd applied the backlog, per second of that.
-		left=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic = 'history'")
+		left=$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE topic = 'history'")
 		rec "$r.$ph.purged" "$((purge - left))"
 		rec "$r.$ph.purge_rate" "$(calc "($purge - $left) / $(kv "$line" seconds)")"
 		echo "run $r $ph: purged $((purge - left)) of $purge older claims while applying ($left left)" >>"$results"
-		idem_psql -c "DELETE FROM idem.processed_messages WHERE topic = 'history'"
+		idem_psql -c "DELETE FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'history')"
 	fi
 	idem_log "run $r: exactly-once check of idemd's $ph run"
 	drop_history
@@ -974,7 +974,7 @@ phase_pl() {
 	file=$out_dir/latency-partitions-${ph,,}_$r.txt
 	{
 		echo "partition messages p50_ms p99_ms"
-		idem_psql -F ' ' -c "SELECT m.partition, count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY s.ms)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY s.ms)::numeric, 2) FROM (SELECT payment_id, extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms FROM bench_latency) s JOIN idem.processed_messages m ON m.consumer = 'lat' AND m.topic = 'plat$r' AND m.business_key = s.payment_id GROUP BY 1 ORDER BY 1"
+		idem_psql -F ' ' -c "SELECT m.partition, count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY s.ms)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY s.ms)::numeric, 2) FROM (SELECT payment_id, extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms FROM bench_latency) s JOIN idem.claims_named m ON m.consumer = 'lat' AND m.topic = 'plat$r' AND m.business_key = s.payment_id GROUP BY 1 ORDER BY 1"
 	} >"$file"
 	line="partitions=$(($(wc -l <"$file") - 1)) median_p99_ms=$(awk 'NR > 1 { print $4 }' "$file" | median) $(awk 'NR > 1 && (w == "" || $4 > w) { w = $4; p = $1 } NR > 1 && (n == "" || $2 < n) { n = $2 } END { printf "worst_p99_ms=%s worst_partition=%s least_messages=%s", w, p, n }' "$file")"
 	[ "$(kv "$line" partitions)" = "$P" ] ||

@@ -297,7 +297,7 @@ idem_stats_settled() {
 	local cur
 	[ "$(idem_psql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'idemd%'")" = 0 ] ||
 		return 1
-	[ $(($(idem_claims_inserted) - $2)) -ge "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic = 'payments'")" ] ||
+	[ $(($(idem_claims_inserted) - $2)) -ge "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments')")" ] ||
 		return 1
 	cur=$("$1")
 	[ "$cur" = "$IDEM_STATS_SETTLED" ] && return 0
@@ -321,7 +321,8 @@ idem_dups_looked_up() {
 	idem_psql -c "\\copy messages FROM '$IDEM_TMP/messages.tsv'"
 	idem_psql >/dev/null <<'SQL'
 CREATE TABLE claims AS SELECT partition p, "offset" o, business_key k, xmin::text x
-	FROM idem.processed_messages WHERE consumer = 'payments' AND topic = 'payments';
+	FROM idem.processed_messages
+	WHERE consumer = 'payments' AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments');
 CREATE TABLE looked AS
 WITH m AS (
 	SELECT m.p, m.o, m.k, c.x,
@@ -831,4 +832,27 @@ idem_payments_file() {
 			r = r hex[substr(s, i, 1)]
 		return r
 	}' >"$1"
+}
+
+# idem_claims_before_v11: idem.processed_messages as schema versions 1 to 10 made it (version 1's
+# column order, each claim's topic by its name), with the claims it holds, and none of version
+# 11's objects (sql/0011_claim_layout.sql); idem.claims_of() as version 6 made it. The caller
+# forgets version 11 (and whatever else it undoes) in idem.schema_migrations.
+idem_claims_before_v11() {
+	idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE TABLE idem.processed_messages_v10 (
+	consumer text COLLATE "C" NOT NULL, business_key text COLLATE "C" NOT NULL,
+	topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
+	payload_hash bytea, result text, processed_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO idem.processed_messages_v10 SELECT consumer, business_key, topic, partition,
+	"offset", payload_hash, result, processed_at FROM idem.claims_named;
+DROP VIEW idem.claims_named;
+DROP TABLE idem.processed_messages;
+DROP FUNCTION idem.claim_topic_id(text);
+DROP TABLE idem.claim_topics;
+ALTER TABLE idem.processed_messages_v10 RENAME TO processed_messages;
+ALTER TABLE idem.processed_messages ADD PRIMARY KEY (consumer, business_key);
+CREATE INDEX processed_messages_processed_at ON idem.processed_messages (processed_at);
+SQL
+	idem_psql -v ON_ERROR_STOP=1 -f "$IDEM_SRC/sql/0006_claims_probe.sql" >/dev/null
 }

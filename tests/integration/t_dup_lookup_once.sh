@@ -37,7 +37,7 @@ claims_of_calls() {
 idem_wait_until 60 "idemd's sessions gone and their statistics counted" \
 	idem_stats_settled claims_of_calls "$inserted_before"
 calls=$IDEM_STATS_SETTLED
-tx=$(idem_psql -c "SELECT count(DISTINCT xmin::text) FROM idem.processed_messages WHERE topic = 'payments'")
+tx=$(idem_psql -c "SELECT count(DISTINCT xmin::text) FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments')")
 # Lower bound: each transaction with a duplicate it certainly looked up (idem_dups_looked_up) called it.
 idem_dups_looked_up
 tx_dup=$(idem_psql -c "SELECT count(DISTINCT x) FROM looked")

@@ -45,7 +45,7 @@ within=$(idem_psql -c 'SELECT count(*) FROM (SELECT key FROM stream GROUP BY key
 [ "$within" -gt 0 ] || idem_fail "no payment has two copies in one partition: the first-copy check proves nothing"
 # Each claim sits on a copy of its payment, and no copy of it in that partition comes earlier.
 idem_assert_eq "claims not on a copy of their payment in topic payments" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE consumer = 'payments' AND (p.topic <> 'payments' OR NOT EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part = p.partition AND s.off = p.\"offset\"))")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named p WHERE consumer = 'payments' AND (p.topic <> 'payments' OR NOT EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part = p.partition AND s.off = p.\"offset\"))")"
 idem_assert_eq "claims made by a later copy than their partition's first" 0 \
 	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE consumer = 'payments' AND EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part = p.partition AND s.off < p.\"offset\")")"
 # A payment with copies in one partition only is claimed at its first copy in the topic.

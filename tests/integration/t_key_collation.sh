@@ -28,10 +28,10 @@ collations() {
 	idem_psql -c "SELECT string_agg(a.attname || '=' || c.collname, ' ' ORDER BY a.attname) FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation WHERE a.attrelid = 'idem.processed_messages'::regclass AND a.attname IN ('consumer', 'business_key')"
 }
 idem_assert_eq "the claims' key columns" "business_key=C consumer=C" "$(collations)"
-idem_assert_eq "schema version" 10 "$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")"
+idem_assert_eq "schema version" 11 "$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")"
 
 claim() { # claim KEY: 1 when KEY was claimed now, 0 when it was claimed before
-	idem_psql -c "WITH c AS (INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\") VALUES ('t', convert_from('$1'::bytea, 'UTF8'), 't', 0, 0) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) FROM c"
+	idem_psql -c "WITH c AS (INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\") VALUES ('t', convert_from('$1'::bytea, 'UTF8'), idem.claim_topic_id('t'), 0, 0) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) FROM c"
 }
 idem_assert_eq "precomposed é claimed" 1 "$(claim '\xc3a9')"
 idem_assert_eq "decomposed é is another key" 1 "$(claim '\x65cc81')"
@@ -40,11 +40,13 @@ idem_assert_eq "B and a claimed" "1 1" "$(claim '\x42') $(claim '\x61')"
 idem_assert_eq "claims ordered by their bytes" "B a e" \
 	"$(idem_psql -c "SELECT string_agg(left(business_key, 1), ' ' ORDER BY business_key) FROM idem.processed_messages WHERE consumer = 't' AND business_key <> convert_from('\xc3a9'::bytea, 'UTF8')")"
 
-# Back to version 9 (the columns in the database's collation), claims in place, and up again.
+# Back to version 9 (the columns in the database's collation), claims in place, and up again
+# (versions 10 and 11).
+idem_claims_before_v11
 idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 ALTER TABLE idem.processed_messages ALTER COLUMN consumer TYPE text,
 	ALTER COLUMN business_key TYPE text;
-DELETE FROM idem.schema_migrations WHERE version = 10;
+DELETE FROM idem.schema_migrations WHERE version >= 10;
 SQL
 idem_assert_eq "version 9's key columns" "business_key=default consumer=default" "$(collations)"
 before=$(idem_psql -c "SELECT count(*) FROM idem.claims_of('t', ARRAY[convert_from('\xc3a9'::bytea, 'UTF8'), 'B', 'a', 'x'])")

@@ -17,7 +17,7 @@ history=200000
 idem_fixture --topics payments:2 --config idemd.yaml g-lookups payments
 cfg=$IDEM_CFG
 idem_psql -c "ALTER TABLE idem.processed_messages SET (autovacuum_enabled = false)"
-idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, \"offset\", payload_hash) SELECT 'payments', 'hist-' || g, 'history', 0, g, sha256(g::text::bytea) FROM generate_series(1, $history) g"
+idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\", payload_hash) SELECT 'payments', 'hist-' || g, idem.claim_topic_id('history'), 0, g, sha256(g::text::bytea) FROM generate_series(1, $history) g"
 idem_assert_eq "claims table never analyzed" "-1" \
 	"$(idem_psql -c "SELECT reltuples FROM pg_class WHERE oid = 'idem.processed_messages'::regclass")"
 before=$(idem_pkey_reads)
@@ -30,7 +30,7 @@ idemd_stop a
 idem_wait_until 60 "idemd's sessions gone and their statistics counted" \
 	idem_stats_settled idem_pkey_reads "$inserted_before"
 after=$IDEM_STATS_SETTLED
-tx=$(idem_psql -c "SELECT count(DISTINCT xmin::text) FROM idem.processed_messages WHERE topic = 'payments'")
+tx=$(idem_psql -c "SELECT count(DISTINCT xmin::text) FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments')")
 read_n=$((after - before))
 echo "primary key entries read: $read_n for $IDEM_PRODUCED messages in about $tx transactions ($history claims already there)"
 # Lower bound, or the upper one proves nothing (statistics not counted read low): each stored
@@ -38,7 +38,7 @@ echo "primary key entries read: $read_n for $IDEM_PRODUCED messages in about $tx
 # looked up (idem_dups_looked_up) read its claim's entry twice, claiming and in idem.claims_of() (once per
 # key and transaction).
 idem_dups_looked_up
-results=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic = 'payments' AND result IS NOT NULL")
+results=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments') AND result IS NOT NULL")
 read -r looked probes < <(idem_psql -F ' ' -c "SELECT count(*), count(DISTINCT (x, k)) FROM looked")
 least=$((results + looked + probes))
 echo "at least $least of them: $results stored results, $looked duplicates claimed again, $probes lookups"
@@ -53,6 +53,6 @@ echo "at least $least of them: $results stored results, $looked duplicates claim
 [ "$read_n" -lt $((history + 20 * IDEM_PRODUCED)) ] ||
 	idem_fail "read $read_n primary key entries for $IDEM_PRODUCED messages: the lookups scan the consumer's claims"
 
-idem_psql -c "DELETE FROM idem.processed_messages WHERE topic = 'history'"
+idem_psql -c "DELETE FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'history')"
 idem_check_exactly_once payments
 echo "ok: key lookups stayed index probes: $(idem_counts payments)"

@@ -37,7 +37,7 @@ idem_assert_eq "claims table never analyzed" "-1" \
 # looked up (idem_dups_looked_up) read its claim's entry twice, claiming and in idem.claims_of() (once per
 # key and transaction).
 idem_dups_looked_up
-results=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic = 'payments' AND result IS NOT NULL")
+results=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments') AND result IS NOT NULL")
 read -r looked probes < <(idem_psql -F ' ' -c "SELECT count(*), count(DISTINCT (x, k)) FROM looked")
 least=$((results + looked + probes))
 echo "at least $least of them: $results stored results, $looked duplicates claimed again, $probes lookups"

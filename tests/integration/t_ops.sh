@@ -69,7 +69,7 @@ ctl verify >/dev/null || idem_fail "verify after the offsets were put back"
 key=$(head -1 "$IDEM_TMP/manifest.csv" | cut -d, -f1)
 ctl lookup "$key"
 ctl lookup "$key" --json >"$IDEM_TMP/lookup.json"
-want=$(idem_psql -c "SELECT topic || ' ' || partition || ' ' || \"offset\" || ' ' || result FROM idem.processed_messages WHERE business_key = '$key'")
+want=$(idem_psql -c "SELECT topic || ' ' || partition || ' ' || \"offset\" || ' ' || result FROM idem.claims_named WHERE business_key = '$key'")
 got=$(jsonq "$IDEM_TMP/lookup.json" "j->0->>'topic' || ' ' || (j->0->>'partition') || ' ' || (j->0->>'offset') || ' ' || (j->0->>'result')")
 idem_assert_eq "lookup" "$want" "$got"
 rc=0

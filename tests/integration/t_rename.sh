@@ -142,9 +142,10 @@ q_id=$(idem_psql -c "SELECT id FROM idem.quarantine WHERE consumer = 'pay2'")
 idem_psql -c "UPDATE idem.partition_progress SET first_offset = 5 WHERE consumer = 'pay2' AND partition = 0"
 read -r consumed0 quarantined0 <<<"$(idem_psql -F ' ' -c "SELECT sum(consumed), sum(quarantined) FROM idem.partition_progress WHERE consumer = 'pay2'")"
 idem_psql <<SQL
-INSERT INTO idem.processed_messages (consumer, business_key, topic, partition, "offset")
-SELECT 'legacy', k, 'payments', 3, 1 FROM unnest(string_to_array('$held', ' ')) AS k
-UNION ALL VALUES ('legacy', 'legacy-1', 'payments', 0, 7), ('legacy', 'legacy-2', 'payments', 0, 8);
+INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, "offset")
+SELECT 'legacy', k, idem.claim_topic_id('payments'), 3, 1 FROM unnest(string_to_array('$held', ' ')) AS k
+UNION ALL VALUES ('legacy', 'legacy-1', idem.claim_topic_id('payments'), 0, 7),
+    ('legacy', 'legacy-2', idem.claim_topic_id('payments'), 0, 8);
 INSERT INTO idem.partition_progress (consumer, topic, partition, next_offset, consumed, applied,
     duplicates, dup_upstream, quarantined, kafka_cluster, first_offset, group_id, replay_to,
     updated_at) VALUES

@@ -51,7 +51,7 @@ idem_assert_eq "payments claimed on both clusters (the seeds give distinct keys)
 	$((unique_a + unique_b)) "$claims"
 # The fault did something: B's payments took offsets A's had used.
 reused=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages a JOIN idem.processed_messages b
-	ON a.consumer = b.consumer AND a.topic = b.topic AND a.partition = b.partition
+	ON a.consumer = b.consumer AND a.topic_id = b.topic_id AND a.partition = b.partition
 	AND a.\"offset\" = b.\"offset\" AND a.business_key < b.business_key WHERE a.consumer = 'c-ids'")
 [ "$reused" -gt 0 ] || idem_fail "no offset of B's payments was one of A's: the test proves nothing"
 idem_log "$reused offsets answered on both clusters"

@@ -7,7 +7,9 @@
 # database is made by putting version 5's functions back, undoing version 7 and forgetting both;
 # existing claims are then read and results stored through the upgraded functions, the same as
 # before. Version 8 (sql/0008_positions.sql) adds the log a position is in; a row of before keeps
-# the reply ids of version 7.
+# the reply ids of version 7. Version 11 (sql/0011_claim_layout.sql) builds the claims' table
+# again with its fixed-width columns first: the claims, their results, a role's grant and a
+# storage parameter survive it.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
@@ -22,7 +24,16 @@ idem_write_config "$cfg" g-upgrade payments
 latest=$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")
 [ "$latest" -ge 6 ] || idem_fail "schema version $latest after migrate: version 6 missing"
 
-# Back to version 5: its function definitions, and no record of anything later.
+# Back to version 5: its function definitions, and no record of anything later. Version 11
+# undone first (version 1's column order, topics by name), with a role's grant and a storage
+# parameter of the operator's.
+idem_claims_before_v11
+idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE ROLE idem_upgrade_reader;
+GRANT INSERT ON idem.processed_messages TO idem_upgrade_reader;
+GRANT SELECT ON idem.processed_messages TO idem_upgrade_reader;
+ALTER TABLE idem.processed_messages SET (autovacuum_vacuum_scale_factor = 0.01);
+SQL
 sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/' "$IDEM_SRC/sql/0005_key_lookups.sql" |
 	idem_psql -v ON_ERROR_STOP=1 >/dev/null
 # Versions 7 and 8 undone: idem.emit() as version 3 made it, and none of 7's or 8's objects.
@@ -42,6 +53,11 @@ ALTER TABLE idem.partition_progress DROP COLUMN reapply_to, DROP COLUMN reapplie
 DROP TABLE idem.database_identity;
 SQL
 idem_psql -c "DELETE FROM idem.schema_migrations WHERE version > 5" >/dev/null
+columns() {
+	idem_psql -c "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'idem.processed_messages'::regclass AND attnum > 0 AND NOT attisdropped"
+}
+idem_assert_eq "version 1's column order" \
+	"consumer,business_key,topic,partition,offset,payload_hash,result,processed_at" "$(columns)"
 old_event=$(idem_psql -c "SELECT idem.emit('t', 'k', 'before version 7')")
 idem_psql -c "INSERT INTO idem.partition_progress (consumer, topic, partition, next_offset) VALUES ('payments', 'payments', 3, 43)" >/dev/null
 lateral() {
@@ -63,6 +79,16 @@ idem_assert_eq "looked up as version 5" "k-1 payments 3 41 0a0b r5;k-2 payments 
 idem_assert_eq "schema version after the upgrade" "$latest" \
 	"$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")"
 idem_assert_eq "version 6's claims_of" t "$(lateral)"
+idem_assert_eq "version 11's column order" \
+	"processed_at,offset,partition,topic_id,consumer,business_key,payload_hash,result" "$(columns)"
+idem_assert_eq "the grants kept, and given on the topics, their sequence and the view" "t t t t t" \
+	"$(idem_psql -F ' ' -c "SELECT has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'SELECT'), has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'INSERT'), has_table_privilege('idem_upgrade_reader', 'idem.claim_topics', 'SELECT, INSERT'), has_sequence_privilege('idem_upgrade_reader', pg_get_serial_sequence('idem.claim_topics', 'id'), 'USAGE'), has_table_privilege('idem_upgrade_reader', 'idem.claims_named', 'SELECT')")"
+idem_assert_eq "the claims' topics numbered" "payments" \
+	"$(idem_psql -c "SELECT string_agg(name, ' ') FROM idem.claim_topics")"
+idem_assert_eq "the storage parameter kept" "{autovacuum_vacuum_scale_factor=0.01}" \
+	"$(idem_psql -c "SELECT reloptions FROM pg_class WHERE oid = 'idem.processed_messages'::regclass")"
+idem_assert_eq "the indexes rebuilt" "processed_messages_pkey processed_messages_processed_at" \
+	"$(idem_psql -c "SELECT string_agg(indexrelid::regclass::text, ' ' ORDER BY indexrelid::regclass::text) FROM pg_index WHERE indrelid = 'idem.processed_messages'::regclass" | sed 's/idem\.//g')"
 idem_assert_eq "looked up after the upgrade" "$before" "$(lookup)"
 idem_assert_eq "stored after the upgrade" 1 "$(store r6)"
 idem_assert_eq "the other consumer's claim untouched" "-" \

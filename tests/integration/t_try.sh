@@ -141,7 +141,7 @@ says "balance='7'"
 printf 'topic: payments\nvalue: {"payment_id": "p-2", "account": "acct-1", "amount": 2}\n' \
 	>"$IDEM_TMP/dup.msg"
 try 10 duplicate "$IDEM_TMP/dup.msg"
-claim=$(idem_psql -c "SELECT topic || ' partition ' || partition || ' offset ' || \"offset\" FROM idem.processed_messages WHERE business_key = 'p-2'")
+claim=$(idem_psql -c "SELECT topic || ' partition ' || partition || ' offset ' || \"offset\" FROM idem.claims_named WHERE business_key = 'p-2'")
 idem_assert_eq "p-2's claim" "payments partition 0 offset 1" "$claim"
 says "offset 3: duplicate (upstream)"
 says "claimed by topic 'payments' partition 0 offset 1 at 20"
