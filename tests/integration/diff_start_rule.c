@@ -249,9 +249,10 @@ static void db_load(struct run *rn, const struct state *st)
 			v[4] = at;
 			exec_params(
 			        rn,
-			        "INSERT INTO idem.processed_messages (consumer, business_key, topic,"
+			        "INSERT INTO idem.processed_messages (consumer, business_key, topic_id,"
 			        " partition, \"offset\", processed_at)"
-			        " VALUES ($1, $2, $3, 0, $4, to_timestamp($5::bigint))",
+			        " VALUES ($1, $2, idem.claim_topic_id($3), 0, $4,"
+			        " to_timestamp($5::bigint))",
 			        5, v);
 		}
 	}
@@ -640,7 +641,7 @@ static void compare_claims(struct run *rn)
 {
 	PGresult *res =
 	        PQexec(rn->conn, "SELECT consumer, business_key, topic, partition, \"offset\""
-	                         " FROM idem.processed_messages ORDER BY 1, 2");
+	                         " FROM idem.claims_named ORDER BY 1, 2");
 	bool seen[NCONS][NKEYS] = { { false } };
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
