@@ -317,13 +317,14 @@ struct idem_resume_out idem_resume_decide(const struct idem_resume_in *in)
 		o.start = o.floor = db;
 		/* A row from before the cluster was recorded: record it now (same position). */
 		o.record = in->db_cluster[0] == '\0';
-		if (k && in->committed < db && !ours) {
+		if (k && in->committed < db && !ours && !in->db_replaying) {
 			/* Moved back by another client (Kafka's tools, `idemctl replay`; metadata
 			 * naming another offset or cluster is a copy, not idemd's commit of this
 			 * one): read again from there, as a move ahead is honoured; the claims
 			 * make what was applied a no-op. (Where a restore lost a replay's database
 			 * half, its Kafka half still says where to read from; a row without a
-			 * cluster id may be another cluster's position.) */
+			 * cluster id may be another cluster's position. While the replay is under
+			 * way, replay_to set, the row is where it got to: no move back.) */
 			o.why = IDEM_RESUME_REWIND;
 			o.start = in->committed;
 		} else if (k && in->committed > db) {
@@ -565,6 +566,8 @@ void idem_resume_row(const PGresult *res, int row, struct idem_resume_in *in)
 	in->other_db = column_int(res, row, 4);
 	in->other_first = column_int(res, row, 5);
 	column_text(res, row, 6, in->other_consumer, sizeof(in->other_consumer));
+	in->db_replaying = PQnfields(res) > 7 && !PQgetisnull(res, row, 7) &&
+	                   PQgetvalue(res, row, 7)[0] == 't';
 }
 
 /*

@@ -89,6 +89,8 @@ struct idem_resume_in {
 	char db_cluster[IDEM_CLUSTER_ID_LEN]; /* the row's kafka_cluster; "" unknown */
 	int32_t db_epoch;                     /* the row's log_epoch */
 	int64_t db_first;                     /* the row's first_offset; -1 unknown */
+	bool db_replaying;   /* the row's replay_to is set: an `idemctl replay` is under way, and
+	                        Kafka's offset below the row is its start, not a move back */
 	int64_t other_db;    /* the furthest next_offset of the group's other consumers on the
 	                        partition in this cluster (earlier names of this one); -1: none */
 	int64_t other_first; /* the earliest first_offset among them; -1 unknown */

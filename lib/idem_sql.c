@@ -482,7 +482,7 @@ static const char sql_database_id[] = "SELECT id::text FROM idem.database_identi
  */
 static const char sql_resume_get[] =
         "SELECT pp.next_offset, pp.kafka_cluster, pp.log_epoch, pp.first_offset,"
-        " g.next_offset, g.first_offset, g.consumer"
+        " g.next_offset, g.first_offset, g.consumer, pp.replay_to IS NOT NULL"
         " FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS u(c, t, p, n)"
         " LEFT JOIN idem.partition_progress pp"
         " ON pp.consumer = u.c AND pp.topic = u.t AND pp.partition = u.p"

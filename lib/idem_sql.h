@@ -89,7 +89,8 @@ enum idem_sql_id {
 	                           cluster -> next_offset, kafka_cluster, log_epoch, first_offset,
 	                           the group's other consumers' furthest next_offset, earliest
 	                           first_offset in that cluster, the furthest one's name (any
-	                           cluster's if none is in this one; NULL: none) */
+	                           cluster's if none is in this one; NULL: none), whether a
+	                           replay is under way (replay_to set) */
 	IDEM_SQL_PROGRESS_BASE, /* record partitions' start: consumers[], topics[], partitions[],
 	                           next_offsets[], clusters[], epochs[], firsts[], group */
 

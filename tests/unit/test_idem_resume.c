@@ -443,6 +443,19 @@ static void test_later_epoch(void **state)
 	o = idem_resume_decide(&in);
 	assert_int_equal(o.why, IDEM_RESUME_DATABASE);
 	assert_int_equal(o.start, 2500);
+	/* An offset moved back (no metadata) is read again from; but while an `idemctl replay`
+	 * is under way (replay_to set) it is the replay's start, and the row where the replay got
+	 * to (a crash during the replay resumes inside it). */
+	memset(&in.md, 0, sizeof(in.md));
+	in.md.first = in.md.next = -1;
+	in.md_idemd = false;
+	o = idem_resume_decide(&in);
+	assert_int_equal(o.why, IDEM_RESUME_REWIND);
+	assert_int_equal(o.start, 200);
+	in.db_replaying = true;
+	o = idem_resume_decide(&in);
+	assert_int_equal(o.why, IDEM_RESUME_DATABASE);
+	assert_int_equal(o.start, 2500);
 }
 
 /* What idem__daemon_log_assign() writes for @pos (started at @start) into @buf. */
