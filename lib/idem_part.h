@@ -11,9 +11,9 @@
  *
  * The offset rule it keeps: an offset is committed to Kafka only after the Postgres transaction
  * that processed everything below it has committed, never moves backwards (but where the
- * database itself went back: idem_part_rewind()), and is never committed for a partition that
- * is no longer assigned (a revoked partition is gone from the table, and comes back with fresh
- * bookkeeping). See ARCHITECTURE.md, "Invariants".
+ * database itself went back: its start is decided again, idem_part_await_start()), and is never
+ * committed for a partition that is no longer assigned (a revoked partition is gone from the table,
+ * and comes back with fresh bookkeeping). See ARCHITECTURE.md, "Invariants".
  *
  * Ownership: the table owns its entries; an entry lives from idem_parts_assign() to
  * idem_parts_revoke() or idem_parts_done(), which must not be called while a worker holds the
@@ -49,12 +49,11 @@ struct idem_part_job {
 
 /*
  * The fetch side of a partition: whether its queue is read and, if not, why and until when. One
- * state at a time, in @state; the transition functions below (and idem_part_rewind(),
- * idem_part_skip_to()) are its only writers, and of @wake_at_ms, each named for the event. A
- * transition its source state does not allow is refused: a no-op that returns false, never an
- * assert, because a LEAVING partition still receives the events of its batches (it drains) and must
- * refuse the rest. Every (state, event) pair is in the table of tests/unit/test_idem_part.c; in
- * short (- refused):
+ * state at a time, in @state; the transition functions below are its only writers, and of
+ * @wake_at_ms, each named for the event. A transition its source state does not allow is refused: a
+ * no-op that returns false, never an assert, because a LEAVING partition still receives the events
+ * of its batches (it drains) and must refuse the rest. Every (state, event) pair is in the table of
+ * tests/unit/test_idem_part.c; in short (- refused):
  *
  *   event \ from  FETCHING     HELD         RETRY_WAIT   SCHEMA_WAIT  HALTED    LEAVING  STARTING
  *   hold          HELD (busy)  HELD (busy)  -            -            -         -        -
@@ -188,8 +187,8 @@ const char *idem_part_state_str(enum idem_part_state state);
 /*
  * The transitions of enum idem_part_state, one per event (table above). Each returns true when
  * its source state allows the event (the state may stay the same), false when it refuses it,
- * changing nothing. Only these, idem_part_rewind() and idem_part_skip_to() write @state and
- * @wake_at_ms.
+ * changing nothing. Only these (idem_part_await_start() and idem_part_start() among them) write
+ * @state and @wake_at_ms.
  */
 
 /*
