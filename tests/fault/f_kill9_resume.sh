@@ -26,11 +26,13 @@ kills=${IDEM_KILLS:-10}
 assignor=${IDEM_ASSIGNOR:-range}
 workers=2
 max=20
-# A short session (2.5 s) lets the survivor take over a killed instance's partitions sooner.
+# A session of 4 s lets the survivor take over a killed instance's partitions soon. The embedded
+# Kafka waits session.timeout.ms - 1 s for members to rejoin: with 2.5 s, a loaded machine (four
+# ASan tests side by side) can keep the group from forming for a minute.
 # Debug logging: each committed batch is logged, which tells whether a kill landed while its
 # victim applied.
 idem_fixture --topics payments:8 --config idemd.yaml g-resume payments \
-	--max $max --workers $workers --kafka-prop session.timeout.ms=2500 \
+	--max $max --workers $workers --kafka-prop session.timeout.ms=4000 \
 	--kafka-prop partition.assignment.strategy="$assignor" --log-level debug
 # Every kill must land while payments still arrive, and ten kills, each waiting for its victim
 # to be assigned again, take from 30 s to over a minute: the stream runs until 5 s after the

@@ -12,7 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)
 . "$here/common.sh"
 
 kills=${IDEM_CHAIN_KILLS:-4}
-common=(--max 20 --kafka-prop session.timeout.ms=2500 --retry max_ms=1000
+common=(--max 20 --kafka-prop session.timeout.ms=4000 --retry max_ms=1000
 	--outbox enabled=true --outbox poll_interval_ms=20 --outbox batch=200)
 idem_fixture --durable-commits --topics "payments:8 payment-applied:8" \
 	--config a.yaml g-chain-a payments "${common[@]}" --route-name pay \

@@ -52,10 +52,29 @@ idem_assert_eq() {
 	fi
 }
 
-# idem_free_port: a TCP port on 127.0.0.1 that nothing listens on, chosen by the kernel (bind to
-# port 0), so that tests running side by side cannot pick the same one.
+# idem_free_port: a TCP port on 127.0.0.1 that nothing is bound to, picked at random below the
+# kernel's ephemeral range (ip_local_port_range). A port the kernel hands out (bind to port 0)
+# is free only until it hands it out again: to the embedded Kafka's brokers or to any outgoing
+# connection of a test running beside, before the process meant to listen on it has started.
+# Below that range only another random pick can take it, one chance in thousands.
 idem_free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	python3 - <<-'EOF'
+		import random, socket
+		low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+		for _ in range(1000):
+		    port = random.randrange(10000, max(low, 10001))
+		    s = socket.socket()
+		    try:
+		        s.bind(("127.0.0.1", port))
+		    except OSError:
+		        continue
+		    finally:
+		        s.close()
+		    print(port)
+		    break
+		else:
+		    raise SystemExit("no free port below %d" % low)
+	EOF
 }
 
 # idem_wait_until TIMEOUT_SECONDS DESCRIPTION CMD... : run CMD every 0.2 s until it succeeds;

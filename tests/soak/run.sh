@@ -78,9 +78,9 @@ seconds=$((minutes * 60))
 count=$((rate * seconds))
 cfg=$IDEM_TMP/idemd.yaml
 # Small batches and a short session: many transactions for the faults to land in, and a killed
-# member's partitions move on sooner (2.5 s is about the least the embedded Kafka forms a group
-# with).
-idem_write_config "$cfg" g-soak payments --max 50 --kafka-prop session.timeout.ms=2500
+# member's partitions move on sooner (4 s: the embedded Kafka waits session.timeout.ms - 1 s for
+# members to rejoin, and with less a loaded machine can keep the group from forming).
+idem_write_config "$cfg" g-soak payments --max 50 --kafka-prop session.timeout.ms=4000
 idem_setup_db "$cfg"
 ports=()
 for ((i = 1; i <= instances; i++)); do
