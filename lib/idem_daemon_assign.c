@@ -6,7 +6,8 @@
  * where another client moved it ahead (idem_resume decides; ARCHITECTURE.md "Where a partition
  * starts"); the start is logged, and committed to Kafka once assigned. A partition whose start
  * cannot be decided (a fact unreadable, a consumer renamed in the configuration only) waits,
- * paused (STARTING), and is decided again every START_RETRY_MS (idem__daemon_check_starts()).
+ * paused (STARTING), and is decided again every IDEM_RESUME_RETRY_MS, or twice as long as the
+ * last decision took (idem__daemon_check_starts(), idem_resume_retry_ms()).
  * A revoked partition's batches are drained and its offsets committed before it is given up.
  * While partitions are held, the database may go back in time (a restore, a failover): found by
  * a batch's transaction or by the check after a worker reconnected, the partition's start is
@@ -27,10 +28,9 @@
 #include "idem_pool.h"
 #include "idem_resume.h"
 
-/* A partition whose start is not decided: decided again this often; its wait logged again
- * this often. */
-#define START_RETRY_MS 2000
-#define START_LOG_MS   60000
+/* A partition whose start is not decided: its wait logged again this often (it is decided again
+ * after idem_resume_retry_ms()). */
+#define START_LOG_MS 60000
 
 static void fmt_offset(char *buf, size_t len, int64_t offset)
 {
@@ -180,10 +180,11 @@ static void log_waiting(idem_daemon *d, struct idem_part *p, const struct idem_r
 	if (pos->out.wait != IDEM_WAIT_RENAMED) {
 		idem_log_warn("kafka",
 		              "not starting topic=%s partition=%" PRId32 " yet: %s%s%s%s; "
-		              "nothing of it is read until it can be, tried again every %ds",
+		              "nothing of it is read until it can be, tried again every %ds (twice as long "
+		              "as the reads take, when they take longer)",
 		              p->topic, p->partition, idem_resume_wait_why(pos->out.wait),
 		              detail[0] != '\0' ? " (" : "", detail, detail[0] != '\0' ? ")" : "",
-		              START_RETRY_MS / 1000);
+		              IDEM_RESUME_RETRY_MS / 1000);
 		return;
 	}
 	fmt_offset(db, sizeof(db), in->db);
@@ -200,7 +201,7 @@ static void log_waiting(idem_daemon *d, struct idem_part *p, const struct idem_r
 	        in->other_db >= 0 ? other : "(another cluster's)", in->consumer,
 	        in->db >= 0 ? db : "no position", in->other_consumer, in->consumer,
 	        in->other_consumer, in->other_consumer, in->consumer, in->other_consumer,
-	        START_RETRY_MS / 1000);
+	        IDEM_RESUME_RETRY_MS / 1000);
 }
 
 /* Readiness and the count of partitions not started: said to idem_metrics. */
@@ -298,6 +299,7 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 	idem_daemon *d = opaque;
 	struct idem_resume_pos *pos = calloc(list->cnt > 0 ? (size_t)list->cnt : 1, sizeof(*pos));
 	idem_error db_err = { 0 };
+	int64_t t0 = idem_mono_ms();
 
 	if (pos != NULL)
 		read_positions(d, list, pos, &db_err);
@@ -335,7 +337,7 @@ void idem__daemon_on_assign(void *opaque, rd_kafka_topic_partition_list_t *list)
 			p->fetch_next = tp->offset;
 	}
 	free(pos);
-	d->starts_at_ms = idem_mono_ms() + START_RETRY_MS;
+	d->starts_at_ms = idem_mono_ms() + idem_resume_retry_ms(idem_mono_ms() - t0);
 }
 
 /*
@@ -375,7 +377,7 @@ void idem__daemon_on_assigned(void *opaque, const rd_kafka_topic_partition_list_
 }
 
 /*
- * Every START_RETRY_MS while partitions are STARTING (and at once after the database went
+ * Every IDEM_RESUME_RETRY_MS (or longer: idem_resume_retry_ms()) while partitions are STARTING (and at once after the database went
  * back): decide their starts again, on everything read anew, and start those it can.
  */
 void idem__daemon_check_starts(idem_daemon *d)
@@ -384,10 +386,11 @@ void idem__daemon_check_starts(idem_daemon *d)
 	struct idem_resume_pos *pos = NULL;
 	idem_error db_err = { 0 };
 	bool any = false;
+	int64_t t0 = idem_mono_ms();
 
-	if (idem_mono_ms() < d->starts_at_ms)
+	if (t0 < d->starts_at_ms)
 		return;
-	d->starts_at_ms = idem_mono_ms() + START_RETRY_MS;
+	d->starts_at_ms = t0 + IDEM_RESUME_RETRY_MS;
 	for (size_t i = 0; i < d->parts.n && !any; i++)
 		any = idem_part_starting(d->parts.v[i]) && !d->parts.v[i]->busy;
 	if (!any)
@@ -418,6 +421,7 @@ void idem__daemon_check_starts(idem_daemon *d)
 out:
 	free(pos);
 	rd_kafka_topic_partition_list_destroy(list);
+	d->starts_at_ms = idem_mono_ms() + idem_resume_retry_ms(idem_mono_ms() - t0);
 	starting_changed(d);
 }
 

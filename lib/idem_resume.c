@@ -163,6 +163,13 @@ bool idem_resume_md_parse(const void *md, size_t len, struct idem_resume_md *ret
 	return ok;
 }
 
+int64_t idem_resume_retry_ms(int64_t took_ms)
+{
+	if (took_ms > IDEM_RESUME_RETRY_MS / 2)
+		return 2 * took_ms;
+	return IDEM_RESUME_RETRY_MS;
+}
+
 const char *idem_resume_case_str(enum idem_resume_case why)
 {
 	switch (why) {

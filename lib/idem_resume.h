@@ -197,6 +197,18 @@ void idem_resume_row(const PGresult *res, int row, struct idem_resume_in *in);
 
 /* @brief "database", "behind", ...: the case's name, for logs and metrics. */
 const char *idem_resume_case_str(enum idem_resume_case why);
+
+/* A partition whose start could not be decided is decided again after this many ms at least. */
+#define IDEM_RESUME_RETRY_MS 2000
+
+/*
+ * @brief When to decide the starts again, after a decision that took @took_ms on the consumer
+ * thread: IDEM_RESUME_RETRY_MS, or twice @took_ms when that is longer. The reads block the
+ * consumer thread (up to IDEM_RESUME_BOUND_MS when Kafka or the database does not answer), so
+ * retrying no sooner keeps the partitions already started served at least two thirds of the
+ * time during an outage.
+ */
+int64_t idem_resume_retry_ms(int64_t took_ms);
 /* @brief "same", "cluster", "truncated". */
 const char *idem_resume_log_str(enum idem_resume_log log);
 /* @brief "database", "kafka", "cluster", "watermarks", "renamed" ("" for none). */

@@ -497,6 +497,16 @@ static const struct rcase *case_named(const char *name)
  * (the cluster the metadata names), and a held partition says nothing here (log_waiting() in
  * idem_daemon_assign.c does).
  */
+/* A decision that blocked the consumer thread for longer waits twice that before the next one. */
+static void test_retry_ms(void **state)
+{
+	(void)state;
+	assert_int_equal(idem_resume_retry_ms(0), IDEM_RESUME_RETRY_MS);
+	assert_int_equal(idem_resume_retry_ms(IDEM_RESUME_RETRY_MS / 2), IDEM_RESUME_RETRY_MS);
+	assert_int_equal(idem_resume_retry_ms(5000), 10000);
+	assert_int_equal(idem_resume_retry_ms(IDEM_RESUME_BOUND_MS), 2 * IDEM_RESUME_BOUND_MS);
+}
+
 static void test_log_assign(void **state)
 {
 	static struct idem_resume_pos pos;
@@ -538,7 +548,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_md_round_trip), cmocka_unit_test(test_md_foreign),
 		cmocka_unit_test(test_rule_table),    cmocka_unit_test(test_later_epoch),
-		cmocka_unit_test(test_log_assign),
+		cmocka_unit_test(test_log_assign),    cmocka_unit_test(test_retry_ms),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
