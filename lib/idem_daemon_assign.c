@@ -178,13 +178,14 @@ static void log_waiting(idem_daemon *d, struct idem_part *p, const struct idem_r
 	p->start_wait = (int)pos->out.wait;
 	p->start_logged_ms = now;
 	if (pos->out.wait != IDEM_WAIT_RENAMED) {
-		idem_log_warn("kafka",
-		              "not starting topic=%s partition=%" PRId32 " yet: %s%s%s%s; "
-		              "nothing of it is read until it can be, tried again every %ds (twice as long "
-		              "as the reads take, when they take longer)",
-		              p->topic, p->partition, idem_resume_wait_why(pos->out.wait),
-		              detail[0] != '\0' ? " (" : "", detail, detail[0] != '\0' ? ")" : "",
-		              IDEM_RESUME_RETRY_MS / 1000);
+		idem_log_warn(
+		        "kafka",
+		        "not starting topic=%s partition=%" PRId32 " yet: %s%s%s%s; "
+		        "nothing of it is read until it can be, tried again every %ds (twice as long "
+		        "as the reads take, when they take longer)",
+		        p->topic, p->partition, idem_resume_wait_why(pos->out.wait),
+		        detail[0] != '\0' ? " (" : "", detail, detail[0] != '\0' ? ")" : "",
+		        IDEM_RESUME_RETRY_MS / 1000);
 		return;
 	}
 	fmt_offset(db, sizeof(db), in->db);
@@ -377,8 +378,9 @@ void idem__daemon_on_assigned(void *opaque, const rd_kafka_topic_partition_list_
 }
 
 /*
- * Every IDEM_RESUME_RETRY_MS (or longer: idem_resume_retry_ms()) while partitions are STARTING (and at once after the database went
- * back): decide their starts again, on everything read anew, and start those it can.
+ * Every IDEM_RESUME_RETRY_MS (or longer: idem_resume_retry_ms()) while partitions are STARTING (and
+ * at once after the database went back): decide their starts again, on everything read anew, and
+ * start those it can.
  */
 void idem__daemon_check_starts(idem_daemon *d)
 {
