@@ -73,7 +73,6 @@ void idem_batch_done(struct idem_batch *b)
 	free(b->hdrs);
 	free(b->params);
 	free(b->order);
-	free(b->keyset);
 	idem_buf_done(&b->arena);
 	idem_buf_done(&b->scratch);
 	EVP_MD_CTX_free(b->md_ctx);
@@ -101,12 +100,7 @@ void idem_batch_reset(struct idem_batch *b)
 	}
 	if (b->scratch.cap > IDEM_BATCH_KEEP_BYTES)
 		idem_buf_done(&b->scratch);
-	if (b->cap_keyset * sizeof(*b->keyset) > IDEM_BATCH_KEEP_BYTES) {
-		free(b->keyset);
-		b->keyset = NULL;
-		b->cap_keyset = 0;
-	}
-	b->keyset_mask = 0;
+	b->hashed = false;
 	idem_buf_reset(&b->arena);
 }
 
@@ -427,65 +421,101 @@ static bool claims_key(const struct idem_batch_msg *m)
 	return m->state == IDEM_MSG_PENDING && !m->bkey.null;
 }
 
-idem_status idem_batch_keyset(struct idem_batch *b)
+void idem_batch_key_hashes(struct idem_batch *b)
 {
-	size_t n = 0, cap = 16;
-
-	for (size_t i = 0; i < b->n_msgs; i++) {
-		b->msgs[i].late = false;
-		n += claims_key(&b->msgs[i]);
-	}
-	/* At most half full: a probe ends at an empty slot soon. */
-	while (cap < 2 * n)
-		cap *= 2;
-	if (cap > b->cap_keyset) {
-		uint64_t *v = realloc(b->keyset, cap * sizeof(*v));
-
-		if (v == NULL) {
-			b->keyset_mask = 0;
-			return IDEM_ERR_NOMEM;
-		}
-		b->keyset = v;
-		b->cap_keyset = cap;
-	}
-	memset(b->keyset, 0, cap * sizeof(*b->keyset));
-	b->keyset_mask = cap - 1;
+	b->chash = key_hash((const unsigned char *)b->route->consumer, strlen(b->route->consumer));
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		struct idem_batch_msg *m = &b->msgs[i];
-		size_t k;
 
-		if (!claims_key(m))
-			continue;
-		m->khash =
-		        key_hash((const unsigned char *)b->arena.data + m->bkey.off, m->bkey.len);
-		for (k = m->khash & b->keyset_mask; b->keyset[k] != 0 && b->keyset[k] != m->khash;
-		     k = (k + 1) & b->keyset_mask)
-			;
-		b->keyset[k] = m->khash;
+		m->late = false;
+		if (claims_key(m))
+			m->khash = key_hash((const unsigned char *)b->arena.data + m->bkey.off,
+			                    m->bkey.len);
+	}
+	b->hashed = true;
+}
+
+/* The set's entry for a key of a consumer: both hashes mixed, never 0 (the empty slot). */
+static uint64_t keyset_entry(uint64_t khash, uint64_t chash)
+{
+	uint64_t h = (khash ^ chash) * 0x9e3779b97f4a7c15ULL;
+
+	h ^= h >> 32;
+	return h != 0 ? h : 1;
+}
+
+idem_status idem_keyset_build(struct idem_keyset *s, struct idem_batch *const *b, size_t n)
+{
+	size_t keys = 0, cap = 16;
+
+	for (size_t j = 0; j < n; j++) {
+		for (size_t i = 0; b[j]->hashed && i < b[j]->n_msgs; i++)
+			keys += claims_key(&b[j]->msgs[i]);
+	}
+	/* At most half full: a probe ends at an empty slot soon. */
+	while (cap < 2 * keys)
+		cap *= 2;
+	if (cap > s->cap) {
+		uint64_t *v = realloc(s->v, cap * sizeof(*v));
+
+		if (v == NULL) {
+			s->mask = 0;
+			return IDEM_ERR_NOMEM;
+		}
+		s->v = v;
+		s->cap = cap;
+	}
+	memset(s->v, 0, cap * sizeof(*s->v));
+	s->mask = cap - 1;
+	for (size_t j = 0; j < n; j++) {
+		for (size_t i = 0; b[j]->hashed && i < b[j]->n_msgs; i++) {
+			const struct idem_batch_msg *m = &b[j]->msgs[i];
+			uint64_t e;
+			size_t k;
+
+			if (!claims_key(m))
+				continue;
+			e = keyset_entry(m->khash, b[j]->chash);
+			for (k = e & s->mask; s->v[k] != 0 && s->v[k] != e; k = (k + 1) & s->mask)
+				;
+			s->v[k] = e;
+		}
 	}
 	return IDEM_OK;
 }
 
-static bool keyset_has(const struct idem_batch *b, uint64_t h)
+void idem_keyset_clear(struct idem_keyset *s)
 {
-	for (size_t k = h & b->keyset_mask; b->keyset[k] != 0; k = (k + 1) & b->keyset_mask) {
-		if (b->keyset[k] == h)
+	s->mask = 0;
+	if (s->cap * sizeof(*s->v) > IDEM_BATCH_KEEP_BYTES)
+		idem_keyset_free(s);
+}
+
+void idem_keyset_free(struct idem_keyset *s)
+{
+	free(s->v);
+	*s = (struct idem_keyset){ 0 };
+}
+
+static bool keyset_has(const struct idem_keyset *s, uint64_t e)
+{
+	for (size_t k = e & s->mask; s->v[k] != 0; k = (k + 1) & s->mask) {
+		if (s->v[k] == e)
 			return true;
 	}
 	return false;
 }
 
-size_t idem_batch_mark_late(struct idem_batch *b, const struct idem_batch *other)
+size_t idem_batch_mark_late(struct idem_batch *b, const struct idem_keyset *s)
 {
 	size_t n = 0;
 
-	if (b->keyset_mask == 0 || other->keyset_mask == 0 ||
-	    strcmp(b->route->consumer, other->route->consumer) != 0)
+	if (s->mask == 0 || !b->hashed)
 		return 0;
 	for (size_t i = 0; i < b->n_msgs; i++) {
 		struct idem_batch_msg *m = &b->msgs[i];
 
-		if (claims_key(m) && !m->late && keyset_has(other, m->khash)) {
+		if (claims_key(m) && !m->late && keyset_has(s, keyset_entry(m->khash, b->chash))) {
 			m->late = true;
 			n++;
 		}

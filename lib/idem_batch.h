@@ -75,7 +75,7 @@ struct idem_batch_msg {
 	bool mismatch;                 /* a duplicate whose payload differs from its claim's */
 	bool quarantined_before;       /* BAD, and idem.quarantine had its position already */
 	struct idem_batch_claim claim; /* DUPLICATE: the claim it ran into */
-	uint64_t khash;                /* its business key's hash (idem_batch_keyset()) */
+	uint64_t khash;                /* its business key's hash (idem_batch_key_hashes()) */
 	bool late; /* claimed after the batch's other keys: a transaction in flight claims its key
 	              too (idem_batch_mark_late()) */
 };
@@ -101,10 +101,8 @@ struct idem_batch {
 	size_t n_params, cap_params;
 	size_t *order; /* after collapse: indices of unique PENDING keys, sorted by key bytes */
 	size_t n_order, cap_order;
-	/* The hashes of the business keys it claims, an open-addressing set (0: an empty slot) of
-	 * keyset_mask + 1 slots, none before idem_batch_keyset() (keyset_mask 0). */
-	uint64_t *keyset;
-	size_t keyset_mask, cap_keyset;
+	uint64_t chash; /* its consumer's hash, mixed into its keys' (idem_batch_key_hashes()) */
+	bool hashed;    /* khash and chash are set (idem_batch_key_hashes()) */
 	struct idem_buf arena;
 	size_t bytes; /* arena bytes taken by idem_batch_add() (messages, keys, parameters,
 	                 hashes): what counts against batch.max_bytes and batch.max_bytes_total;
@@ -242,19 +240,43 @@ IDEM_NODISCARD idem_status idem_batch_set_claim(struct idem_batch *b, size_t i, 
                                                 size_t hash_len);
 
 /*
- * @brief Note the business keys @b's PENDING messages claim: each message's key hash (khash),
- * and the set of them, for idem_batch_mark_late(); every message not late. Called as the batch
- * is handed to the workers (idem_pool_submit()).
+ * @brief Hash the business keys @b's PENDING messages claim (each message's khash, and the
+ * consumer's chash), every message not late, for idem_keyset_build() and
+ * idem_batch_mark_late(). Called on the consumer thread as the batch is handed to the workers
+ * (idem_pool_submit()).
  */
-IDEM_NODISCARD idem_status idem_batch_keyset(struct idem_batch *b);
+void idem_batch_key_hashes(struct idem_batch *b);
 
 /*
- * @brief Mark late each PENDING message of @b whose key @other claims too (one consumer, the
- * claims' namespace, and a key hash in @other's set: never missed, and by chance for two
- * different keys about once in 2^64 pairs, which only changes the order of a claim). Both
- * sets built by idem_batch_keyset(). Returns how many it marked.
+ * The business keys of one transaction's batches, each with its consumer (the claims'
+ * namespace): an open-addressing set of 64-bit hashes (0: an empty slot), mask + 1 slots, empty
+ * while mask is 0. A worker builds it for the group it takes, so that the groups taken after it
+ * mark their keys against one set rather than against each of its batches.
  */
-size_t idem_batch_mark_late(struct idem_batch *b, const struct idem_batch *other);
+struct idem_keyset {
+	uint64_t *v;
+	size_t mask, cap;
+};
+
+/*
+ * @brief Make @s the set of the keys @b[0..n) claim (each hashed: idem_batch_key_hashes()).
+ * @returns IDEM_ERR_NOMEM with @s left empty (its keys are then never found: only the order of
+ * other claims changes).
+ */
+idem_status idem_keyset_build(struct idem_keyset *s, struct idem_batch *const *b, size_t n);
+
+/* @brief Empty @s, keeping its memory (up to IDEM_BATCH_KEEP_BYTES). */
+void idem_keyset_clear(struct idem_keyset *s);
+
+/* @brief Free @s's memory; @s is empty. */
+void idem_keyset_free(struct idem_keyset *s);
+
+/*
+ * @brief Mark late each PENDING message of @b whose key (of @b's consumer) is in @s: never
+ * missed, and by chance for two different keys about once in 2^64 pairs, which only changes
+ * the order of a claim. Returns how many it marked.
+ */
+size_t idem_batch_mark_late(struct idem_batch *b, const struct idem_keyset *s);
 
 /* @brief Sort @idx[0..n) (indices into b->msgs) by business key bytes, then offset. */
 void idem_batch_sort_by_key(const struct idem_batch *b, size_t *idx, size_t n);

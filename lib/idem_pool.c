@@ -29,9 +29,11 @@ struct worker {
 	bool started;
 	int connected;     /* idem_flush_connected() after the last commit or idle check (atomic) */
 	uint64_t connects; /* idem_flush_connects() as last seen */
-	/* The batches of its transaction, under the pool's mu (take_group()). */
+	/* The batches of its transaction and the keys they claim, under the pool's mu
+	 * (take_group()). */
 	struct idem_part *group[GROUP_MAX_BATCHES];
 	size_t n_group;
+	struct idem_keyset keys;
 };
 
 struct idem_pool {
@@ -113,9 +115,7 @@ size_t idem_pool_size(const idem_pool *pool)
 
 void idem_pool_submit(idem_pool *pool, struct idem_part *p)
 {
-	/* Without its key set (out of memory) its keys are claimed in key order, none late. */
-	if (idem_batch_keyset(&p->inflight) != IDEM_OK)
-		p->inflight.keyset_mask = 0;
+	idem_batch_key_hashes(&p->inflight);
 	pthread_mutex_lock(&pool->mu);
 	*pool->ready_tail = p;
 	pool->ready_tail = &p->job.next;
@@ -180,10 +180,13 @@ int64_t idem_pool_stalled_ms(const struct idem_parts *ps, int64_t now_ms)
 /*
  * Take the next group of ready batches into @w's transaction, under pool->mu, and mark late the
  * keys that another worker's transaction claims too (idem_batch_mark_late()): @w's claim takes
- * them after its other keys (idem_bind_claim()), ARCHITECTURE.md "The transaction", 1.
+ * them after its other keys (idem_bind_claim()), ARCHITECTURE.md "The transaction", 1. Each
+ * worker's keys are one set (w->keys), so a group is marked with one probe per key and other
+ * transaction, however many batches (partitions) each holds.
  */
 static size_t take_group(idem_pool *pool, struct worker *w)
 {
+	struct idem_batch *batches[GROUP_MAX_BATCHES];
 	size_t n = 0, msgs = 0, late = 0;
 	size_t cap = (size_t)pool->cfg->batch_max_messages * IDEM_BATCH_GROW;
 
@@ -201,12 +204,14 @@ static size_t take_group(idem_pool *pool, struct worker *w)
 	for (size_t o = 0; o < pool->n_workers; o++) {
 		const struct worker *other = &pool->workers[o];
 
-		for (size_t j = 0; other != w && j < other->n_group; j++) {
-			for (size_t i = 0; i < n; i++)
-				late += idem_batch_mark_late(&w->group[i]->inflight,
-				                             &other->group[j]->inflight);
-		}
+		for (size_t i = 0; other != w && other->n_group > 0 && i < n; i++)
+			late += idem_batch_mark_late(&w->group[i]->inflight, &other->keys);
 	}
+	/* Out of memory, the set is empty: the groups taken next do not wait for its keys
+	 * last, only at them. */
+	for (size_t i = 0; i < n; i++)
+		batches[i] = &w->group[i]->inflight;
+	(void)idem_keyset_build(&w->keys, batches, n);
 	if (late > 0)
 		__atomic_add_fetch(&pool->late, late, __ATOMIC_RELAXED);
 	return n;
@@ -270,6 +275,7 @@ static void *worker_main(void *arg)
 			pool->done_tail = &p->job.next;
 		}
 		w->n_group = 0;
+		idem_keyset_clear(&w->keys);
 		pthread_cond_signal(&pool->done_cv);
 		/* Wake the consumer thread out of its poll. */
 		rd_kafka_queue_yield(pool->cq);
@@ -313,8 +319,10 @@ void idem_pool_free(idem_pool *pool)
 	if (pool == NULL)
 		return;
 	idem_pool_stop(pool);
-	for (size_t i = 0; pool->workers != NULL && i < pool->n_workers; i++)
+	for (size_t i = 0; pool->workers != NULL && i < pool->n_workers; i++) {
 		idem_flush_free(pool->workers[i].pg);
+		idem_keyset_free(&pool->workers[i].keys);
+	}
 	free(pool->workers);
 	pthread_cond_destroy(&pool->work_cv);
 	pthread_cond_destroy(&pool->done_cv);

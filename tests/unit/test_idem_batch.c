@@ -133,7 +133,7 @@ static void test_prefix_keys_are_distinct(void **state)
 	assert_int_equal(idem_batch_find_key(b, "", 0), -1);
 }
 
-/* A batch of @n keys "pay-<first>" .. "pay-<first + n - 1>" of @route, its key set built. */
+/* A batch of @n keys "pay-<first>" .. "pay-<first + n - 1>" of @route, its keys hashed. */
 static void keyset_batch(struct fixture *fx, struct idem_batch *b, const struct idem_route *route,
                          int first, int n)
 {
@@ -152,7 +152,7 @@ static void keyset_batch(struct fixture *fx, struct idem_batch *b, const struct 
 		m.value_len = 1;
 		assert_int_equal(idem_batch_add(b, &m, &fx->cfg, 0), IDEM_OK);
 	}
-	assert_int_equal(idem_batch_keyset(b), IDEM_OK);
+	idem_batch_key_hashes(b);
 }
 
 static size_t n_late(const struct idem_batch *b)
@@ -164,7 +164,19 @@ static size_t n_late(const struct idem_batch *b)
 	return n;
 }
 
-/* A key is late exactly when another batch of the same consumer claims it too. */
+/* Mark @b's keys late against the set of @n batches' keys (another transaction's). */
+static size_t late_in(struct idem_batch *b, struct idem_batch *const *others, size_t n)
+{
+	struct idem_keyset s = { 0 };
+	size_t r;
+
+	assert_int_equal(idem_keyset_build(&s, others, n), IDEM_OK);
+	r = idem_batch_mark_late(b, &s);
+	idem_keyset_free(&s);
+	return r;
+}
+
+/* A key is late exactly when another transaction claims it too for the same consumer. */
 static void test_mark_late(void **state)
 {
 	struct fixture *fx = *state;
@@ -172,12 +184,13 @@ static void test_mark_late(void **state)
 	static char cname2[] = "c2";
 	struct idem_batch a, b, c, d;
 	struct idem_msgview m = { 0 };
+	struct idem_keyset empty = { 0 }, s = { 0 };
 
 	other.consumer = cname2;
 	keyset_batch(fx, &a, &fx->route, 0, 1000);
 	keyset_batch(fx, &b, &fx->route, 1000, 2000);
-	assert_int_equal(idem_batch_mark_late(&a, &b), 0);
-	assert_int_equal(idem_batch_mark_late(&b, &a), 0);
+	assert_int_equal(late_in(&a, (struct idem_batch *[]){ &b }, 1), 0);
+	assert_int_equal(late_in(&b, (struct idem_batch *[]){ &a }, 1), 0);
 	/* pay-999 and pay-1000 both ways; pay-5 is in the batch twice, both late. */
 	keyset_batch(fx, &c, &fx->route, 3000, 10);
 	m.offset = 100;
@@ -189,23 +202,26 @@ static void test_mark_late(void **state)
 		m.offset++;
 		assert_int_equal(idem_batch_add(&c, &m, &fx->cfg, 0), IDEM_OK);
 	}
-	assert_int_equal(idem_batch_keyset(&c), IDEM_OK);
-	assert_int_equal(idem_batch_mark_late(&c, &a), 3);
+	idem_batch_key_hashes(&c);
+	assert_int_equal(late_in(&c, (struct idem_batch *[]){ &a }, 1), 3);
 	assert_true(c.msgs[10].late && c.msgs[11].late && c.msgs[13].late);
 	assert_false(c.msgs[12].late);
-	assert_int_equal(idem_batch_mark_late(&c, &b), 1);
+	assert_int_equal(late_in(&c, (struct idem_batch *[]){ &b }, 1), 1);
 	assert_true(c.msgs[12].late);
 	assert_int_equal(n_late(&c), 4);
 	/* Marked once: again, nothing more. */
-	assert_int_equal(idem_batch_mark_late(&c, &a), 0);
-	assert_int_equal(idem_batch_mark_late(&a, &c), 2);
-	/* Building the set again starts with none late. */
-	assert_int_equal(idem_batch_keyset(&c), IDEM_OK);
+	assert_int_equal(late_in(&c, (struct idem_batch *[]){ &a }, 1), 0);
+	assert_int_equal(late_in(&a, (struct idem_batch *[]){ &c }, 1), 2);
+	/* Hashing again starts with none late; a set of several batches has the keys of each. */
+	idem_batch_key_hashes(&c);
 	assert_int_equal(n_late(&c), 0);
-	/* The same keys of another consumer are other claims. */
+	assert_int_equal(late_in(&c, (struct idem_batch *[]){ &a, &b }, 2), 4);
+	/* The same keys of another consumer are other claims, alone or among this one's. */
 	keyset_batch(fx, &d, &other, 0, 1000);
-	assert_int_equal(idem_batch_mark_late(&d, &c), 0);
-	assert_int_equal(idem_batch_mark_late(&c, &d), 0);
+	idem_batch_key_hashes(&c);
+	assert_int_equal(late_in(&d, (struct idem_batch *[]){ &c }, 1), 0);
+	assert_int_equal(late_in(&c, (struct idem_batch *[]){ &d }, 1), 0);
+	assert_int_equal(late_in(&c, (struct idem_batch *[]){ &d, &b }, 2), 1); /* pay-1000 */
 	/* Keys that share a prefix, or differ past their eighth byte, are other keys. */
 	idem_batch_reset(&d);
 	d.route = &fx->route;
@@ -215,19 +231,29 @@ static void test_mark_late(void **state)
 	m.key = "pay-100";
 	m.key_len = strlen(m.key);
 	assert_int_equal(idem_batch_add(&d, &m, &fx->cfg, 0), IDEM_OK);
-	assert_int_equal(idem_batch_keyset(&d), IDEM_OK);
-	assert_int_equal(idem_batch_mark_late(&d, &b), 0);
+	idem_batch_key_hashes(&d);
+	assert_int_equal(late_in(&d, (struct idem_batch *[]){ &b }, 1), 0);
 	/* A message whose key could not be built claims nothing. */
 	m.key = NULL;
 	m.key_len = 0;
 	assert_int_equal(idem_batch_add(&d, &m, &fx->cfg, 0), IDEM_OK);
 	assert_int_equal(d.msgs[2].state, IDEM_MSG_BAD);
-	assert_int_equal(idem_batch_keyset(&d), IDEM_OK);
-	assert_int_equal(idem_batch_mark_late(&d, &a), 1); /* pay-100 */
+	idem_batch_key_hashes(&d);
+	assert_int_equal(late_in(&d, (struct idem_batch *[]){ &a }, 1), 1); /* pay-100 */
 	assert_false(d.msgs[2].late);
-	/* A reset batch has no key set until it is built again. */
+	/* A reset batch's keys are not hashed: none in a set, none marked. */
 	idem_batch_reset(&a);
-	assert_int_equal(idem_batch_mark_late(&c, &a), 0);
+	idem_batch_key_hashes(&c);
+	assert_int_equal(late_in(&c, (struct idem_batch *[]){ &a }, 1), 0);
+	assert_int_equal(idem_batch_mark_late(&a, &s), 0);
+	/* An empty set (never built, or cleared) marks nothing. */
+	assert_int_equal(idem_batch_mark_late(&c, &empty), 0);
+	assert_int_equal(idem_keyset_build(&s, (struct idem_batch *[]){ &b }, 1), IDEM_OK);
+	assert_int_equal(idem_batch_mark_late(&c, &s), 1);
+	idem_batch_key_hashes(&c);
+	idem_keyset_clear(&s);
+	assert_int_equal(idem_batch_mark_late(&c, &s), 0);
+	idem_keyset_free(&s);
 	idem_batch_done(&a);
 	idem_batch_done(&b);
 	idem_batch_done(&c);
