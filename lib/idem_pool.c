@@ -17,8 +17,10 @@
 #include "idem_flush.h"
 
 /* Most batches one transaction carries; it carries at most as many messages as one grown batch
- * holds (IDEM_BATCH_GROW x batch.max_messages, idem_batch.h). */
-#define GROUP_MAX_BATCHES 32
+ * holds (IDEM_BATCH_GROW x batch.max_messages, idem_batch.h). With many partitions each batch is
+ * small (the fair take gives each partition budget / partitions a round), and at 32 batches a
+ * transaction held a tenth of the messages it may: 256 partitions' batches fit in one. */
+#define GROUP_MAX_BATCHES 256
 /* How often an idle worker checks its connection (idem_flush_check()). */
 #define IDLE_CHECK_MS 1000
 
@@ -31,9 +33,14 @@ struct worker {
 	uint64_t connects; /* idem_flush_connects() as last seen */
 	/* The batches of its transaction and the keys they claim, under the pool's mu
 	 * (take_group()). */
-	struct idem_part *group[GROUP_MAX_BATCHES];
+	struct idem_part **group; /* GROUP_MAX_BATCHES of them */
 	size_t n_group;
 	struct idem_keyset keys;
+	/* The worker's own, for its transaction: GROUP_MAX_BATCHES each. */
+	struct idem_batch **batches;
+	struct idem_flush_stats *st;
+	idem_status *rs;
+	idem_error *errs;
 };
 
 struct idem_pool {
@@ -89,7 +96,19 @@ idem_status idem_pool_new(const struct idem_cfg *cfg, idem_pool **ret_pool, idem
 	/* Every connection is opened (and every handler prepared) before anything is consumed,
 	 * so a bad conninfo or handler fails here. */
 	for (size_t i = 0; i < pool->n_workers; i++) {
-		pool->workers[i].pool = pool;
+		struct worker *w = &pool->workers[i];
+
+		w->pool = pool;
+		w->group = calloc(GROUP_MAX_BATCHES, sizeof(*w->group));
+		w->batches = calloc(GROUP_MAX_BATCHES, sizeof(*w->batches));
+		w->st = calloc(GROUP_MAX_BATCHES, sizeof(*w->st));
+		w->rs = calloc(GROUP_MAX_BATCHES, sizeof(*w->rs));
+		w->errs = calloc(GROUP_MAX_BATCHES, sizeof(*w->errs));
+		if (w->group == NULL || w->batches == NULL || w->st == NULL || w->rs == NULL ||
+		    w->errs == NULL) {
+			r = idem_error_nomem(err);
+			goto out_free;
+		}
 		if ((r = idem_flush_new(cfg, &pool->workers[i].pg, err)) != IDEM_OK)
 			goto out_free;
 		pool->workers[i].connected = 1;
@@ -186,7 +205,6 @@ int64_t idem_pool_stalled_ms(const struct idem_parts *ps, int64_t now_ms)
  */
 static size_t take_group(idem_pool *pool, struct worker *w)
 {
-	struct idem_batch *batches[GROUP_MAX_BATCHES];
 	size_t n = 0, msgs = 0, late = 0;
 	size_t cap = (size_t)pool->cfg->batch_max_messages * IDEM_BATCH_GROW;
 
@@ -210,8 +228,8 @@ static size_t take_group(idem_pool *pool, struct worker *w)
 	/* Out of memory, the set is empty: the groups taken next do not wait for its keys
 	 * last, only at them. */
 	for (size_t i = 0; i < n; i++)
-		batches[i] = &w->group[i]->inflight;
-	(void)idem_keyset_build(&w->keys, batches, n);
+		w->batches[i] = &w->group[i]->inflight;
+	(void)idem_keyset_build(&w->keys, w->batches, n);
 	if (late > 0)
 		__atomic_add_fetch(&pool->late, late, __ATOMIC_RELAXED);
 	return n;
@@ -221,12 +239,10 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	idem_pool *pool = w->pool;
-	struct idem_batch *batches[GROUP_MAX_BATCHES];
-	struct idem_flush_stats st[GROUP_MAX_BATCHES];
-	idem_status rs[GROUP_MAX_BATCHES];
-	idem_error errs[GROUP_MAX_BATCHES];
+	struct idem_flush_stats *st = w->st;
+	idem_status *rs = w->rs;
+	idem_error *errs = w->errs;
 
-	memset(errs, 0, sizeof(errs));
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
 		struct timespec idle_until = idem_cond_deadline(IDLE_CHECK_MS);
@@ -254,9 +270,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&pool->mu);
 
 		begin_us = idem_mono_us();
-		for (size_t i = 0; i < n; i++)
-			batches[i] = &w->group[i]->inflight;
-		idem_flush_many(w->pg, batches, n, st, rs, errs);
+		idem_flush_many(w->pg, w->batches, n, st, rs, errs);
 		end_us = idem_mono_us();
 		__atomic_store_n(&w->connected, idem_flush_connected(w->pg), __ATOMIC_RELAXED);
 		count_reconnects(w);
@@ -320,8 +334,15 @@ void idem_pool_free(idem_pool *pool)
 		return;
 	idem_pool_stop(pool);
 	for (size_t i = 0; pool->workers != NULL && i < pool->n_workers; i++) {
-		idem_flush_free(pool->workers[i].pg);
-		idem_keyset_free(&pool->workers[i].keys);
+		struct worker *w = &pool->workers[i];
+
+		idem_flush_free(w->pg);
+		idem_keyset_free(&w->keys);
+		free(w->group);
+		free(w->batches);
+		free(w->st);
+		free(w->rs);
+		free(w->errs);
 	}
 	free(pool->workers);
 	pthread_cond_destroy(&pool->work_cv);
