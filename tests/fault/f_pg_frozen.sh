@@ -26,10 +26,27 @@ idemd_start a "$IDEM_TMP/idemd.yaml"
 idem_wait_until 60 "payments applied" idem_claims_above 2000
 backend=$(idem_psql -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'idemd' ORDER BY pid LIMIT 1")
 [ -n "$backend" ] || idem_fail "no backend of idemd's workers in pg_stat_activity"
-kill -STOP "$backend"
-idem_log "froze backend $backend"
 trap_cont() { kill -CONT "$backend" 2>/dev/null || true; }
 IDEM_CLEANUP_HOOKS+=(trap_cont)
+# Frozen where a hung server or a dead connection leaves a worker: waiting for the client's next
+# message (wait_event ClientRead), holding no lock of Postgres's own. Stopped at a random
+# instruction instead, it could hold a lightweight lock (a WAL insertion slot, a buffer of the
+# progress table's one page) that every other backend then waits for, with no timeout either:
+# the whole server hangs, which no client can help. So: stop it, and if it was not reading from
+# its client, let it go and try again. (The statement timeout bounds the read of its
+# pg_stat_activity entry, should it have stopped in the middle of updating it.)
+frozen=0
+for _ in $(seq 1 300); do
+	kill -STOP "$backend"
+	if [ "$(idem_psql -c "SET statement_timeout = '2s'" -c "SELECT wait_event FROM pg_stat_activity WHERE pid = $backend" 2>/dev/null | tail -n 1)" = ClientRead ]; then
+		frozen=1
+		break
+	fi
+	kill -CONT "$backend"
+	sleep "0.0$((RANDOM % 10))"
+done
+[ "$frozen" = 1 ] || idem_fail "backend $backend was never caught waiting for its client"
+idem_log "froze backend $backend"
 
 # The worker on it is stuck once it sends its next statement (the frozen backend's own row in
 # pg_stat_activity cannot show that); the others are not.
