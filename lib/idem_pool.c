@@ -18,8 +18,8 @@
 
 /* Most batches one transaction carries; it carries at most as many messages as one grown batch
  * holds (IDEM_BATCH_GROW x batch.max_messages, idem_batch.h). With many partitions each batch is
- * small (the fair take gives each partition budget / partitions a round), and at 32 batches a
- * transaction held a tenth of the messages it may: 256 partitions' batches fit in one. */
+ * small (the fair take gives each partition budget / partitions a round), and 32 batches could
+ * end a transaction well short of its messages: 256 partitions' batches fit in one. */
 #define GROUP_MAX_BATCHES 256
 /* How often an idle worker checks its connection (idem_flush_check()). */
 #define IDLE_CHECK_MS 1000
@@ -109,10 +109,10 @@ idem_status idem_pool_new(const struct idem_cfg *cfg, idem_pool **ret_pool, idem
 			r = idem_error_nomem(err);
 			goto out_free;
 		}
-		if ((r = idem_flush_new(cfg, &pool->workers[i].pg, err)) != IDEM_OK)
+		if ((r = idem_flush_new(cfg, &w->pg, err)) != IDEM_OK)
 			goto out_free;
-		pool->workers[i].connected = 1;
-		pool->workers[i].connects = idem_flush_connects(pool->workers[i].pg);
+		w->connected = 1;
+		w->connects = idem_flush_connects(w->pg);
 	}
 	*ret_pool = pool;
 	return IDEM_OK;
