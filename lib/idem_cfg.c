@@ -396,7 +396,7 @@ static const struct cfg_key retention_keys[] = {
 	                     .off = offsetof(struct idem_cfg, retention_keep_s) },
 	[RETENTION_INTERVAL] = { .name = "interval",
 	                         .type = CFG_DURATION,
-	                         .def = 600,
+	                         .def = 86400,
 	                         .min = 1,
 	                         .max = 7 * 86400,
 	                         .off = offsetof(struct idem_cfg, retention_interval_s) },

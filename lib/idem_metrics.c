@@ -84,8 +84,9 @@ struct idem_metrics {
 	size_t workers, in_flight, held;
 	uint64_t late; /* idem_pool_late() */
 	size_t bytes_budget, bytes_held, bytes_held_max;
-	double oldest_claim_age;
-	bool outbox; /* the relay runs: its metrics are shown */
+	double oldest_claim_age; /* at oldest_claim_ms: a sweep measures it once per interval */
+	int64_t oldest_claim_ms; /* idem_mono_ms() */
+	bool outbox;             /* the relay runs: its metrics are shown */
 	int64_t outbox_pending;
 	double outbox_oldest;
 	uint64_t outbox_published, outbox_errors;
@@ -423,6 +424,7 @@ void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds)
 		return;
 	pthread_mutex_lock(&m->lock);
 	m->oldest_claim_age = seconds;
+	m->oldest_claim_ms = idem_mono_ms();
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -699,7 +701,7 @@ static idem_status render_locked(idem_metrics *m, struct idem_buf *o)
 	    idem_buf_printf(
 	            o,
 	            "# HELP idemd_oldest_claim_age_seconds Age of the oldest claim kept in idem.processed_messages.\n# TYPE idemd_oldest_claim_age_seconds gauge\nidemd_oldest_claim_age_seconds %.3f\n",
-	            m->oldest_claim_age))
+	            m->oldest_claim_age + (double)(idem_mono_ms() - m->oldest_claim_ms) / 1000))
 		return IDEM_ERR_NOMEM;
 	if (m->registry &&
 	    idem_buf_printf(

@@ -122,7 +122,10 @@ void idem_metrics_workers(idem_metrics *m, size_t workers, size_t in_flight, siz
 /* Bytes held in batches (idem_part_bytes() of every partition) and their budget,
  * batch.max_bytes_total. */
 void idem_metrics_bytes(idem_metrics *m, size_t budget, size_t held, size_t held_max);
-/* Age in seconds of the oldest claim kept (retention), < 0 if unknown. */
+/*
+ * Age in seconds of the oldest claim kept (retention's sweep), < 0 if unknown; shown growing
+ * with the time since, until the next sweep.
+ */
 void idem_metrics_oldest_claim_age(idem_metrics *m, double seconds);
 /* The outbox relay: rows pending and the age of the oldest in seconds (0 when none). */
 void idem_metrics_outbox_pending(idem_metrics *m, int64_t pending, double oldest_seconds);

@@ -14,65 +14,65 @@
 #include "idem_pg.h"
 #include "idem_sql.h"
 
+/*
+ * A sweep's step reads this many blocks at most (1 MiB of 8 KiB pages, about 12,000 claims): well
+ * under a millisecond of a TID range scan, and when more than retention.batch claims of it are
+ * due, the next step reads only the rest of it.
+ */
+#define SWEEP_BLOCKS 128
+
 idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t keep_seconds,
-                                 int batch, int64_t *ret_deleted, idem_error *err)
+                                 int batch, int64_t *ret_deleted, double *ret_oldest_age,
+                                 idem_error *err)
 {
-	char keep[32], lim[16];
-	const char *vals[3] = { consumer, keep, lim };
-	char cutoff[64] = "";
-	int64_t total = 0;
+	char keep[32], lim[16], from[48] = "(0,0)", to[24], cutoff[64] = "";
+	const char *vals[5] = { consumer, from, to, cutoff, lim };
+	const char *kv[1] = { keep };
+	int64_t total = 0, blocks, b = 0;
+	double now, oldest = -1;
 	PGresult *res;
-	idem_status r = IDEM_OK;
+	idem_status r;
 
 	snprintf(keep, sizeof(keep), "%" PRId64, keep_seconds);
 	snprintf(lim, sizeof(lim), "%d", batch);
-	/* One cutoff for the whole purge, so the horizon says exactly what was removed. */
-	if ((r = idem_sql_exec(conn, IDEM_SQL_RETENTION_CUTOFF, vals + 1, "retention cutoff", &res,
+	if ((r = idem_sql_exec(conn, IDEM_SQL_RETENTION_CUTOFF, kv, "retention cutoff", &res,
 	                       err)) != IDEM_OK) {
 		PQclear(res);
 		return r;
 	}
 	snprintf(cutoff, sizeof(cutoff), "%s", PQgetvalue(res, 0, 0));
+	now = strtod(PQgetvalue(res, 0, 1), NULL);
+	blocks = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
 	PQclear(res);
-	vals[1] = cutoff;
-	for (;;) {
-		int64_t n;
+	while (b < blocks) {
+		int64_t hi = b + SWEEP_BLOCKS < blocks ? b + SWEEP_BLOCKS : blocks, n;
 
-		/* Each statement is its own short transaction. */
+		snprintf(to, sizeof(to), "%" PRId64, hi);
 		if ((r = idem_sql_exec(conn, IDEM_SQL_RETENTION_PURGE, vals, "retention purge",
 		                       &res, err)) != IDEM_OK) {
 			PQclear(res);
 			break;
 		}
-		n = strtoll(PQcmdTuples(res), NULL, 10);
-		PQclear(res);
-		total += n;
-		if (n < batch)
-			break;
-	}
-	if (total > 0) {
-		/* An error of the purge wins over this one. */
-		idem_status hr =
-		        idem_sql_exec(conn, IDEM_SQL_RETENTION_HORIZON, vals,
-		                      "record retention horizon", NULL, r == IDEM_OK ? err : NULL);
+		n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		if (!PQgetisnull(res, 0, 2)) {
+			double age = now - strtod(PQgetvalue(res, 0, 2), NULL);
 
-		if (r == IDEM_OK)
-			r = hr;
+			if (age < 0)
+				age = 0;
+			if (age > oldest)
+				oldest = age;
+		}
+		total += n;
+		/* The limit reached: the rest of the range from the last claim deleted. */
+		if (n >= batch)
+			snprintf(from, sizeof(from), "%s", PQgetvalue(res, 0, 1));
+		else
+			snprintf(from, sizeof(from), "(%" PRId64 ",0)", b = hi);
+		PQclear(res);
 	}
 	*ret_deleted = total;
-	return r;
-}
-
-idem_status idem_retention_oldest_age(PGconn *conn, const char *consumer, double *ret_age,
-                                      idem_error *err)
-{
-	const char *vals[1] = { consumer };
-	PGresult *res;
-	idem_status r = idem_sql_exec(conn, IDEM_SQL_OLDEST_CLAIM, vals, "oldest claim", &res, err);
-
-	if (r == IDEM_OK)
-		*ret_age = PQgetisnull(res, 0, 0) ? -1 : strtod(PQgetvalue(res, 0, 0), NULL);
-	PQclear(res);
+	if (ret_oldest_age != NULL && r == IDEM_OK)
+		*ret_oldest_age = oldest;
 	return r;
 }
 
@@ -168,6 +168,7 @@ static void *retention_main(void *arg)
 		struct timespec until;
 		idem_error err;
 		double oldest = -1;
+		bool swept;
 
 		pthread_mutex_unlock(&rt->lock);
 		if (conn != NULL && PQstatus(conn) != CONNECTION_OK) {
@@ -180,26 +181,35 @@ static void *retention_main(void *arg)
 			              rt->interval);
 			conn = NULL;
 		}
+		swept = conn != NULL;
 		for (size_t i = 0; conn != NULL && i < rt->cfg->n_routes; i++) {
 			const char *consumer = rt->cfg->routes[i].consumer;
 			int64_t deleted = 0;
-			double age;
+			double age = -1;
+			bool seen = false;
 
+			/* Two routes may share a consumer: one sweep for it. */
+			for (size_t j = 0; j < i; j++)
+				seen |= strcmp(rt->cfg->routes[j].consumer, consumer) == 0;
+			if (seen)
+				continue;
 			if (idem_retention_purge(conn, consumer, rt->keep, rt->batch, &deleted,
-			                         &err) != IDEM_OK)
+			                         &age, &err) != IDEM_OK) {
 				idem_log_warn("retention",
 				              "purge consumer=%s: %s, retrying in %" PRId64 "s",
 				              consumer, err.msg, rt->interval);
-			else if (deleted > 0)
+				swept = false;
+			} else if (deleted > 0)
 				idem_log_info("retention",
 				              "purged consumer=%s claims=%" PRId64
 				              " older_than_s=%" PRId64,
 				              consumer, deleted, rt->keep);
-			if (idem_retention_oldest_age(conn, consumer, &age, &err) == IDEM_OK &&
-			    age > oldest)
+			if (age > oldest)
 				oldest = age;
 		}
-		idem_metrics_oldest_claim_age(rt->metrics, oldest);
+		/* A sweep cut short may not have seen the oldest: the gauge keeps counting. */
+		if (swept)
+			idem_metrics_oldest_claim_age(rt->metrics, oldest);
 		until = idem_cond_deadline(rt->interval * 1000);
 		pthread_mutex_lock(&rt->lock);
 		while (!rt->stop && pthread_cond_timedwait(&rt->cond, &rt->lock, &until) == 0)

@@ -16,18 +16,18 @@
 #include "idem_metrics.h"
 
 /*
- * @brief Delete the claims of @consumer older than @keep_seconds, @batch rows per transaction
- * (short transactions: the pipeline's claims never wait long), and record the cutoff as the
- * consumer's horizon if anything was deleted.
+ * @brief Delete the claims of @consumer older than @keep_seconds: one sweep of the claims
+ * table in block order (it has no index on their age: sql/0012_claims_swept.sql), @batch rows
+ * per transaction at most (short transactions: the pipeline's claims never wait long), each
+ * recording the cutoff as the consumer's horizon when it deleted anything.
  * @param ret_deleted rows deleted.
+ * @param ret_oldest_age if not NULL, set on success to the age in seconds of the oldest claim of
+ * @consumer the sweep kept, at its start, by the server's clock; -1 when it kept none.
  */
 IDEM_NODISCARD idem_status idem_retention_purge(PGconn *conn, const char *consumer,
                                                 int64_t keep_seconds, int batch,
-                                                int64_t *ret_deleted, idem_error *err);
-
-/* @brief Age in seconds of the oldest claim of @consumer; -1 when it has none. */
-IDEM_NODISCARD idem_status idem_retention_oldest_age(PGconn *conn, const char *consumer,
-                                                     double *ret_age, idem_error *err);
+                                                int64_t *ret_deleted, double *ret_oldest_age,
+                                                idem_error *err);
 
 /*
  * @brief Ask the broker for @topic's retention.ms. IDEM_ERR_NOT_FOUND when the broker cannot
@@ -39,8 +39,8 @@ IDEM_NODISCARD idem_status idem_retention_topic_ms(rd_kafka_t *rk, const char *t
 typedef struct idem_retention idem_retention;
 
 /*
- * @brief Start a background thread with its own Postgres connection that purges every
- * route's consumer every @interval_seconds and publishes the oldest claim age to @metrics
+ * @brief Start a background thread with its own Postgres connection that sweeps for every
+ * route's consumer every @interval_seconds and publishes the oldest claim's age to @metrics
  * (may be NULL). First, if @rk is not NULL, it warns about topics whose retention (where the
  * broker tells) is longer than @keep_seconds. @cfg and @rk must outlive it.
  */

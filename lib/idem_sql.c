@@ -320,22 +320,39 @@ static const char sql_quarantine_move_count[] =
         " dup_upstream = dup_upstream + $8, updated_at = now()"
         " WHERE consumer = $1 AND topic = $2 AND partition = $3";
 
-/* One cutoff for a whole purge, so that the horizon says exactly what was removed. */
-static const char sql_retention_cutoff[] = "SELECT now() - make_interval(secs => $1::bigint)";
+/*
+ * Retention sweeps the claims table in block order (sql/0012_claims_swept.sql: it has no index
+ * on processed_at). One cutoff for a whole sweep, so that the horizon says exactly what was
+ * removed; with it the server's clock (epoch) and the table's size in blocks, where the sweep
+ * ends (claims added meanwhile are younger than the cutoff).
+ */
+static const char sql_retention_cutoff[] =
+        "SELECT now() - make_interval(secs => $1::bigint), extract(epoch FROM now()),"
+        " pg_relation_size('idem.processed_messages') / current_setting('block_size')::bigint";
 
+/*
+ * One step of a sweep, one short transaction: delete the first $5 claims of consumer $1 older
+ * than the cutoff $4 from ctid $2 up to block $3 (a TID range scan; ORDER BY ctid, as neither a
+ * parallel nor a synchronized scan returns rows in block order), and record the
+ * cutoff as the consumer's horizon in the same transaction when anything was deleted, so that no
+ * claim is gone without `idemctl replay` knowing. Returns how many were deleted, the last one's
+ * ctid (where the next step starts when the limit was reached) and the oldest time of the claims
+ * kept in the part of the range this step passed, as epoch seconds (NULL: none there).
+ */
 static const char sql_retention_purge[] =
-        "DELETE FROM idem.processed_messages WHERE ctid = ANY (ARRAY(SELECT ctid"
-        " FROM idem.processed_messages WHERE consumer = $1 AND processed_at < $2::timestamptz"
-        " LIMIT $3::int))";
-
-static const char sql_retention_horizon[] =
-        "INSERT INTO idem.retention_horizon (consumer, purged_before)"
-        " VALUES ($1, $2::timestamptz) ON CONFLICT (consumer) DO UPDATE"
-        " SET purged_before = greatest(idem.retention_horizon.purged_before,"
-        " excluded.purged_before)";
-
-static const char sql_oldest_claim[] = "SELECT extract(epoch FROM now() - min(processed_at))"
-                                       " FROM idem.processed_messages WHERE consumer = $1";
+        "WITH d AS (DELETE FROM idem.processed_messages WHERE ctid = ANY (ARRAY(SELECT ctid"
+        " FROM idem.processed_messages WHERE ctid >= $2::tid"
+        " AND ctid < ('(' || $3::bigint || ',0)')::tid AND consumer = $1"
+        " AND processed_at < $4::timestamptz"
+        " ORDER BY ctid LIMIT $5::int)) RETURNING ctid),"
+        " s AS (SELECT count(*) AS n, max(ctid) AS last FROM d),"
+        " h AS (INSERT INTO idem.retention_horizon AS r (consumer, purged_before)"
+        " SELECT $1, $4::timestamptz FROM s WHERE s.n > 0 ON CONFLICT (consumer) DO UPDATE"
+        " SET purged_before = greatest(r.purged_before, excluded.purged_before))"
+        " SELECT s.n, s.last, extract(epoch FROM (SELECT min(m.processed_at)"
+        " FROM idem.processed_messages AS m WHERE m.ctid >= $2::tid AND m.ctid < CASE"
+        " WHEN s.n < $5::int THEN ('(' || $3::bigint || ',0)')::tid ELSE s.last END"
+        " AND m.consumer = $1 AND m.processed_at >= $4::timestamptz)) FROM s";
 
 /*
  * idemctl rename (idem_rename.c): every table that names a consumer, in the order a batch
@@ -617,9 +634,7 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_QUARANTINE_MOVE_COUNT] = { "idem_quarantine_move_count", 8,
 	                                     sql_quarantine_move_count },
 	[IDEM_SQL_RETENTION_CUTOFF] = { "idem_retention_cutoff", 1, sql_retention_cutoff },
-	[IDEM_SQL_RETENTION_PURGE] = { "idem_retention_purge", 3, sql_retention_purge },
-	[IDEM_SQL_RETENTION_HORIZON] = { "idem_retention_horizon", 2, sql_retention_horizon },
-	[IDEM_SQL_OLDEST_CLAIM] = { "idem_oldest_claim", 1, sql_oldest_claim },
+	[IDEM_SQL_RETENTION_PURGE] = { "idem_retention_purge", 5, sql_retention_purge },
 	[IDEM_SQL_RENAME_LOCK] = { "idem_rename_lock", 0, sql_rename_lock },
 	[IDEM_SQL_RENAME_OLD] = { "idem_rename_old", 1, sql_rename_old },
 	[IDEM_SQL_RENAME_CLAIMS] = { "idem_rename_claims", 2, sql_rename_claims },

@@ -61,11 +61,10 @@ enum idem_sql_id {
 	                                   upstream (each 0 or 1) */
 
 	/* Retention (idem_retention.c), each its own short transaction. */
-	IDEM_SQL_RETENTION_CUTOFF,  /* now() - keep seconds: keep */
-	IDEM_SQL_RETENTION_PURGE,   /* delete up to limit claims older than the cutoff: consumer,
-	                               cutoff, limit */
-	IDEM_SQL_RETENTION_HORIZON, /* record what was purged: consumer, cutoff */
-	IDEM_SQL_OLDEST_CLAIM,      /* the age of a consumer's oldest claim in seconds: consumer */
+	IDEM_SQL_RETENTION_CUTOFF, /* now() - keep seconds, now as epoch, the claims' blocks: keep
+	                            */
+	IDEM_SQL_RETENTION_PURGE,  /* one step of a sweep: consumer, from ctid, to block, cutoff,
+	                              limit */
 
 	/* idemctl rename (idem_rename.c), in its one transaction: old, new unless said. */
 	IDEM_SQL_RENAME_LOCK,            /* lock the consumer-keyed tables against writers and

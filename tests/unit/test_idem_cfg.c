@@ -289,7 +289,7 @@ static void test_minimal_defaults(void **state)
 	assert_int_equal(cfg->retry_max_ms, 30000);
 	assert_int_equal(cfg->max_attempts, 3);
 	assert_int_equal(cfg->retention_keep_s, 30 * 86400);
-	assert_int_equal(cfg->retention_interval_s, 600);
+	assert_int_equal(cfg->retention_interval_s, 86400);
 	assert_int_equal(cfg->retention_batch, 1000);
 	assert_int_equal(cfg->outbox_enabled, 0);
 	assert_int_equal(cfg->outbox_poll_interval_ms, 100);

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "idem_metrics.h"
 
@@ -221,6 +222,33 @@ static void test_outbox(void **state)
 	idem_metrics_free(m);
 }
 
+/* Retention measures the oldest claim's age once a sweep; between sweeps it keeps growing. */
+static void test_oldest_claim_age(void **state)
+{
+	idem_metrics *m = idem_metrics_new();
+	struct timespec nap = { 0, 300 * 1000 * 1000 };
+	double v;
+	char *t, *p;
+
+	(void)state;
+	t = render(m);
+	assert_null(strstr(t, "idemd_oldest_claim_age_seconds"));
+	free(t);
+	idem_metrics_oldest_claim_age(m, 10);
+	nanosleep(&nap, NULL);
+	t = render(m);
+	p = strstr(t, "\nidemd_oldest_claim_age_seconds ");
+	assert_non_null(p);
+	v = strtod(p + strlen("\nidemd_oldest_claim_age_seconds "), NULL);
+	assert_true(v >= 10.3 && v < 20);
+	free(t);
+	idem_metrics_oldest_claim_age(m, -1);
+	t = render(m);
+	assert_null(strstr(t, "idemd_oldest_claim_age_seconds"));
+	free(t);
+	idem_metrics_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -230,6 +258,7 @@ int main(void)
 		cmocka_unit_test(test_ready),
 		cmocka_unit_test(test_listen_errors),
 		cmocka_unit_test(test_outbox),
+		cmocka_unit_test(test_oldest_claim_age),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

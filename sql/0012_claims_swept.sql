@@ -1,0 +1,11 @@
+-- idemd schema, version 12: the claims have no index on processed_at; retention sweeps the
+-- table instead. Applied by `idemctl migrate` inside one transaction, after version 11.
+--
+-- Every claim inserted an entry into that index: 8.4 bytes a claim on disk and 61 bytes of
+-- write-ahead log a payment (505 to 444 in tests/bench/run.sh at its defaults), on the path of
+-- every batch, and every worker's entries went to the same rightmost page. Its only readers
+-- were retention's purge and the oldest claim's age. Retention now reads the table in block
+-- order, a range at a time (a TID range scan, retention.batch rows a transaction), once every
+-- retention.interval, and takes the oldest claim's age on the way (ARCHITECTURE.md,
+-- "Retention"). Dropping an index takes a moment, whatever the table's size.
+DROP INDEX IF EXISTS idem.processed_messages_processed_at;
