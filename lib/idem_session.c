@@ -46,14 +46,19 @@ static void sql_excerpt(const char *sql, char *buf, size_t len)
 	buf[o] = '\0';
 }
 
-/* Every configured topic's number in idem.claim_topics, committed before any batch claims. */
-static idem_status number_topics(idem_flush *pg, idem_error *err)
+/*
+ * Every configured topic's and route consumer's number in idem.claim_topics and
+ * idem.claim_consumers, committed before any batch claims: a batch that numbered a new name
+ * would hold that row until its commit, and every other batch naming it would wait there.
+ */
+static idem_status number_names(idem_flush *pg, idem_error *err)
 {
-	struct idem_buf topics = { 0 };
-	const char *vals[1];
+	struct idem_buf topics = { 0 }, consumers = { 0 };
+	const char *vals[2];
 	idem_status r;
 
-	if ((r = idem_pgarray_open(&topics)) != IDEM_OK)
+	if ((r = idem_pgarray_open(&topics)) != IDEM_OK ||
+	    (r = idem_pgarray_open(&consumers)) != IDEM_OK)
 		goto out_nomem;
 	for (size_t i = 0; i < pg->cfg->n_topics; i++) {
 		r = idem_pgarray_add(&topics, pg->cfg->topics[i], strlen(pg->cfg->topics[i]),
@@ -61,14 +66,25 @@ static idem_status number_topics(idem_flush *pg, idem_error *err)
 		if (r != IDEM_OK)
 			goto out_nomem;
 	}
-	if ((r = idem_pgarray_close(&topics)) != IDEM_OK)
+	for (size_t i = 0; i < pg->cfg->n_routes; i++) {
+		const char *c = pg->cfg->routes[i].consumer;
+
+		if ((r = idem_pgarray_add(&consumers, c, strlen(c), false)) != IDEM_OK)
+			goto out_nomem;
+	}
+	if ((r = idem_pgarray_close(&topics)) != IDEM_OK ||
+	    (r = idem_pgarray_close(&consumers)) != IDEM_OK)
 		goto out_nomem;
 	vals[0] = topics.data;
-	r = idem_sql_exec(pg->conn, IDEM_SQL_TOPICS_NUMBER, vals, "number the topics", NULL, err);
+	vals[1] = consumers.data;
+	r = idem_sql_exec(pg->conn, IDEM_SQL_NAMES_NUMBER, vals, "number the topics and consumers",
+	                  NULL, err);
 	idem_buf_done(&topics);
+	idem_buf_done(&consumers);
 	return r;
 out_nomem:
 	idem_buf_done(&topics);
+	idem_buf_done(&consumers);
 	return idem_error_nomem(err);
 }
 
@@ -96,7 +112,7 @@ static idem_status setup(idem_flush *pg, idem_error *err)
 		return r;
 	if ((r = idem_sql_prepare_batch(pg->conn, err)) != IDEM_OK)
 		return r;
-	if ((r = number_topics(pg, err)) != IDEM_OK)
+	if ((r = number_names(pg, err)) != IDEM_OK)
 		return r;
 	/* Where events are named after their message, they carry its trace context too. */
 	if (pg->emit_context &&

@@ -12,14 +12,17 @@
  * offset of every key it newly claimed (with its partition, and its topic when the batches'
  * topics differ), which names the message: a number, cheaper to return and to look up than the
  * key (measured in tests/bench/README.md, "Where each message's cost goes"). A claim names its
- * topic by its number in idem.claim_topics (sql/0011_claim_layout.sql): idem.claim_topic_id()
- * once per statement (an uncorrelated subquery, evaluated once), never per key; a worker gave
- * the configured topics theirs when its connection was set up (IDEM_SQL_TOPICS_NUMBER).
+ * topic and its consumer by their numbers in idem.claim_topics and idem.claim_consumers
+ * (sql/0011_claim_layout.sql, sql/0013_claim_consumers.sql): idem.claim_topic_id() and
+ * idem.claim_consumer_id() once per statement (uncorrelated subqueries, evaluated once), never
+ * per key; a worker gave the configured topics and consumers theirs when its connection was set
+ * up (IDEM_SQL_NAMES_NUMBER).
  */
 static const char sql_claim[] =
         "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, (SELECT idem.claim_topic_id($2)), $3, u.o, u.h"
+        " (consumer_id, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " SELECT (SELECT idem.claim_consumer_id($1)), u.k, (SELECT idem.claim_topic_id($2)), $3,"
+        " u.o, u.h"
         " FROM unnest($4::text[], $5::bigint[], $6::bytea[]) AS u(k, o, h)"
         " ON CONFLICT DO NOTHING RETURNING \"offset\"";
 
@@ -27,18 +30,22 @@ static const char sql_claim[] =
  * The claim of several partitions' keys at once (idem_flush_many()): each row carries its own
  * consumer and partition, and the rows returned say whose they are. A key given twice for one
  * consumer is inserted once, for the row that comes first; the other finds it claimed. The
- * topics' numbers are looked up once per topic (t, one row) and picked per key from an array,
- * so the rows keep the arrays' order (the claims' global order: ARCHITECTURE.md "The
- * transaction"); the rows returned name their topic again.
+ * topics' and the consumers' numbers are looked up once per name (t and c, one row each) and
+ * picked per key from an array, so the rows keep the arrays' order (the claims' global order:
+ * ARCHITECTURE.md "The transaction"); the rows returned name their topic again.
  */
 static const char sql_claim_many[] =
         "WITH t AS MATERIALIZED (SELECT array_agg(d.n) AS names,"
         " array_agg(idem.claim_topic_id(d.n)) AS ids"
         " FROM (SELECT DISTINCT n FROM unnest($3::text[]) AS n) AS d(n)),"
+        " c AS MATERIALIZED (SELECT array_agg(d.n) AS names,"
+        " array_agg(idem.claim_consumer_id(d.n)) AS ids"
+        " FROM (SELECT DISTINCT n FROM unnest($1::text[]) AS n) AS d(n)),"
         " i AS (INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
-        " SELECT u.c, u.k, t.ids[array_position(t.names, u.tp)], u.p, u.o, u.h"
-        " FROM t, unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[],"
+        " (consumer_id, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " SELECT c.ids[array_position(c.names, u.c)], u.k, t.ids[array_position(t.names, u.tp)],"
+        " u.p, u.o, u.h"
+        " FROM t, c, unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[],"
         " $6::bytea[]) AS u(c, k, tp, p, o, h)"
         " ON CONFLICT DO NOTHING RETURNING partition, \"offset\", topic_id)"
         " SELECT i.partition, i.\"offset\", t.names[array_position(t.ids, i.topic_id)] AS topic"
@@ -52,8 +59,9 @@ static const char sql_claim_many[] =
  */
 static const char sql_claim_parts[] =
         "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
-        " SELECT $1, u.k, (SELECT idem.claim_topic_id($3)), u.p, u.o, u.h"
+        " (consumer_id, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " SELECT (SELECT idem.claim_consumer_id($1)), u.k, (SELECT idem.claim_topic_id($3)), u.p,"
+        " u.o, u.h"
         " FROM unnest($2::text[], $4::int[], $5::bigint[], $6::bytea[]) AS u(k, p, o, h)"
         " ON CONFLICT DO NOTHING RETURNING partition, \"offset\"";
 
@@ -256,22 +264,26 @@ static const char sql_part_status[] =
         " FROM idem.partition_progress RIGHT JOIN (SELECT 1) one"
         " ON consumer = $1 AND topic = $2 AND partition = $3";
 
-static const char sql_claimed_count[] = "SELECT count(*) FROM idem.processed_messages"
-                                        " WHERE consumer = $1 AND business_key = ANY($2::text[])";
+/* A consumer's number (sql/0013_claim_consumers.sql), NULL for a name that has none. */
+#define CONSUMER_ID(name) "(SELECT n.id FROM idem.claim_consumers AS n WHERE n.name = " name ")"
+
+static const char sql_claimed_count[] =
+        "SELECT count(*) FROM idem.processed_messages"
+        " WHERE consumer_id = " CONSUMER_ID("$1") " AND business_key = ANY($2::text[])";
 
 static const char sql_horizon_get[] = "SELECT (extract(epoch FROM purged_before) * 1000)::bigint"
                                       " FROM idem.retention_horizon WHERE consumer = $1";
 
 #define TS_UTC(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
-/* The topic by its name (sql/0011_claim_layout.sql). */
-#define LOOKUP_AT TS_UTC("processed_at")
+/* The consumer and the topic by their names (sql/0011_claim_layout.sql, 0013). */
+#define LOOKUP_AT TS_UTC("m.processed_at")
 
 static const char sql_lookup[] =
-        "SELECT consumer, (SELECT t.name FROM idem.claim_topics t WHERE t.id = topic_id), partition,"
-        " \"offset\", " LOOKUP_AT ", result, encode(payload_hash, 'hex')"
-        " FROM idem.processed_messages"
-        " WHERE business_key = $1 AND consumer = ANY($2::text[]) ORDER BY consumer";
+        "SELECT k.name, (SELECT t.name FROM idem.claim_topics t WHERE t.id = m.topic_id),"
+        " m.partition, m.\"offset\", " LOOKUP_AT ", m.result, encode(m.payload_hash, 'hex')"
+        " FROM idem.claim_consumers k JOIN idem.processed_messages m ON m.consumer_id = k.id"
+        " WHERE m.business_key = $1 AND k.name = ANY($2::text[]) ORDER BY k.name";
 
 /* Columns 0..12 of a quarantine entry, the same for list and get. */
 #define QUARANTINE_COLUMNS                                                                          \
@@ -342,17 +354,19 @@ static const char sql_retention_cutoff[] =
 static const char sql_retention_purge[] =
         "WITH d AS (DELETE FROM idem.processed_messages WHERE ctid = ANY (ARRAY(SELECT ctid"
         " FROM idem.processed_messages WHERE ctid >= $2::tid"
-        " AND ctid < ('(' || $3::bigint || ',0)')::tid AND consumer = $1"
-        " AND processed_at < $4::timestamptz"
-        " ORDER BY ctid LIMIT $5::int)) RETURNING ctid),"
-        " s AS (SELECT count(*) AS n, max(ctid) AS last FROM d),"
-        " h AS (INSERT INTO idem.retention_horizon AS r (consumer, purged_before)"
-        " SELECT $1, $4::timestamptz FROM s WHERE s.n > 0 ON CONFLICT (consumer) DO UPDATE"
-        " SET purged_before = greatest(r.purged_before, excluded.purged_before))"
-        " SELECT s.n, s.last, extract(epoch FROM (SELECT min(m.processed_at)"
-        " FROM idem.processed_messages AS m WHERE m.ctid >= $2::tid AND m.ctid < CASE"
-        " WHEN s.n < $5::int THEN ('(' || $3::bigint || ',0)')::tid ELSE s.last END"
-        " AND m.consumer = $1 AND m.processed_at >= $4::timestamptz)) FROM s";
+        " AND ctid < ('(' || $3::bigint || ',0)')::tid AND consumer_id = " CONSUMER_ID(
+                "$1") " AND processed_at < $4::timestamptz"
+                      " ORDER BY ctid LIMIT $5::int)) RETURNING ctid),"
+                      " s AS (SELECT count(*) AS n, max(ctid) AS last FROM d),"
+                      " h AS (INSERT INTO idem.retention_horizon AS r (consumer, purged_before)"
+                      " SELECT $1, $4::timestamptz FROM s WHERE s.n > 0 ON CONFLICT (consumer) DO UPDATE"
+                      " SET purged_before = greatest(r.purged_before, excluded.purged_before))"
+                      " SELECT s.n, s.last, extract(epoch FROM (SELECT min(m.processed_at)"
+                      " FROM idem.processed_messages AS m WHERE m.ctid >= $2::tid AND m.ctid < CASE"
+                      " WHEN s.n < $5::int THEN ('(' || $3::bigint || ',0)')::tid ELSE s.last END"
+                      " AND m.consumer_id = " CONSUMER_ID(
+                              "$1") " AND m.processed_at >= $4::timestamptz))"
+                                    " FROM s";
 
 /*
  * idemctl rename (idem_rename.c): every table that names a consumer, in the order a batch
@@ -369,23 +383,26 @@ static const char sql_rename_lock[] =
  * server's clock, which wrote updated_at).
  */
 static const char sql_rename_old[] =
-        "SELECT EXISTS (SELECT 1 FROM idem.processed_messages WHERE consumer = $1),"
-        " EXISTS (SELECT 1 FROM idem.partition_progress WHERE consumer = $1),"
-        " EXISTS (SELECT 1 FROM idem.quarantine WHERE consumer = $1),"
-        " (SELECT floor(extract(epoch FROM clock_timestamp() - max(updated_at)))::bigint"
-        " FROM idem.partition_progress WHERE consumer = $1)";
+        "SELECT EXISTS (SELECT 1 FROM idem.processed_messages WHERE consumer_id = " CONSUMER_ID(
+                "$1") "),"
+                      " EXISTS (SELECT 1 FROM idem.partition_progress WHERE consumer = $1),"
+                      " EXISTS (SELECT 1 FROM idem.quarantine WHERE consumer = $1),"
+                      " (SELECT floor(extract(epoch FROM clock_timestamp() - max(updated_at)))::bigint"
+                      " FROM idem.partition_progress WHERE consumer = $1)";
 
 /*
  * A key both names claimed keeps the new name's claim (what the new name applied stays its own);
  * the old one's is deleted after.
  */
 static const char sql_rename_claims[] =
-        "UPDATE idem.processed_messages o SET consumer = $2"
-        " WHERE o.consumer = $1 AND NOT EXISTS (SELECT 1 FROM idem.processed_messages n"
-        " WHERE n.consumer = $2 AND n.business_key = o.business_key)";
+        "UPDATE idem.processed_messages o SET consumer_id = (SELECT idem.claim_consumer_id($2))"
+        " WHERE o.consumer_id = " CONSUMER_ID(
+                "$1") " AND NOT EXISTS (SELECT 1"
+                      " FROM idem.processed_messages x WHERE x.consumer_id = " CONSUMER_ID(
+                              "$2") " AND x.business_key = o.business_key)";
 
 static const char sql_rename_claims_drop[] =
-        "DELETE FROM idem.processed_messages WHERE consumer = $1";
+        "DELETE FROM idem.processed_messages WHERE consumer_id = " CONSUMER_ID("$1");
 
 /*
  * Both names have a row for a partition: one row of the new name, whose position is the
@@ -483,8 +500,9 @@ static const char sql_schema_version[] =
  * claiming everything else first). The topics in the configuration's order, so that workers
  * setting up at once take them in one order.
  */
-static const char sql_topics_number[] =
-        "SELECT count(idem.claim_topic_id(t)) FROM unnest($1::text[]) AS t";
+static const char sql_names_number[] =
+        "SELECT (SELECT count(idem.claim_topic_id(t)) FROM unnest($1::text[]) AS t)"
+        " + (SELECT count(idem.claim_consumer_id(c)) FROM unnest($2::text[]) AS c)";
 
 /* One row, made by sql/0007_restore.sql, carried by every copy of the database. */
 static const char sql_database_id[] = "SELECT id::text FROM idem.database_identity";
@@ -653,7 +671,7 @@ static const struct idem_sql_stmt stmts[IDEM_SQL_N] = {
 	[IDEM_SQL_SCHEMA_TABLE] = { "idem_schema_table", 0, sql_schema_table },
 	[IDEM_SQL_SCHEMA_VERSION] = { "idem_schema_version", 0, sql_schema_version },
 	[IDEM_SQL_DATABASE_ID] = { "idem_database_id", 0, sql_database_id },
-	[IDEM_SQL_TOPICS_NUMBER] = { "idem_topics_number", 1, sql_topics_number },
+	[IDEM_SQL_NAMES_NUMBER] = { "idem_names_number", 2, sql_names_number },
 	[IDEM_SQL_SCHEMA_RECORD] = { "idem_schema_record", 2, sql_schema_record },
 	[IDEM_SQL_OUTBOX_LOCK] = { "idem_outbox_lock", 0, sql_outbox_lock },
 	[IDEM_SQL_OUTBOX_PENDING] = { "idem_outbox_pending", 1, sql_outbox_pending },

@@ -98,8 +98,9 @@ enum idem_sql_id {
 	IDEM_SQL_SCHEMA_VERSION, /* the version migrated to, 0 if none */
 	IDEM_SQL_DATABASE_ID,    /* the database's identity (idem_resume, idemctl verify) */
 	IDEM_SQL_SCHEMA_RECORD,  /* record a migration: version, name */
-	IDEM_SQL_TOPICS_NUMBER,  /* give each of topics[] its number in idem.claim_topics if it
-	                            has none, outside any batch (idem_session.c) */
+	IDEM_SQL_NAMES_NUMBER,   /* give each of topics[] and consumers[] its number in
+	                            idem.claim_topics and idem.claim_consumers if it has none,
+	                            outside any batch (idem_session.c) */
 
 	/* The outbox relay (idem_relay.c). */
 	IDEM_SQL_OUTBOX_LOCK,    /* one relay at a time: true if this transaction got the lock */

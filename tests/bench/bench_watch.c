@@ -166,18 +166,15 @@ static int cmd_wait(const struct watch_opts *o)
 	}
 	if (o->postmaster > 0)
 		pg = bench_pg_cpu(o->postmaster);
-	res = query(
-	        conn,
-	        "SELECT extract(epoch FROM (SELECT min(processed_at) FROM"
-	        " idem.processed_messages WHERE consumer = $1 AND topic_id = (SELECT id FROM"
-	        " idem.claim_topics WHERE name = $2))),"
-	        " extract(epoch FROM (SELECT max(pg_xact_commit_timestamp(xmin)) FROM"
-	        " idem.partition_progress WHERE consumer = $1 AND topic = $2)),"
-	        " (SELECT count(*) FROM idem.processed_messages WHERE consumer = $1"
-	        " AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = $2)),"
-	        " (SELECT count(DISTINCT xmin::text) FROM idem.processed_messages"
-	        " WHERE consumer = $1 AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = $2))",
-	        2, vals);
+	res = query(conn,
+	            "WITH c AS MATERIALIZED (SELECT processed_at, xmin FROM idem.processed_messages"
+	            " WHERE consumer_id = (SELECT id FROM idem.claim_consumers WHERE name = $1)"
+	            " AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = $2))"
+	            " SELECT extract(epoch FROM (SELECT min(processed_at) FROM c)),"
+	            " extract(epoch FROM (SELECT max(pg_xact_commit_timestamp(xmin)) FROM"
+	            " idem.partition_progress WHERE consumer = $1 AND topic = $2)),"
+	            " (SELECT count(*) FROM c), (SELECT count(DISTINCT xmin::text) FROM c)",
+	            2, vals);
 	if (PQgetisnull(res, 0, 0) || PQgetisnull(res, 0, 1))
 		bench_die("no claims or no commit timestamps (is track_commit_timestamp on?)");
 	printf("first=%s last=%s seconds=%.3f cpu=%.3f hwm_kib=%ld pg_cpu=%.3f claims=%s"

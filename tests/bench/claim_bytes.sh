@@ -12,7 +12,8 @@
 # name), ordered (fixed-width columns first, topic by name), v11 (schema version 11: ordered,
 # topic by number), brin (v11 with a BRIN index on processed_at), v12 (schema version 12:
 # v11 without an index on processed_at), nohash (v11 without payload_hash), consumer_id (v11
-# with the consumer by number too), consumer_id_brin, v12_consumer_id.
+# with the consumer by number too), consumer_id_brin, v13 (schema version 13: v12 with the
+# consumer by number).
 #
 # Then retention at a steady state: 300 hours of 1,000 claims an hour, 100 hours kept,
 # VACUUMed every 10 hours: with the B-tree (schema version 11) and with the BRIN index, purged
@@ -59,8 +60,8 @@ CREATE INDEX ON x.consumer_id (processed_at);
 CREATE TABLE x.consumer_id_brin (LIKE x.consumer_id INCLUDING DEFAULTS);
 ALTER TABLE x.consumer_id_brin ADD PRIMARY KEY (consumer, business_key);
 CREATE INDEX ON x.consumer_id_brin USING brin (processed_at);
-CREATE TABLE x.v12_consumer_id (LIKE x.consumer_id INCLUDING DEFAULTS);
-ALTER TABLE x.v12_consumer_id ADD PRIMARY KEY (consumer, business_key);
+CREATE TABLE x.v13 (LIKE x.consumer_id INCLUDING DEFAULTS);
+ALTER TABLE x.v13 ADD PRIMARY KEY (consumer, business_key);
 CREATE TABLE x.src AS SELECT i / 1000 AS t, 'pay-1733-' || g AS k, g % 16 AS p,
 	g::bigint / 16 AS o, substring(sha256(g::text::bytea) FROM 1 FOR 8) AS h
 	FROM (SELECT g, row_number() OVER (ORDER BY md5(g::text)) - 1 AS i
@@ -79,7 +80,7 @@ DECLARE
 		WHEN 'nohash' THEN '''payments'', k, 1, p, o'
 		WHEN 'consumer_id' THEN '1, k, 1, p, o, h'
 		WHEN 'consumer_id_brin' THEN '1, k, 1, p, o, h'
-		WHEN 'v12_consumer_id' THEN '1, k, 1, p, o, h'
+		WHEN 'v13' THEN '1, k, 1, p, o, h'
 		ELSE '''payments'', k, 1, p, o, h' END;
 BEGIN
 	FOR t IN 0 .. (SELECT max(s.t) FROM x.src s) LOOP
@@ -91,7 +92,7 @@ END
 \$\$;
 SQL
 echo "layout total heap primary_key time_index wal (bytes per claim, $claims claims)"
-for t in v10 ordered v11 brin v12 nohash consumer_id consumer_id_brin v12_consumer_id; do
+for t in v10 ordered v11 brin v12 nohash consumer_id consumer_id_brin v13; do
 	idem_psql -c "CHECKPOINT" >/dev/null
 	lsn=$(idem_psql -c "SELECT pg_current_wal_insert_lsn()")
 	idem_psql -c "CALL x.fill('$t')" >/dev/null

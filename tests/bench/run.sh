@@ -435,7 +435,7 @@ reset_db() {
 	idem_psql -c "TRUNCATE idem.processed_messages, idem.partition_progress, idem.quarantine, ledger, accounts, bench_latency RESTART IDENTITY"
 	idem_psql -c "SET client_min_messages = warning; DROP TABLE IF EXISTS peer_claims" # bench_peer creates its own
 	if [ "$history" -gt 0 ]; then
-		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\", payload_hash, result) SELECT c, 'hist-' || g, idem.claim_topic_id('history'), 0, g, sha256(g::text::bytea), '0' FROM generate_series(1, $history) g, (VALUES ('payments'), ('lat')) v(c)"
+		idem_psql -c "INSERT INTO idem.processed_messages (consumer_id, business_key, topic_id, partition, \"offset\", payload_hash, result) SELECT idem.claim_consumer_id(c), 'hist-' || g, idem.claim_topic_id('history'), 0, g, sha256(g::text::bytea), '0' FROM generate_series(1, $history) g, (VALUES ('payments'), ('lat')) v(c)"
 		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
 	fi
 	idem_psql -c "CHECKPOINT"
@@ -695,7 +695,7 @@ phase_c() {
 	reset_db
 	if [ "$purge" -gt 0 ]; then
 		idem_log "run $r: $ph: $purge claims older than retention.keep"
-		idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\", payload_hash, processed_at) SELECT 'payments', 'old-' || g, idem.claim_topic_id('history'), 0, g, substring(sha256(g::text::bytea) FROM 1 FOR 16), now() - interval '31 days' - make_interval(secs => g / 1000.0) FROM generate_series(1, $purge) g"
+		idem_psql -c "INSERT INTO idem.processed_messages (consumer_id, business_key, topic_id, partition, \"offset\", payload_hash, processed_at) SELECT idem.claim_consumer_id('payments'), 'old-' || g, idem.claim_topic_id('history'), 0, g, substring(sha256(g::text::bytea) FROM 1 FOR 16), now() - interval '31 days' - make_interval(secs => g / 1000.0) FROM generate_series(1, $purge) g"
 		idem_psql -c "VACUUM ANALYZE idem.processed_messages"
 		idem_psql -c "CHECKPOINT"
 	fi

@@ -162,10 +162,10 @@ check_db() {
 		first=${spec#*:}
 		last=${first#*-}
 		first=${first%-*}
-		n=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$c'")
+		n=$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = '$c'")
 		claims=$((claims + n))
 		idem_assert_eq "$c: claims of payments of other rounds than $first..$last (applied again under another name)" 0 \
-			"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p JOIN expected e ON e.payment_id = p.business_key WHERE p.consumer = '$c' AND e.round NOT BETWEEN $first AND $last")"
+			"$(idem_psql -c "SELECT count(*) FROM idem.claims_named p JOIN expected e ON e.payment_id = p.business_key WHERE p.consumer = '$c' AND e.round NOT BETWEEN $first AND $last")"
 		idem_assert_eq "$c: claims (payments of rounds $first..$last)" "$(sum_of unique "$first" "$last")" "$n"
 		idem_assert_eq "$c: applied (sum of its progress rows)" "$(sum_of unique "$first" "$last")" \
 			"$(idem_psql -c "SELECT coalesce(sum(applied), 0) FROM idem.partition_progress WHERE consumer = '$c'")"
@@ -201,7 +201,7 @@ check_held v2 shop-v1 shop-v2
 idem_assert_eq "ledger rows while held (round 1's payments only)" "${unique[1]}" \
 	"$(idem_psql -c 'SELECT count(*) FROM ledger')"
 idem_assert_eq "claims under shop-v2 while held" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'shop-v2'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'shop-v2'")"
 # idemctl verify says the same, for every partition (exit 5: positions of another consumer).
 rc=0
 ctl verify >"$IDEM_TMP/verify.out" 2>&1 || rc=$?
@@ -278,7 +278,7 @@ idemd_stop v4
 idem_assert_eq "ledger rows while held (rounds 1-4's payments only)" "$(sum_of unique 1 4)" \
 	"$(idem_psql -c 'SELECT count(*) FROM ledger')"
 idem_assert_eq "claims under shop-v2 while held" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'shop-v2'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'shop-v2'")"
 config shop-v3
 idemd_start v5 "$cfg"
 idem_wait_done "$group" 120

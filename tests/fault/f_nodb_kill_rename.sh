@@ -75,7 +75,7 @@ assigned() {
 
 # claims_digest: every claim (consumer, key, partition, offset), as one md5.
 claims_digest() {
-	idem_psql -c "SELECT count(*) || ' ' || coalesce(md5(string_agg(consumer || ' ' || business_key || ' ' || partition || ' ' || \"offset\", ',' ORDER BY consumer, business_key)), '-') FROM idem.processed_messages"
+	idem_psql -c "SELECT count(*) || ' ' || coalesce(md5(string_agg(consumer || ' ' || business_key || ' ' || partition || ' ' || \"offset\", ',' ORDER BY consumer, business_key)), '-') FROM idem.claims_named"
 }
 
 # resume_connections: idemd's connections to decide starts so far (Postgres's log).

@@ -86,7 +86,7 @@ idem_assert_eq "B payments applied twice" 0 \
 idem_assert_eq "payments missing in B" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM ledger l WHERE NOT EXISTS (SELECT 1 FROM applied_b b WHERE b.payment_id = l.payment_id AND b.account = l.account AND b.amount = l.amount)')"
 idem_assert_eq "B claims" "$IDEM_UNIQUE" \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'events'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'events'")"
 idem_check_accounting events
 # Per account (the events' key), B applied them in outbox order: the order in which A's
 # transactions took the account's row lock and emitted, i.e. the order of its balance changes.

@@ -94,7 +94,7 @@ assigned() {
 
 # claims_digest: every claim (consumer, key, partition, offset), as one md5.
 claims_digest() {
-	idem_psql -c "SELECT count(*) || ' ' || coalesce(md5(string_agg(consumer || ' ' || business_key || ' ' || partition || ' ' || \"offset\", ',' ORDER BY consumer, business_key)), '-') FROM idem.processed_messages"
+	idem_psql -c "SELECT count(*) || ' ' || coalesce(md5(string_agg(consumer || ' ' || business_key || ' ' || partition || ' ' || \"offset\", ',' ORDER BY consumer, business_key)), '-') FROM idem.claims_named"
 }
 
 # resume_connections: idemd's connections to decide starts so far (Postgres's log).
@@ -174,7 +174,7 @@ rename shop-old shop-new
 idem_assert_eq "shop-new's positions after the rename (shop-old's restored ones)" \
 	"$(cat "$IDEM_TMP/restored-331")" "$(positions shop-new)"
 idem_assert_eq "shop-old's rows after the rename" 0 \
-	"$(idem_psql -c "SELECT (SELECT count(*) FROM idem.processed_messages WHERE consumer = 'shop-old') + (SELECT count(*) FROM idem.partition_progress WHERE consumer = 'shop-old')")"
+	"$(idem_psql -c "SELECT (SELECT count(*) FROM idem.claims_named WHERE consumer = 'shop-old') + (SELECT count(*) FROM idem.partition_progress WHERE consumer = 'shop-old')")"
 config shop-new
 idemd_start b "$cfg"
 idem_wait_until 60 "idemd b to start every partition" assigned b

@@ -197,7 +197,7 @@ check_verdict() {
 	idem_assert_eq "$what: ledger rows with a wrong account or amount" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM ledger l JOIN m_keep k USING (payment_id) WHERE l.amount <> k.amount OR l.account <> k.account')"
 	idem_assert_eq "$what: claims" "$keep" \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments'")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments'")"
 	idem_assert_eq "$what: claims of payments that are not to be applied" 0 \
 		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages c WHERE NOT EXISTS (SELECT 1 FROM m_keep k WHERE k.payment_id = c.business_key)")"
 	idem_assert_eq "$what: accounts with a wrong balance" 0 \

@@ -161,7 +161,7 @@ check_verdict() {
 	idem_assert_eq "$what: skipped payments applied (ledger rows)" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM ledger l JOIN m_skip USING (payment_id)')"
 	idem_assert_eq "$what: skipped payments claimed" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages c JOIN m_skip s ON s.payment_id = c.business_key WHERE c.consumer = 'payments'")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named c JOIN m_skip s ON s.payment_id = c.business_key WHERE c.consumer = 'payments'")"
 	idem_assert_eq "$what: ledger rows" "$(idem_psql -c 'SELECT count(*) FROM m_keep')" \
 		"$(idem_psql -c 'SELECT count(*) FROM ledger')"
 	idem_assert_eq "$what: payments applied twice" 0 \
@@ -169,9 +169,9 @@ check_verdict() {
 	idem_assert_eq "$what: payments missing" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM m_keep k WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.payment_id = k.payment_id AND l.account = k.account AND l.amount = k.amount)')"
 	idem_assert_eq "$what: claims" "$(idem_psql -c 'SELECT count(*) FROM m_keep')" \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments'")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments'")"
 	idem_assert_eq "$what: claims of payments that are not to be applied" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages c WHERE consumer = 'payments' AND NOT EXISTS (SELECT 1 FROM m_keep k WHERE k.payment_id = c.business_key)")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named c WHERE consumer = 'payments' AND NOT EXISTS (SELECT 1 FROM m_keep k WHERE k.payment_id = c.business_key)")"
 	idem_assert_eq "$what: accounts with a wrong balance" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM (SELECT account, sum(amount) s FROM m_keep GROUP BY 1) x FULL JOIN accounts a ON a.id = x.account WHERE a.balance IS DISTINCT FROM x.s')"
 	idem_check_accounting payments

@@ -322,7 +322,8 @@ idem_dups_looked_up() {
 	idem_psql >/dev/null <<'SQL'
 CREATE TABLE claims AS SELECT partition p, "offset" o, business_key k, xmin::text x
 	FROM idem.processed_messages
-	WHERE consumer = 'payments' AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments');
+	WHERE consumer_id = (SELECT id FROM idem.claim_consumers WHERE name = 'payments')
+	AND topic_id = (SELECT id FROM idem.claim_topics WHERE name = 'payments');
 CREATE TABLE looked AS
 WITH m AS (
 	SELECT m.p, m.o, m.k, c.x,
@@ -464,9 +465,9 @@ idem_check_exactly_once() {
 	idem_psql -c "ANALYZE expected, idem.processed_messages, ledger, accounts" >/dev/null
 	idem_assert_eq "manifest rows" "$IDEM_UNIQUE" "$(idem_psql -c 'SELECT count(*) FROM expected')"
 	idem_assert_eq "claims" "$IDEM_UNIQUE" \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer'")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = '$consumer'")"
 	idem_assert_eq "claims not in manifest" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE consumer = '$consumer' AND NOT EXISTS (SELECT 1 FROM expected e WHERE e.payment_id = p.business_key)")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named p WHERE consumer = '$consumer' AND NOT EXISTS (SELECT 1 FROM expected e WHERE e.payment_id = p.business_key)")"
 	idem_assert_eq "ledger rows" "$IDEM_UNIQUE" "$(idem_psql -c 'SELECT count(*) FROM ledger')"
 	idem_assert_eq "payments applied twice" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM (SELECT payment_id FROM ledger GROUP BY 1 HAVING count(*) > 1) d')"
@@ -480,10 +481,10 @@ idem_check_exactly_once() {
 	# nothing, and then no claim row is rewritten to store one.
 	if [ "$IDEM_HANDLER_MODE" = set ]; then
 		idem_assert_eq "claims with a stored result (set mode stores none)" 0 \
-			"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer' AND result IS NOT NULL")"
+			"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = '$consumer' AND result IS NOT NULL")"
 	else
 		idem_assert_eq "claims without a stored result" 0 \
-			"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer' AND result IS NULL")"
+			"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = '$consumer' AND result IS NULL")"
 	fi
 	v=$(idem_psql -c "SELECT sum(applied) = $IDEM_UNIQUE AND sum(consumed) = sum(applied) + sum(duplicates) + sum(quarantined) AND sum(quarantined) = 0 AND sum(consumed) >= $IDEM_PRODUCED FROM idem.partition_progress WHERE consumer = '$consumer'")
 	[ "$v" = t ] || idem_fail "progress counters do not add up: $(idem_psql -c "SELECT sum(consumed), sum(applied), sum(duplicates), sum(quarantined) FROM idem.partition_progress WHERE consumer = '$consumer'")"
@@ -630,9 +631,9 @@ idem_check_topic_once() {
 	idem_assert_eq "accounts with a wrong balance" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM (SELECT account, sum(amount) s FROM expected GROUP BY 1) x FULL JOIN accounts a ON a.id = x.account WHERE a.balance IS DISTINCT FROM x.s')"
 	idem_assert_eq "claims of $consumer" "$IDEM_UNIQUE" \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$consumer'")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = '$consumer'")"
 	idem_assert_eq "claims of another consumer than $consumer" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer <> '$consumer'")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer <> '$consumer'")"
 	idem_assert_eq "claims of keys that are no payment of the topic from the first start on" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM idem.processed_messages c WHERE NOT EXISTS (SELECT 1 FROM expected e WHERE e.payment_id = c.business_key)')"
 	idem_assert_eq "$consumer: applied, quarantined (its progress rows' counters)" "$IDEM_UNIQUE 0" \
@@ -840,8 +841,9 @@ idem_payments_file() {
 }
 
 # idem_claims_before_v11: idem.processed_messages as schema versions 1 to 10 made it (version 1's
-# column order, each claim's topic by its name), with the claims it holds, and none of version
-# 11's objects (sql/0011_claim_layout.sql); idem.claims_of() as version 6 made it. The caller
+# column order, each claim's topic and consumer by their names), with the claims it holds, and
+# none of the objects of versions 11 to 13 (sql/0011_claim_layout.sql, 0012, 0013);
+# idem.claims_of() as version 6 made it, idem.store_results() as version 5 did. The caller
 # forgets version 11 (and whatever else it undoes) in idem.schema_migrations.
 idem_claims_before_v11() {
 	idem_psql -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
@@ -855,9 +857,23 @@ DROP VIEW idem.claims_named;
 DROP TABLE idem.processed_messages;
 DROP FUNCTION idem.claim_topic_id(text);
 DROP TABLE idem.claim_topics;
+DROP FUNCTION idem.claim_consumer_id(text);
+DROP TABLE idem.claim_consumers;
 ALTER TABLE idem.processed_messages_v10 RENAME TO processed_messages;
 ALTER TABLE idem.processed_messages ADD PRIMARY KEY (consumer, business_key);
 CREATE INDEX processed_messages_processed_at ON idem.processed_messages (processed_at);
+CREATE OR REPLACE FUNCTION idem.store_results(consumer text, keys text[], results text[])
+RETURNS bigint LANGUAGE sql VOLATILE
+SET enable_seqscan = off SET enable_bitmapscan = off
+SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+    WITH s AS (
+        UPDATE idem.processed_messages AS p SET result = u.r
+        FROM unnest(store_results.keys, store_results.results) AS u(k, r)
+        WHERE p.consumer = store_results.consumer AND p.business_key = u.k
+        RETURNING 1)
+    SELECT count(*) FROM s
+$$;
 SQL
 	idem_psql -v ON_ERROR_STOP=1 -f "$IDEM_SRC/sql/0006_claims_probe.sql" >/dev/null
 }

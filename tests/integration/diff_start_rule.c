@@ -249,9 +249,9 @@ static void db_load(struct run *rn, const struct state *st)
 			v[4] = at;
 			exec_params(
 			        rn,
-			        "INSERT INTO idem.processed_messages (consumer, business_key, topic_id,"
-			        " partition, \"offset\", processed_at)"
-			        " VALUES ($1, $2, idem.claim_topic_id($3), 0, $4,"
+			        "INSERT INTO idem.processed_messages (consumer_id, business_key,"
+			        " topic_id, partition, \"offset\", processed_at)"
+			        " VALUES (idem.claim_consumer_id($1), $2, idem.claim_topic_id($3), 0, $4,"
 			        " to_timestamp($5::bigint))",
 			        5, v);
 		}
@@ -479,7 +479,7 @@ static void ev_purge(struct run *rn)
 {
 	int c = rnd(rn, 0, NCONS - 1), k0 = -1, n = 0;
 	char key[2] = { 0 };
-	const char *vals[3];
+	const char *vals[5];
 	PGresult *res;
 
 	for (int k = 0; k < NKEYS; k++) {
@@ -495,7 +495,7 @@ static void ev_purge(struct run *rn)
 	vals[0] = cons_name[c];
 	vals[1] = key;
 	res = PQexecParams(rn->conn,
-	                   "SELECT processed_at FROM idem.processed_messages"
+	                   "SELECT processed_at FROM idem.claims_named"
 	                   " WHERE consumer = $1 AND business_key = $2",
 	                   2, NULL, vals, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
@@ -505,8 +505,12 @@ static void ev_purge(struct run *rn)
 		if (rn->st.db.claim[c][k] != 0 && rn->st.claim_ev[c][k] < rn->st.claim_ev[c][k0])
 			model_purge_claim(&rn->st.db, c, k);
 	}
-	vals[1] = PQgetvalue(res, 0, 0);
-	vals[2] = "1000"; /* more than the claims there are: one statement purges them all */
+	/* One step of a sweep over blocks 0 to 1,000,000, with a limit of more than the claims
+	 * there are: one statement purges them all. */
+	vals[1] = "(0,0)";
+	vals[2] = "1000000";
+	vals[3] = PQgetvalue(res, 0, 0);
+	vals[4] = "1000";
 	PQclear(exec_sql(rn, IDEM_SQL_RETENTION_PURGE, vals, "purge"));
 	PQclear(res);
 }

@@ -39,7 +39,7 @@ payments() {
 		--partitions 4 --manifest "$IDEM_TMP/s$1.csv" --output "$IDEM_TMP/s$1.txt" >/dev/null
 }
 claims_are() { test "$(claims_of "$1")" = "$2"; }
-claims_of() { idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments' AND business_key LIKE 'pay-$1-%'"; }
+claims_of() { idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments' AND business_key LIKE 'pay-$1-%'"; }
 uniq_of() { wc -l <"$IDEM_TMP/s$1.csv"; }
 waits_over() { test "$(waits)" -gt "$1"; }
 quarantined_is() { test "$(idem_psql -c 'SELECT count(*) FROM idem.quarantine')" = "$1"; }
@@ -108,7 +108,7 @@ cat "$IDEM_TMP/s1.csv" "$IDEM_TMP/s2.csv" "$IDEM_TMP/s4.csv" >"$IDEM_TMP/manifes
 idem_psql -c "CREATE TABLE expected (payment_id text PRIMARY KEY, account text, amount bigint)"
 idem_psql -c "\\copy expected FROM '$IDEM_TMP/manifest.csv' WITH (FORMAT csv)"
 idem_assert_eq "claims" "$(wc -l <"$IDEM_TMP/manifest.csv")" \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments'")"
 idem_assert_eq "ledger rows not expected once" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT payment_id, count(*) FROM ledger GROUP BY 1) l FULL JOIN expected e USING (payment_id) WHERE l.count IS DISTINCT FROM 1 OR e.payment_id IS NULL')"
 idem_assert_eq "accounts with wrong balance" 0 \

@@ -66,7 +66,7 @@ once() {
 	idem_assert_eq "$1: payments applied twice" 0 \
 		"$(idem_psql -c 'SELECT count(*) FROM (SELECT payment_id FROM ledger GROUP BY 1 HAVING count(*) > 1) d')"
 	idem_assert_eq "$1: claims" "$IDEM_UNIQUE" \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$1'")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = '$1'")"
 }
 # forget: the database loses everything idemd applied, as a restore from a backup taken before
 # the first message would; Kafka's committed offsets (idemd's) stay.

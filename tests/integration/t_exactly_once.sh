@@ -47,10 +47,10 @@ within=$(idem_psql -c 'SELECT count(*) FROM (SELECT key FROM stream GROUP BY key
 idem_assert_eq "claims not on a copy of their payment in topic payments" 0 \
 	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named p WHERE consumer = 'payments' AND (p.topic <> 'payments' OR NOT EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part = p.partition AND s.off = p.\"offset\"))")"
 idem_assert_eq "claims made by a later copy than their partition's first" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE consumer = 'payments' AND EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part = p.partition AND s.off < p.\"offset\")")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named p WHERE consumer = 'payments' AND EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part = p.partition AND s.off < p.\"offset\")")"
 # A payment with copies in one partition only is claimed at its first copy in the topic.
 idem_assert_eq "single-partition payments not claimed by their first copy" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM (SELECT key, min(part) part, min(off) off FROM stream GROUP BY key HAVING count(DISTINCT part) = 1) f JOIN idem.processed_messages p ON p.consumer = 'payments' AND p.business_key = f.key WHERE (p.partition, p.\"offset\") <> (f.part, f.off)")"
-first_elsewhere=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE consumer = 'payments' AND EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part <> p.partition)")
+	"$(idem_psql -c "SELECT count(*) FROM (SELECT key, min(part) part, min(off) off FROM stream GROUP BY key HAVING count(DISTINCT part) = 1) f JOIN idem.claims_named p ON p.consumer = 'payments' AND p.business_key = f.key WHERE (p.partition, p.\"offset\") <> (f.part, f.off)")"
+first_elsewhere=$(idem_psql -c "SELECT count(*) FROM idem.claims_named p WHERE consumer = 'payments' AND EXISTS (SELECT 1 FROM stream s WHERE s.key = p.business_key AND s.part <> p.partition)")
 idem_log "payments with copies in two partitions: $cross ($first_elsewhere claimed where another partition also held a copy); with two copies in one partition: $within"
 echo "ok: produced=$IDEM_PRODUCED unique=$IDEM_UNIQUE $(idem_counts payments)"

@@ -63,7 +63,7 @@ manifest() { # FROM TO: the expected rows (payment_id,account,amount)
 frame() { idem_json_frame --key-field payment_id --schema-id "$@"; }
 hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n'; }
 h() { printf '00%08x' "$1"; } # the Confluent header of schema id $1
-claims_in() { idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments' AND business_key IN (SELECT 'pay-' || g FROM generate_series($1, $2) g)"; }
+claims_in() { idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments' AND business_key IN (SELECT 'pay-' || g FROM generate_series($1, $2) g)"; }
 claims_in_are() { test "$(claims_in "$1" "$2")" = "$3"; }
 quarantined() { idem_psql -c 'SELECT count(*) FROM idem.quarantine'; }
 quarantined_is() { test "$(quarantined)" = "$1"; }
@@ -135,13 +135,13 @@ done
 manifest 1 700 >"$IDEM_TMP/manifest.csv"
 idem_psql -c "CREATE TABLE expected (payment_id text PRIMARY KEY, account text, amount bigint)"
 idem_psql -c "\\copy expected FROM '$IDEM_TMP/manifest.csv' WITH (FORMAT csv)"
-idem_assert_eq "claims" 700 "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments'")"
+idem_assert_eq "claims" 700 "$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments'")"
 idem_assert_eq "ledger rows not expected once" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT payment_id, account, amount, count(*) FROM ledger GROUP BY 1, 2, 3) l FULL JOIN expected e USING (payment_id, account, amount) WHERE l.count IS DISTINCT FROM 1 OR e.payment_id IS NULL')"
 idem_assert_eq "accounts with wrong balance" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT account, sum(amount) s FROM expected GROUP BY 1) x FULL JOIN accounts a ON a.id = x.account WHERE a.balance IS DISTINCT FROM x.s')"
 idem_assert_eq "claims of payments 1..100 made by their v1 message" 100 \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE consumer = 'payments' AND business_key IN (SELECT 'pay-' || g FROM generate_series(1, 100) g) AND p.\"offset\" < (SELECT min(\"offset\") FROM idem.processed_messages q WHERE q.consumer = 'payments' AND q.partition = p.partition AND q.business_key IN (SELECT 'pay-' || g FROM generate_series(301, 500) g))")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named p WHERE consumer = 'payments' AND business_key IN (SELECT 'pay-' || g FROM generate_series(1, 100) g) AND p.\"offset\" < (SELECT min(\"offset\") FROM idem.claims_named q WHERE q.consumer = 'payments' AND q.partition = p.partition AND q.business_key IN (SELECT 'pay-' || g FROM generate_series(301, 500) g))")"
 idem_assert_eq "consumed, applied, duplicates (upstream, payload differs), quarantined" "805|700|100|100|100|5" \
 	"$(idem_psql -c "SELECT sum(consumed) || '|' || sum(applied) || '|' || sum(duplicates) || '|' || sum(dup_upstream) || '|' || sum(payload_mismatches) || '|' || sum(quarantined) FROM idem.partition_progress WHERE consumer = 'payments'")"
 echo "ok: JSON Schema payments of ids $id1 and $id2 applied once (v2 re-sends duplicates), 5 bad frames quarantined with their reasons, waited through a registry outage for id $id3; $(idem_counts payments)"

@@ -84,6 +84,6 @@ idem_assert_eq "quarantined" "$bad" "$(idem_psql -c 'SELECT count(*) FROM idem.q
 idem_assert_eq "ledger" "pay-1 acct-1 5
 pay-2 acct-22 7
 pay-3 acct-3 11" "$(idem_psql -c "SELECT payment_id || ' ' || account || ' ' || amount FROM ledger ORDER BY 1")"
-idem_assert_eq "claims" 3 "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments'")"
+idem_assert_eq "claims" 3 "$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments'")"
 idem_assert_eq "duplicates" 1 "$(idem_psql -c "SELECT sum(duplicates) FROM idem.partition_progress WHERE consumer = 'payments'")"
 echo "ok: $bad documents the schema refuses (or cannot check) quarantined with their reasons, 3 payments applied once"

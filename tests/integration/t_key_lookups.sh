@@ -17,7 +17,7 @@ history=200000
 idem_fixture --topics payments:2 --config idemd.yaml g-lookups payments
 cfg=$IDEM_CFG
 idem_psql -c "ALTER TABLE idem.processed_messages SET (autovacuum_enabled = false)"
-idem_psql -c "INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\", payload_hash) SELECT 'payments', 'hist-' || g, idem.claim_topic_id('history'), 0, g, sha256(g::text::bytea) FROM generate_series(1, $history) g"
+idem_psql -c "INSERT INTO idem.processed_messages (consumer_id, business_key, topic_id, partition, \"offset\", payload_hash) SELECT idem.claim_consumer_id('payments'), 'hist-' || g, idem.claim_topic_id('history'), 0, g, sha256(g::text::bytea) FROM generate_series(1, $history) g"
 idem_assert_eq "claims table never analyzed" "-1" \
 	"$(idem_psql -c "SELECT reltuples FROM pg_class WHERE oid = 'idem.processed_messages'::regclass")"
 before=$(idem_pkey_reads)

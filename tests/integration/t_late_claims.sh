@@ -65,7 +65,7 @@ idemd_stop a
 idem_assert_eq "ledger rows" 401 "$(idem_psql -c 'SELECT count(*) FROM ledger')"
 idem_assert_eq "payments applied twice" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT payment_id FROM ledger GROUP BY 1 HAVING count(*) > 1) d')"
-idem_assert_eq "claims" 401 "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments'")"
+idem_assert_eq "claims" 401 "$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments'")"
 idem_assert_eq "consumed, applied, duplicates" "402 401 1" \
 	"$(idem_psql -F ' ' -c "SELECT sum(consumed), sum(applied), sum(duplicates) FROM idem.partition_progress WHERE consumer = 'payments'")"
 [ -n "$late" ] && [ "$late" -ge 1 ] || idem_fail "idemd_claims_late_total is '$late', not at least 1"

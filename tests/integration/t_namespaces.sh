@@ -22,11 +22,11 @@ idemd_stop audit
 
 idem_check_exactly_once ledger
 idem_assert_eq "audit claims" "$IDEM_UNIQUE" \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'audit'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'audit'")"
 idem_assert_eq "audit rows" "$IDEM_UNIQUE" "$(idem_psql -c "SELECT count(DISTINCT payment_id) || '/' || count(*) FROM audit" | cut -d/ -f2)"
 idem_assert_eq "audit distinct" "$IDEM_UNIQUE" "$(idem_psql -c "SELECT count(DISTINCT payment_id) FROM audit")"
 idem_assert_eq "audit tenants" "t1" "$(idem_psql -c "SELECT string_agg(DISTINCT tenant, ',') FROM audit")"
 # The same key claimed once in each namespace.
 idem_assert_eq "keys claimed by both" "$IDEM_UNIQUE" \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages l JOIN idem.processed_messages a USING (business_key) WHERE l.consumer = 'ledger' AND a.consumer = 'audit'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named l JOIN idem.claims_named a USING (business_key) WHERE l.consumer = 'ledger' AND a.consumer = 'audit'")"
 echo "ok: ledger $(idem_counts ledger); audit $(idem_counts audit)"

@@ -177,7 +177,7 @@ idem_assert_eq "o-4 as o-1" "$(row o-1 | sed 's/^o-1/o-4/')" "$(row o-4)"
 idem_assert_eq "jsonb" 'B-2' \
 	"$(idem_psql -c "SELECT (vals[29])::jsonb #>> '{1,sku}' FROM pb_seen WHERE order_id = 'o-1'")"
 # o-1 re-sent in v2 is a duplicate of v1's o-1: one claim, the row v1 wrote, one duplicate.
-idem_assert_eq "claims" 4 "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'orders'")"
+idem_assert_eq "claims" 4 "$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'orders'")"
 idem_assert_eq "duplicates" 1 "$(idem_psql -c "SELECT sum(duplicates) FROM idem.partition_progress WHERE consumer = 'orders'")"
 idem_assert_eq "quarantined" 0 "$(idem_psql -c 'SELECT count(*) FROM idem.quarantine')"
 # Each schema id was fetched once after the outage, however many messages used it; the import

@@ -44,7 +44,7 @@ idem_log "running README's quickstart ($(grep -c '^# ---- end of block' "$IDEM_T
 
 idem_assert_eq "orders applied" "o-1|c-7|12.50" "$(idem_psql -c 'TABLE public.orders')"
 idem_assert_eq "claims" "quickstart|o-1" \
-	"$(idem_psql -c 'SELECT consumer, business_key FROM idem.processed_messages')"
+	"$(idem_psql -c 'SELECT consumer, business_key FROM idem.claims_named')"
 idem_assert_eq "progress (consumed applied duplicates quarantined)" "2 1 1 0" \
 	"$(idem_psql -c "SELECT consumed || ' ' || applied || ' ' || duplicates || ' ' || quarantined FROM idem.partition_progress")"
 grep -q "o-1 *| c-7 *| 12.50" "$IDEM_TMP/quickstart.log" || idem_fail "psql did not show the order"

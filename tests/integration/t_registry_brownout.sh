@@ -50,7 +50,7 @@ idem_setup_db "$IDEM_TMP/idemd.yaml"
 "$IDEM_BIN/idemd" --check-config -c "$IDEM_TMP/idemd.yaml" >/dev/null ||
 	idem_fail "the two-route configuration does not check"
 
-claims_of() { idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = '$1'"; }
+claims_of() { idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = '$1'"; }
 claims_are() { test "$(claims_of "$1")" = "$2"; }
 answered() { grep -c "^GET /schemas/ids/.* 200$" "$IDEM_REGISTRY_LOG" || true; }
 
@@ -68,7 +68,7 @@ t1=$(date +%s%N)
 avro_then=$(claims_of payments_avro)
 answered_then=$(answered)
 idem_log "JSON backlog of $json_unique payments applied $(((t1 - t0) / 1000000)) ms after idemd started, the registry slow (${DELAY_MS} ms per answer)"
-span_ms=$(idem_psql -c "SELECT round(extract(epoch FROM max(processed_at) - min(processed_at)) * 1000) FROM idem.processed_messages WHERE consumer = 'payments'")
+span_ms=$(idem_psql -c "SELECT round(extract(epoch FROM max(processed_at) - min(processed_at)) * 1000) FROM idem.claims_named WHERE consumer = 'payments'")
 idem_log "JSON route: first to last claim in $span_ms ms (its rate while the registry is slow)"
 idem_assert_eq "schema answers before the JSON backlog was applied" 0 "$answered_then"
 idem_assert_eq "Avro payments applied before the registry answered" 0 "$avro_then"

@@ -41,12 +41,12 @@ ctl() {
 # digest [FROM TO]: md5 of every row of the consumer-keyed tables, all columns, consumer FROM
 # written as TO.
 digest() {
-	idem_psql -c "SELECT md5(string_agg(r, E'\\n' ORDER BY r)) FROM (SELECT tb || ' ' || jsonb_set(j, '{consumer}', to_jsonb(CASE WHEN j->>'consumer' = '${1:-}' THEN '${2:-}' ELSE j->>'consumer' END))::text AS r FROM (SELECT 'c' AS tb, to_jsonb(t) AS j FROM idem.processed_messages t UNION ALL SELECT 'p', to_jsonb(t) FROM idem.partition_progress t UNION ALL SELECT 'q', to_jsonb(t) FROM idem.quarantine t UNION ALL SELECT 'h', to_jsonb(t) FROM idem.retention_horizon t) s) x"
+	idem_psql -c "SELECT md5(string_agg(r, E'\\n' ORDER BY r)) FROM (SELECT tb || ' ' || jsonb_set(j, '{consumer}', to_jsonb(CASE WHEN j->>'consumer' = '${1:-}' THEN '${2:-}' ELSE j->>'consumer' END))::text AS r FROM (SELECT 'c' AS tb, to_jsonb(t) AS j FROM idem.claims_named t UNION ALL SELECT 'p', to_jsonb(t) FROM idem.partition_progress t UNION ALL SELECT 'q', to_jsonb(t) FROM idem.quarantine t UNION ALL SELECT 'h', to_jsonb(t) FROM idem.retention_horizon t) s) x"
 }
 
 # rows CONSUMER: "claims progress_rows quarantine_rows horizons" of CONSUMER.
 rows() {
-	idem_psql -c "SELECT (SELECT count(*) FROM idem.processed_messages WHERE consumer = '$1') || ' ' || (SELECT count(*) FROM idem.partition_progress WHERE consumer = '$1') || ' ' || (SELECT count(*) FROM idem.quarantine WHERE consumer = '$1') || ' ' || (SELECT count(*) FROM idem.retention_horizon WHERE consumer = '$1')"
+	idem_psql -c "SELECT (SELECT count(*) FROM idem.claims_named WHERE consumer = '$1') || ' ' || (SELECT count(*) FROM idem.partition_progress WHERE consumer = '$1') || ' ' || (SELECT count(*) FROM idem.quarantine WHERE consumer = '$1') || ' ' || (SELECT count(*) FROM idem.retention_horizon WHERE consumer = '$1')"
 }
 
 # positions CONSUMER: "partition:next_offset" of CONSUMER's progress rows.
@@ -119,11 +119,11 @@ idem_assert_eq "payments missing" 0 \
 idem_assert_eq "accounts with a wrong balance" 0 \
 	"$(idem_psql -c 'SELECT count(*) FROM (SELECT account, sum(amount) s FROM expected GROUP BY 1) x FULL JOIN accounts a ON a.id = x.account WHERE a.balance IS DISTINCT FROM x.s')"
 idem_assert_eq "claims under pay" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'pay'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'pay'")"
 idem_assert_eq "progress and quarantine rows under pay" 0 \
 	"$(idem_psql -c "SELECT (SELECT count(*) FROM idem.partition_progress WHERE consumer = 'pay') + (SELECT count(*) FROM idem.quarantine WHERE consumer = 'pay')")"
 idem_assert_eq "claims under pay2" "$((u1 + u2))" \
-	"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'pay2'")"
+	"$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'pay2'")"
 idem_assert_eq "pay2: applied, consumed (both names' counters)" \
 	"$((u1 + u2)) $((p1 + 1 + resent + p2))" \
 	"$(idem_psql -c "SELECT sum(applied) || ' ' || sum(consumed) FROM idem.partition_progress WHERE consumer = 'pay2'")"
@@ -136,16 +136,17 @@ idem_check_progress_at_end pay2 "$group"
 read -r n0 n1 n2 cluster <<<"$(idem_psql -F ' ' -c "SELECT max(next_offset) FILTER (WHERE partition = 0), max(next_offset) FILTER (WHERE partition = 1), max(next_offset) FILTER (WHERE partition = 2), max(kafka_cluster) FROM idem.partition_progress WHERE consumer = 'pay2'")"
 [ -n "$cluster" ] || idem_fail "pay2's progress rows name no Kafka cluster"
 bad_offset=$(idem_psql -c "SELECT \"offset\" FROM idem.quarantine WHERE consumer = 'pay2'")
-held=$(idem_psql -c "SELECT string_agg(business_key, ' ' ORDER BY business_key) FROM (SELECT business_key FROM idem.processed_messages WHERE consumer = 'pay2' ORDER BY business_key LIMIT 3) k")
-held_before=$(idem_psql -c "SELECT string_agg(business_key || ':' || partition || ':' || \"offset\", ' ' ORDER BY business_key) FROM idem.processed_messages WHERE consumer = 'pay2' AND business_key = ANY (string_to_array('$held', ' '))")
+held=$(idem_psql -c "SELECT string_agg(business_key, ' ' ORDER BY business_key) FROM (SELECT business_key FROM idem.claims_named WHERE consumer = 'pay2' ORDER BY business_key LIMIT 3) k")
+held_before=$(idem_psql -c "SELECT string_agg(business_key || ':' || partition || ':' || \"offset\", ' ' ORDER BY business_key) FROM idem.claims_named WHERE consumer = 'pay2' AND business_key = ANY (string_to_array('$held', ' '))")
 q_id=$(idem_psql -c "SELECT id FROM idem.quarantine WHERE consumer = 'pay2'")
 idem_psql -c "UPDATE idem.partition_progress SET first_offset = 5 WHERE consumer = 'pay2' AND partition = 0"
 read -r consumed0 quarantined0 <<<"$(idem_psql -F ' ' -c "SELECT sum(consumed), sum(quarantined) FROM idem.partition_progress WHERE consumer = 'pay2'")"
 idem_psql <<SQL
-INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, "offset")
-SELECT 'legacy', k, idem.claim_topic_id('payments'), 3, 1 FROM unnest(string_to_array('$held', ' ')) AS k
-UNION ALL VALUES ('legacy', 'legacy-1', idem.claim_topic_id('payments'), 0, 7),
-    ('legacy', 'legacy-2', idem.claim_topic_id('payments'), 0, 8);
+INSERT INTO idem.processed_messages (consumer_id, business_key, topic_id, partition, "offset")
+SELECT idem.claim_consumer_id('legacy'), k, idem.claim_topic_id('payments'), 3, 1
+FROM unnest(string_to_array('$held', ' ')) AS k
+UNION ALL VALUES (idem.claim_consumer_id('legacy'), 'legacy-1', idem.claim_topic_id('payments'), 0, 7),
+    (idem.claim_consumer_id('legacy'), 'legacy-2', idem.claim_topic_id('payments'), 0, 8);
 INSERT INTO idem.partition_progress (consumer, topic, partition, next_offset, consumed, applied,
     duplicates, dup_upstream, quarantined, kafka_cluster, first_offset, group_id, replay_to,
     updated_at) VALUES
@@ -183,9 +184,9 @@ idem_assert_eq "pay2: consumed and quarantined summed, the message both quaranti
 	"$(idem_psql -F ' ' -c "SELECT sum(consumed), sum(quarantined) FROM idem.partition_progress WHERE consumer = 'pay2'")"
 idem_check_accounting pay2
 idem_assert_eq "claims pay2 held: pay2's kept" "$held_before" \
-	"$(idem_psql -c "SELECT string_agg(business_key || ':' || partition || ':' || \"offset\", ' ' ORDER BY business_key) FROM idem.processed_messages WHERE consumer = 'pay2' AND business_key = ANY (string_to_array('$held', ' '))")"
+	"$(idem_psql -c "SELECT string_agg(business_key || ':' || partition || ':' || \"offset\", ' ' ORDER BY business_key) FROM idem.claims_named WHERE consumer = 'pay2' AND business_key = ANY (string_to_array('$held', ' '))")"
 idem_assert_eq "legacy's own claims moved" "legacy-1:7 legacy-2:8" \
-	"$(idem_psql -c "SELECT string_agg(business_key || ':' || \"offset\", ' ' ORDER BY business_key) FROM idem.processed_messages WHERE consumer = 'pay2' AND business_key LIKE 'legacy-%'")"
+	"$(idem_psql -c "SELECT string_agg(business_key || ':' || \"offset\", ' ' ORDER BY business_key) FROM idem.claims_named WHERE consumer = 'pay2' AND business_key LIKE 'legacy-%'")"
 idem_assert_eq "quarantine: pay2's row of the message both have kept, legacy's other moved" \
 	"$q_id|not-legacy 1|legacy failure" \
 	"$(idem_psql -c "SELECT string_agg(CASE WHEN partition = 0 THEN id::text || '|' || CASE WHEN reason = 'legacy failure' THEN 'legacy' ELSE 'not-legacy' END ELSE partition || '|' || reason END, ' ' ORDER BY partition) FROM idem.quarantine WHERE consumer = 'pay2'")"

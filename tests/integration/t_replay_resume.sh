@@ -20,8 +20,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 coop=(--kafka-prop partition.assignment.strategy=cooperative-sticky)
 idem_fixture --topics payments:4 --config lazy.yaml g-rr payments "${coop[@]}" \
 	--kafka-prop auto.commit.interval.ms=600000
-# Small batches, one worker: the replay takes long enough to be killed partway.
-idem_write_config "$IDEM_TMP/slow.yaml" g-rr payments "${coop[@]}" --max 20 --workers 1
+# Small batches, one worker: the replay takes long enough to be killed partway (1,600
+# transactions; with 20 messages a transaction, on a loaded machine, one instance once read the
+# whole range between two polls of its progress and was killed after it).
+idem_write_config "$IDEM_TMP/slow.yaml" g-rr payments "${coop[@]}" --max 5 --workers 1
 ctl() { "$IDEM_BIN/idemctl" -c "$IDEM_TMP/lazy.yaml" "$@"; }
 
 sum() { idem_psql -c "SELECT coalesce(sum($1), 0) FROM idem.partition_progress WHERE consumer = 'payments'"; }

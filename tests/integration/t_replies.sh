@@ -73,11 +73,11 @@ check_replies() {
 	idem_assert_eq "$1: replies whose idem-outbox-id is not named after their message" 0 \
 		"$(idem_psql -c "SELECT count(*) FROM $1 r WHERE r.row_id IS NULL OR r.outbox_id IS DISTINCT FROM idem.event_id('reply', '$2', idem.log_of('$2', split_part(r.src, '/', 1), split_part(r.src, '/', 2)::int), split_part(r.src, '/', 1), split_part(r.src, '/', 2), split_part(r.src, '/', 3))")"
 	idem_assert_eq "$1: replies whose key, value or header is not their claim's" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM $1 r LEFT JOIN idem.processed_messages p ON p.consumer = '$2' AND p.business_key = r.bkey WHERE p.business_key IS NULL OR r.key <> r.bkey OR r.value IS DISTINCT FROM p.result OR r.src IS NULL")"
+		"$(idem_psql -c "SELECT count(*) FROM $1 r LEFT JOIN idem.claims_named p ON p.consumer = '$2' AND p.business_key = r.bkey WHERE p.business_key IS NULL OR r.key <> r.bkey OR r.value IS DISTINCT FROM p.result OR r.src IS NULL")"
 	idem_assert_eq "$1: replies whose source is not that payment" 0 \
 		"$(idem_psql -c "SELECT count(*) FROM $1 r WHERE NOT EXISTS (SELECT 1 FROM expected e WHERE e.payment_id = r.bkey)")"
 	idem_assert_eq "$1: payments without a first reply" 0 \
-		"$(idem_psql -c "SELECT count(*) FROM idem.processed_messages p WHERE p.consumer = '$2' AND NOT EXISTS (SELECT 1 FROM $1 r WHERE r.bkey = p.business_key AND r.repeat = 'false')")"
+		"$(idem_psql -c "SELECT count(*) FROM idem.claims_named p WHERE p.consumer = '$2' AND NOT EXISTS (SELECT 1 FROM $1 r WHERE r.bkey = p.business_key AND r.repeat = 'false')")"
 	idem_assert_eq "$1: first replies" "$IDEM_UNIQUE" \
 		"$(idem_psql -c "SELECT count(*) FROM $1 WHERE repeat = 'false'")"
 	idem_assert_eq "$1: payments with two first replies" 0 \

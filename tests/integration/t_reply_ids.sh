@@ -46,13 +46,14 @@ idem_with_kafka B idem_wait_done g-ids 120
 idem_wait_until 60 "outbox drained" drained
 idemd_stop b
 
-claims=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'c-ids'")
+claims=$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'c-ids'")
 idem_assert_eq "payments claimed on both clusters (the seeds give distinct keys)" \
 	$((unique_a + unique_b)) "$claims"
 # The fault did something: B's payments took offsets A's had used.
 reused=$(idem_psql -c "SELECT count(*) FROM idem.processed_messages a JOIN idem.processed_messages b
-	ON a.consumer = b.consumer AND a.topic_id = b.topic_id AND a.partition = b.partition
-	AND a.\"offset\" = b.\"offset\" AND a.business_key < b.business_key WHERE a.consumer = 'c-ids'")
+	ON a.consumer_id = b.consumer_id AND a.topic_id = b.topic_id AND a.partition = b.partition
+	AND a.\"offset\" = b.\"offset\" AND a.business_key < b.business_key
+	WHERE a.consumer_id = (SELECT id FROM idem.claim_consumers WHERE name = 'c-ids')")
 [ "$reused" -gt 0 ] || idem_fail "no offset of B's payments was one of A's: the test proves nothing"
 idem_log "$reused offsets answered on both clusters"
 idem_assert_eq "one reply per payment of both clusters" $((unique_a + unique_b)) "$(replies)"

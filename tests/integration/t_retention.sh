@@ -55,7 +55,7 @@ idem_assert_eq "idemctl purge --older-than 1h output" "consumer=payments purged=
 # The purge sweeps the table in block order, 128 blocks a step (the claims have no index on
 # their age): 30,000 more claims, every third two hours old, spread over about 300 blocks, all
 # the old ones purged across the steps, every young one kept.
-idem_psql -c "INSERT INTO idem.processed_messages (processed_at, \"offset\", partition, topic_id, consumer, business_key) SELECT CASE WHEN g % 3 = 0 THEN now() - interval '2 hours' ELSE now() END, g, 0, (SELECT id FROM idem.claim_topics WHERE name = 'payments'), 'payments', 'sweep-' || g FROM generate_series(1, 30000) AS g" >/dev/null
+idem_psql -c "INSERT INTO idem.processed_messages (processed_at, \"offset\", partition, topic_id, consumer_id, business_key) SELECT CASE WHEN g % 3 = 0 THEN now() - interval '2 hours' ELSE now() END, g, 0, (SELECT id FROM idem.claim_topics WHERE name = 'payments'), idem.claim_consumer_id('payments'), 'sweep-' || g FROM generate_series(1, 30000) AS g" >/dev/null
 blocks=$(idem_psql -c "SELECT pg_relation_size('idem.processed_messages') / 8192")
 [ "$blocks" -gt 260 ] || idem_fail "the sweep's table has only $blocks blocks, under three steps"
 out=$("$IDEM_BIN/idemctl" -c "$cfg" purge --older-than 1h)

@@ -79,8 +79,13 @@ idem_assert_eq "looked up as version 5" "k-1 payments 3 41 0a0b r5;k-2 payments 
 idem_assert_eq "schema version after the upgrade" "$latest" \
 	"$(idem_psql -c "SELECT max(version) FROM idem.schema_migrations")"
 idem_assert_eq "version 6's claims_of" t "$(lateral)"
-idem_assert_eq "version 11's column order" \
-	"processed_at,offset,partition,topic_id,consumer,business_key,payload_hash,result" "$(columns)"
+# Version 11's column order, with version 13's consumer by number.
+idem_assert_eq "version 13's column order" \
+	"processed_at,offset,partition,topic_id,consumer_id,business_key,payload_hash,result" "$(columns)"
+idem_assert_eq "the claims' consumers numbered" "other payments" \
+	"$(idem_psql -c "SELECT string_agg(name, ' ' ORDER BY name) FROM idem.claim_consumers")"
+idem_assert_eq "version 13's grants on the consumers and their sequence" "t t" \
+	"$(idem_psql -F ' ' -c "SELECT has_table_privilege('idem_upgrade_reader', 'idem.claim_consumers', 'SELECT, INSERT'), has_sequence_privilege('idem_upgrade_reader', pg_get_serial_sequence('idem.claim_consumers', 'id'), 'USAGE')")"
 idem_assert_eq "the grants kept, and given on the topics, their sequence and the view" "t t t t t" \
 	"$(idem_psql -F ' ' -c "SELECT has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'SELECT'), has_table_privilege('idem_upgrade_reader', 'idem.processed_messages', 'INSERT'), has_table_privilege('idem_upgrade_reader', 'idem.claim_topics', 'SELECT, INSERT'), has_sequence_privilege('idem_upgrade_reader', pg_get_serial_sequence('idem.claim_topics', 'id'), 'USAGE'), has_table_privilege('idem_upgrade_reader', 'idem.claims_named', 'SELECT')")"
 idem_assert_eq "the claims' topics numbered" "payments" \
@@ -93,7 +98,7 @@ idem_assert_eq "the indexes rebuilt, the one on processed_at dropped" "processed
 idem_assert_eq "looked up after the upgrade" "$before" "$(lookup)"
 idem_assert_eq "stored after the upgrade" 1 "$(store r6)"
 idem_assert_eq "the other consumer's claim untouched" "-" \
-	"$(idem_psql -c "SELECT coalesce(result, '-') FROM idem.processed_messages WHERE consumer = 'other'")"
+	"$(idem_psql -c "SELECT coalesce(result, '-') FROM idem.claims_named WHERE consumer = 'other'")"
 idem_assert_eq "looked up after storing" "k-1 payments 3 41 0a0b r6;k-2 payments 3 42 - -;" "$(lookup)"
 # Version 7 on existing rows.
 idem_assert_eq "an event from before version 7 keeps its id" "$old_event" \

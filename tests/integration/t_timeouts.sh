@@ -26,7 +26,9 @@ holding() {
 	[ "$(idem_psql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = '$1' AND query LIKE '%pg_sleep%' AND wait_event = 'PgSleep'")" = 1 ]
 }
 hold holder-row "SELECT * FROM accounts WHERE id = 'acct-locked' FOR UPDATE"
-hold holder-claim "INSERT INTO idem.processed_messages (consumer, business_key, topic_id, partition, \"offset\") VALUES ('payments', 'pay-claimed', idem.claim_topic_id('elsewhere'), 0, 0)"
+# The consumer's number given first, in a transaction of its own: the holder holds only the key.
+idem_psql -c "SELECT idem.claim_consumer_id('payments')" >/dev/null
+hold holder-claim "INSERT INTO idem.processed_messages (consumer_id, business_key, topic_id, partition, \"offset\") VALUES (idem.claim_consumer_id('payments'), 'pay-claimed', idem.claim_topic_id('elsewhere'), 0, 0)"
 idem_wait_until 30 "row lock held" holding holder-row
 idem_wait_until 30 "claim held" holding holder-claim
 

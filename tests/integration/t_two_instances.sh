@@ -90,5 +90,5 @@ if [ "$live_a" = 0 ] || [ "$live_b" = 0 ]; then
 	idem_fail "the live stream was not shared: idemd a applied $live_a of its payments, idemd b $live_b"
 fi
 idem_assert_eq "stream payments applied by an instance not owning their claim's partition" 0 \
-	"$(idem_psql -c "SELECT count(*) FROM ledger l JOIN live v USING (payment_id) JOIN idem.processed_messages p ON p.consumer = 'payments' AND p.business_key = l.payment_id WHERE l.applied_by <> CASE WHEN p.partition = ANY ('{$parts_a}'::int[]) THEN 'idemd-a' WHEN p.partition = ANY ('{$parts_b}'::int[]) THEN 'idemd-b' END")"
+	"$(idem_psql -c "SELECT count(*) FROM ledger l JOIN live v USING (payment_id) JOIN idem.claims_named p ON p.consumer = 'payments' AND p.business_key = l.payment_id WHERE l.applied_by <> CASE WHEN p.partition = ANY ('{$parts_a}'::int[]) THEN 'idemd-a' WHEN p.partition = ANY ('{$parts_b}'::int[]) THEN 'idemd-b' END")"
 echo "ok: two instances; first stream: $claims_at_join claimed when b joined, b applied $backlog_b of $u1; live stream: a applied $live_a, b $live_b; $(idem_counts payments)"

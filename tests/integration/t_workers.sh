@@ -81,7 +81,7 @@ idemd_start b "$IDEM_TMP/one.yaml"
 idemd_stop b
 idem_assert_eq "pay-twice applied once" "1 7" \
 	"$(idem_psql -c "SELECT count(*) || ' ' || sum(amount) FROM ledger WHERE payment_id = 'pay-twice'")"
-idem_assert_eq "claims" 25 "$(idem_psql -c "SELECT count(*) FROM idem.processed_messages WHERE consumer = 'payments2'")"
+idem_assert_eq "claims" 25 "$(idem_psql -c "SELECT count(*) FROM idem.claims_named WHERE consumer = 'payments2'")"
 idem_assert_eq "counters: consumed applied duplicates upstream quarantined" "26 25 1 1 0" \
 	"$(idem_psql -c "SELECT sum(consumed) || ' ' || sum(applied) || ' ' || sum(duplicates) || ' ' || sum(dup_upstream) || ' ' || sum(quarantined) FROM idem.partition_progress WHERE consumer = 'payments2'")"
 most=$(idem_psql -c "SELECT max(n) FROM (SELECT count(DISTINCT part) n FROM work_log GROUP BY xid) x")
