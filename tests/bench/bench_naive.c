@@ -27,12 +27,14 @@
 
 static const char SQL_CLAIM_ONE[] =
         "INSERT INTO idem.processed_messages"
-        " (consumer, business_key, topic_id, partition, \"offset\", payload_hash)"
-        " VALUES ($1, $2, idem.claim_topic_id($3), $4, $5, decode($6, 'hex'))"
+        " (consumer_id, business_key, topic_id, partition, \"offset\", payload_hash)"
+        " VALUES (idem.claim_consumer_id($1), $2, idem.claim_topic_id($3), $4, $5,"
+        " decode($6, 'hex'))"
         " ON CONFLICT DO NOTHING RETURNING business_key";
 
-static const char SQL_RESULT_ONE[] = "UPDATE idem.processed_messages SET result = $3"
-                                     " WHERE consumer = $1 AND business_key = $2";
+static const char SQL_RESULT_ONE[] =
+        "UPDATE idem.processed_messages SET result = $3 WHERE consumer_id ="
+        " (SELECT id FROM idem.claim_consumers WHERE name = $1) AND business_key = $2";
 
 struct naive_opts {
 	const char *conninfo;
