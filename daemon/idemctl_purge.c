@@ -100,7 +100,7 @@ int idemctl_purge(const struct idem_cfg *cfg, int argc, char **argv)
 		if (seen)
 			continue;
 		if (idem_retention_purge(conn, cfg->routes[i].consumer, keep, cfg->retention_batch,
-		                         &deleted, NULL, &err) != IDEM_OK) {
+		                         NULL, &deleted, NULL, &err) != IDEM_OK) {
 			fprintf(stderr, "idemctl: purge: %s\n", err.msg);
 			rc = IDEM_EXIT_FAILURE;
 			break;

@@ -22,8 +22,8 @@
 #define SWEEP_BLOCKS 128
 
 idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t keep_seconds,
-                                 int batch, int64_t *ret_deleted, double *ret_oldest_age,
-                                 idem_error *err)
+                                 int batch, const atomic_bool *cancel, int64_t *ret_deleted,
+                                 double *ret_oldest_age, idem_error *err)
 {
 	char keep[32], lim[16], from[48] = "(0,0)", to[24], cutoff[64] = "";
 	const char *vals[5] = { consumer, from, to, cutoff, lim };
@@ -44,7 +44,7 @@ idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t kee
 	now = strtod(PQgetvalue(res, 0, 1), NULL);
 	blocks = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
 	PQclear(res);
-	while (b < blocks) {
+	while (b < blocks && (cancel == NULL || !atomic_load(cancel))) {
 		int64_t hi = b + SWEEP_BLOCKS < blocks ? b + SWEEP_BLOCKS : blocks, n;
 
 		snprintf(to, sizeof(to), "%" PRId64, hi);
@@ -71,7 +71,7 @@ idem_status idem_retention_purge(PGconn *conn, const char *consumer, int64_t kee
 		PQclear(res);
 	}
 	*ret_deleted = total;
-	if (ret_oldest_age != NULL && r == IDEM_OK)
+	if (ret_oldest_age != NULL && r == IDEM_OK && b >= blocks)
 		*ret_oldest_age = oldest;
 	return r;
 }
@@ -130,6 +130,7 @@ struct idem_retention {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool stop;
+	atomic_bool cancel; /* set with stop: a sweep under way ends after its step */
 };
 
 /*
@@ -193,8 +194,8 @@ static void *retention_main(void *arg)
 				seen |= strcmp(rt->cfg->routes[j].consumer, consumer) == 0;
 			if (seen)
 				continue;
-			if (idem_retention_purge(conn, consumer, rt->keep, rt->batch, &deleted,
-			                         &age, &err) != IDEM_OK) {
+			if (idem_retention_purge(conn, consumer, rt->keep, rt->batch, &rt->cancel,
+			                         &deleted, &age, &err) != IDEM_OK) {
 				idem_log_warn("retention",
 				              "purge consumer=%s: %s, retrying in %" PRId64 "s",
 				              consumer, err.msg, rt->interval);
@@ -208,7 +209,7 @@ static void *retention_main(void *arg)
 				oldest = age;
 		}
 		/* A sweep cut short may not have seen the oldest: the gauge keeps counting. */
-		if (swept)
+		if (swept && !atomic_load(&rt->cancel))
 			idem_metrics_oldest_claim_age(rt->metrics, oldest);
 		until = idem_cond_deadline(rt->interval * 1000);
 		pthread_mutex_lock(&rt->lock);
@@ -229,6 +230,7 @@ idem_status idem_retention_start(const struct idem_cfg *cfg, int64_t keep_second
 
 	if (rt == NULL)
 		return idem_error_nomem(err);
+	atomic_init(&rt->cancel, false);
 	rt->cfg = cfg;
 	rt->keep = keep_seconds;
 	rt->interval = interval_seconds > 0 ? interval_seconds : 1;
@@ -251,6 +253,7 @@ void idem_retention_stop(idem_retention *rt)
 {
 	if (rt == NULL)
 		return;
+	atomic_store(&rt->cancel, true);
 	pthread_mutex_lock(&rt->lock);
 	rt->stop = true;
 	pthread_cond_signal(&rt->cond);

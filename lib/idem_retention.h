@@ -10,6 +10,7 @@
 
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 
 #include "idem_cfg.h"
 #include "idem_common.h"
@@ -21,13 +22,16 @@
  * per transaction at most (short transactions: the pipeline's claims never wait long), each
  * recording the cutoff as the consumer's horizon when it deleted anything.
  * @param ret_deleted rows deleted.
- * @param ret_oldest_age if not NULL, set on success to the age in seconds of the oldest claim of
- * @consumer the sweep kept, at its start, by the server's clock; -1 when it kept none.
+ * @param ret_oldest_age if not NULL, set when the sweep went through the whole table to the
+ * age in seconds of the oldest claim of @consumer it kept, at its start, by the server's clock;
+ * -1 when it kept none.
+ * @param cancel if not NULL, read before each step: once true the sweep ends there, successfully
+ * (what it deleted stays deleted, its horizon recorded), without setting @ret_oldest_age.
  */
 IDEM_NODISCARD idem_status idem_retention_purge(PGconn *conn, const char *consumer,
                                                 int64_t keep_seconds, int batch,
-                                                int64_t *ret_deleted, double *ret_oldest_age,
-                                                idem_error *err);
+                                                const atomic_bool *cancel, int64_t *ret_deleted,
+                                                double *ret_oldest_age, idem_error *err);
 
 /*
  * @brief Ask the broker for @topic's retention.ms. IDEM_ERR_NOT_FOUND when the broker cannot
@@ -48,7 +52,7 @@ IDEM_NODISCARD idem_status idem_retention_start(const struct idem_cfg *cfg, int6
                                                 int64_t interval_seconds, int batch,
                                                 idem_metrics *metrics, rd_kafka_t *rk,
                                                 idem_retention **ret, idem_error *err);
-/* @brief Stop the thread (waits for a purge in progress to finish its batch). */
+/* @brief Stop the thread (a sweep under way ends after its current step). */
 void idem_retention_stop(idem_retention *r);
 
 #endif
