@@ -862,18 +862,10 @@ DROP TABLE idem.claim_consumers;
 ALTER TABLE idem.processed_messages_v10 RENAME TO processed_messages;
 ALTER TABLE idem.processed_messages ADD PRIMARY KEY (consumer, business_key);
 CREATE INDEX processed_messages_processed_at ON idem.processed_messages (processed_at);
-CREATE OR REPLACE FUNCTION idem.store_results(consumer text, keys text[], results text[])
-RETURNS bigint LANGUAGE sql VOLATILE
-SET enable_seqscan = off SET enable_bitmapscan = off
-SET enable_hashjoin = off SET enable_mergejoin = off
-AS $$
-    WITH s AS (
-        UPDATE idem.processed_messages AS p SET result = u.r
-        FROM unnest(store_results.keys, store_results.results) AS u(k, r)
-        WHERE p.consumer = store_results.consumer AND p.business_key = u.k
-        RETURNING 1)
-    SELECT count(*) FROM s
-$$;
 SQL
 	idem_psql -v ON_ERROR_STOP=1 -f "$IDEM_SRC/sql/0006_claims_probe.sql" >/dev/null
+	# Version 5's idem.store_results(), from its migration (version 13 made it map the name).
+	sed -n '/^CREATE FUNCTION idem.store_results/,/^\$\$;/p' "$IDEM_SRC/sql/0005_key_lookups.sql" |
+		sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/' |
+		idem_psql -v ON_ERROR_STOP=1 >/dev/null
 }
